@@ -1,0 +1,1 @@
+"""Periodic jobs, run by `manage.py rqcron crawlhub.cron` (started by `up`)."""

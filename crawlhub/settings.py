@@ -1,0 +1,246 @@
+"""crawlhub settings: every value comes from the environment, with defaults that run locally.
+
+A bad value stops start-up with ImproperlyConfigured naming the variable and what was expected.
+"""
+
+import os
+import secrets
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+from crawlhub import launcher
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def env_str(name: str, default: str) -> str:
+    return os.environ.get(name, default)
+
+
+def env_bool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ImproperlyConfigured(
+        f"{name} must be a boolean (1/0, true/false, yes/no, on/off), got {raw!r}"
+    )
+
+
+def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be a whole number, got {raw!r}") from None
+    if minimum is not None and value < minimum:
+        raise ImproperlyConfigured(f"{name} must be at least {minimum}, got {value}")
+    return value
+
+
+def env_list(name: str, default: list[str]) -> list[str]:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def _data_dir() -> Path:
+    path = Path(env_str("CRAWLHUB_DATA_DIR", str(BASE_DIR / "var"))).expanduser().resolve()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ImproperlyConfigured(
+            f"CRAWLHUB_DATA_DIR must be a directory crawlhub can create and write: {path}: {exc}"
+        ) from None
+    if not os.access(path, os.W_OK):
+        raise ImproperlyConfigured(f"CRAWLHUB_DATA_DIR must be writable: {path}")
+    return path
+
+
+def _secret_key(data_dir: Path) -> str:
+    """SECRET_KEY from the environment, else generated once and kept in the data dir."""
+    key = os.environ.get("SECRET_KEY", "")
+    if key:
+        if len(key) < 32:
+            raise ImproperlyConfigured("SECRET_KEY must be at least 32 characters long")
+        return key
+    path = data_dir / "secret_key"
+    try:
+        # O_EXCL: when two processes start at once, exactly one writes the key.
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return path.read_text().strip()
+    with os.fdopen(fd, "w") as f:
+        f.write(secrets.token_urlsafe(50))
+    return path.read_text().strip()
+
+
+def _database(data_dir: Path) -> dict:
+    url = os.environ.get("DATABASE_URL", "")
+    if url:
+        try:
+            db = dj_database_url.parse(url, conn_max_age=60, conn_health_checks=True)
+        except Exception as exc:  # dj_database_url raises several types for bad URLs
+            raise ImproperlyConfigured(
+                f"DATABASE_URL must be a database URL such as "
+                f"postgres://user:password@host:5432/name or sqlite:///path/db.sqlite3: {exc}"
+            ) from None
+        if not db.get("ENGINE"):
+            raise ImproperlyConfigured(f"DATABASE_URL has an unknown scheme: {url.split(':')[0]!r}")
+    else:
+        db = {"ENGINE": "django.db.backends.sqlite3", "NAME": str(data_dir / "crawlhub.sqlite3")}
+    if db["ENGINE"] == "django.db.backends.sqlite3":
+        # WAL lets readers work while a worker writes; IMMEDIATE plus a busy timeout makes
+        # concurrent writers from several worker processes queue instead of failing.
+        db["OPTIONS"] = {
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+            "transaction_mode": "IMMEDIATE",
+            "timeout": 30,
+        }
+        db["CONN_MAX_AGE"] = 0
+        # A file, not memory, so worker processes started by tests share the test database.
+        db["TEST"] = {"NAME": str(Path(db["NAME"]).with_name("test_" + Path(db["NAME"]).name))}
+    return db
+
+
+def _redis_url(data_dir: Path) -> str:
+    url = os.environ.get("REDIS_URL", "")
+    if not url:
+        return launcher.embedded_redis_url(data_dir)
+    if not url.startswith(("redis://", "rediss://", "unix://")):
+        raise ImproperlyConfigured(
+            f"REDIS_URL must start with redis://, rediss:// or unix://, got {url!r}"
+        )
+    return url
+
+
+DATA_DIR = _data_dir()
+SECRET_KEY = _secret_key(DATA_DIR)
+DEBUG = env_bool("DEBUG", False)
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+REDIS_URL = _redis_url(DATA_DIR)
+# True when crawlhub starts and owns its Redis; False when REDIS_URL names an external one.
+REDIS_EMBEDDED = not os.environ.get("REDIS_URL")
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "channels",
+    "django_rq",
+    "crawlhub",
+    "crawls",
+    "proxies",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.auth.middleware.LoginRequiredMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "crawlhub.urls"
+ASGI_APPLICATION = "crawlhub.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES = {"default": _database(DATA_DIR)}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = env_str("TIME_ZONE", "UTC")
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = DATA_DIR / "static"
+STATIC_ROOT.mkdir(exist_ok=True)
+# Serve straight from the app and project folders: `up` needs no collectstatic step.
+WHITENOISE_USE_FINDERS = True
+
+RQ_QUEUES = {
+    # Short control jobs (supervisor, proxy validation) go first, so long crawl slices
+    # never starve them.
+    "control": {"URL": REDIS_URL, "DEFAULT_TIMEOUT": 300},
+    "crawls": {"URL": REDIS_URL, "DEFAULT_TIMEOUT": 900},
+    "default": {"URL": REDIS_URL, "DEFAULT_TIMEOUT": 300},
+}
+# Enqueue when asked: crawlhub defers its own enqueues with transaction.on_commit.
+RQ = {"COMMIT_MODE": "auto"}
+RQ_SHOW_ADMIN_LINK = True
+
+CHANNEL_LAYERS = {
+    "default": {
+        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "CONFIG": {"hosts": [REDIS_URL], "prefix": "crawlhub:asgi"},
+    }
+}
+
+# Production hardening: on when served over HTTPS (CRAWLHUB_HTTPS=1).
+HTTPS = env_bool("CRAWLHUB_HTTPS", False)
+SECURE_SSL_REDIRECT = HTTPS
+SESSION_COOKIE_SECURE = HTTPS
+CSRF_COOKIE_SECURE = HTTPS
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31536000 if HTTPS else 0, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = HTTPS
+SECURE_HSTS_PRELOAD = HTTPS
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if HTTPS else None
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SESSION_COOKIE_HTTPONLY = True
+X_FRAME_OPTIONS = "DENY"
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+    "loggers": {"django.channels.server": {"level": "WARNING"}},
+}

@@ -1,0 +1,66 @@
+"""What the Workers page shows: live RQ workers, queue lengths, failed jobs."""
+
+from django.conf import settings
+from rq import Queue, Worker
+from rq.registry import FailedJobRegistry, StartedJobRegistry
+
+from crawlhub.connections import get_redis
+
+FAILED_JOBS_SHOWN = 20
+
+
+def overview() -> dict:
+    try:
+        return _overview()
+    except Exception as exc:  # the page says Redis is away instead of failing
+        return {"error": f"{type(exc).__name__}: {exc}", "workers": [], "queues": [], "failed": []}
+
+
+def _overview() -> dict:
+    conn = get_redis()
+    workers = []
+    for worker in sorted(Worker.all(connection=conn), key=lambda w: w.name):
+        job = worker.get_current_job()
+        workers.append(
+            {
+                "name": worker.name,
+                "hostname": worker.hostname,
+                "pid": worker.pid,
+                "state": worker.get_state(),
+                "queues": ", ".join(worker.queue_names()),
+                "job": job.description if job else "",
+                "successes": worker.successful_job_count,
+                "failures": worker.failed_job_count,
+                "birth": worker.birth_date,
+                "heartbeat": worker.last_heartbeat,
+            }
+        )
+    queues, failed = [], []
+    for name in settings.RQ_QUEUES:
+        queue = Queue(name, connection=conn)
+        failed_registry = FailedJobRegistry(queue=queue)
+        queues.append(
+            {
+                "name": name,
+                "queued": queue.count,
+                "started": StartedJobRegistry(queue=queue).count,
+                "failed": failed_registry.count,
+            }
+        )
+        for job_id in failed_registry.get_job_ids(0, FAILED_JOBS_SHOWN - 1):
+            job = queue.fetch_job(job_id)
+            if job is not None:
+                failed.append(_failed_job(job, name))
+    return {"error": "", "workers": workers, "queues": queues, "failed": failed}
+
+
+def _failed_job(job, queue_name: str) -> dict:
+    result = job.latest_result()
+    lines = (result.exc_string or "").strip().splitlines() if result else []
+    return {
+        "id": job.id,
+        "queue": queue_name,
+        "description": job.description,
+        "ended_at": job.ended_at,
+        "error": lines[-1] if lines else "",
+    }

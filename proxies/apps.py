@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class ProxiesConfig(AppConfig):
+    name = "proxies"
+    verbose_name = "proxy pool"
