@@ -1,0 +1,244 @@
+"""Channels, crawls and their results. Live state of a running crawl is in Redis (frontier.py);
+these rows hold what a crawl is, who did what to it, and what it fetched."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+from django.urls import reverse
+
+
+class UserAgentMode(models.TextChoices):
+    FIXED = "fixed", "Fixed string"
+    RANDOM = "random", "Random per request"
+
+
+class ProxyUse(models.TextChoices):
+    OFF = "off", "No proxy"
+    POOL = "pool", "From the proxy pool"
+
+
+class ProxyStrategy(models.TextChoices):
+    LEAST_USED = "least_used", "Least used (per request)"
+    ROUND_ROBIN = "round_robin", "Round robin (per request)"
+    GREEDY = "greedy", "Greedy (keep a fast proxy)"
+
+
+class Channel(models.Model):
+    """A group of crawls sharing politeness defaults and a proxy pool."""
+
+    slug = models.SlugField(max_length=50, unique=True)
+    name = models.CharField(max_length=100)
+    description = models.TextField(blank=True)
+    proxy_use = models.CharField(max_length=10, choices=ProxyUse, default=ProxyUse.OFF)
+    proxy_strategy = models.CharField(
+        max_length=20, choices=ProxyStrategy, default=ProxyStrategy.LEAST_USED
+    )
+    host_delay = models.FloatField(
+        default=0.0,
+        validators=[MinValueValidator(0.0), MaxValueValidator(3600.0)],
+        help_text="Default seconds between two requests to one host.",
+    )
+    host_concurrency = models.PositiveIntegerField(
+        default=8, validators=[MinValueValidator(1), MaxValueValidator(256)],
+        help_text="Default requests in flight to one host.",
+    )  # fmt: skip
+    user_agent_mode = models.CharField(
+        max_length=10, choices=UserAgentMode, default=UserAgentMode.RANDOM
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @classmethod
+    def default(cls) -> Channel:
+        channel, _ = cls.objects.get_or_create(slug="default", defaults={"name": "Default"})
+        return channel
+
+
+class CrawlState(models.TextChoices):
+    DRAFT = "draft", "Draft"
+    RUNNING = "running", "Running"
+    PAUSING = "pausing", "Pausing"
+    PAUSED = "paused", "Paused"
+    FINISHED = "finished", "Finished"
+    CANCELLED = "cancelled", "Cancelled"
+    FAILED = "failed", "Failed"
+
+
+# Counters kept in Redis while a crawl runs and copied here when it ends.
+COUNTERS = (
+    "requests", "responses", "repeats", "errors", "retries", "failed", "bytes",
+    "status_2xx", "status_3xx", "status_4xx", "status_5xx",
+)  # fmt: skip
+
+
+class Crawl(models.Model):
+    name = models.CharField(max_length=200)
+    channel = models.ForeignKey(Channel, on_delete=models.PROTECT, related_name="crawls")
+    seeds = models.JSONField(help_text="Start URLs.")
+    allowed_domains = models.JSONField(
+        default=list, blank=True, help_text="Hosts the crawl may visit; empty: the seeds' hosts."
+    )
+    include_patterns = models.JSONField(default=list, blank=True)
+    exclude_patterns = models.JSONField(default=list, blank=True)
+    max_depth = models.PositiveIntegerField(default=3, validators=[MaxValueValidator(4000)])
+    max_pages = models.PositiveIntegerField(
+        default=1000, validators=[MinValueValidator(1), MaxValueValidator(100_000_000)]
+    )
+    priority = models.IntegerField(
+        default=0, validators=[MinValueValidator(-100), MaxValueValidator(100)]
+    )
+    threads = models.PositiveIntegerField(
+        default=8, validators=[MinValueValidator(1), MaxValueValidator(128)],
+        help_text="Concurrent fetches in one slice.",
+    )  # fmt: skip
+    slices = models.PositiveIntegerField(
+        default=2, validators=[MinValueValidator(1), MaxValueValidator(64)],
+        help_text="Slices (RQ jobs) in flight at once.",
+    )  # fmt: skip
+    host_delay = models.FloatField(
+        null=True, blank=True, validators=[MinValueValidator(0.0), MaxValueValidator(3600.0)],
+        help_text="Seconds between two requests to one host; empty: the channel's.",
+    )  # fmt: skip
+    obey_robots = models.BooleanField(default=True)
+    user_agent_mode = models.CharField(max_length=10, choices=UserAgentMode, blank=True)
+    user_agent = models.CharField(max_length=500, blank=True)
+    timeout = models.FloatField(
+        default=15.0, validators=[MinValueValidator(0.1), MaxValueValidator(600.0)]
+    )
+    max_bytes = models.PositiveIntegerField(
+        default=5 * 1024 * 1024, validators=[MinValueValidator(1024)],
+        help_text="Bodies larger than this are cut off and not parsed.",
+    )  # fmt: skip
+    max_retries = models.PositiveIntegerField(default=2, validators=[MaxValueValidator(20)])
+    keep_bodies = models.BooleanField(default=False)
+    state = models.CharField(
+        max_length=10, choices=CrawlState, default=CrawlState.DRAFT, db_index=True
+    )
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="crawls"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    # Final counters (copied from Redis when the crawl ends).
+    stats = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"#{self.pk} {self.name}"
+
+    def get_absolute_url(self) -> str:
+        return reverse("crawl_detail", args=[self.pk])
+
+    def effective_host_delay(self) -> float:
+        return self.host_delay if self.host_delay is not None else self.channel.host_delay
+
+    def effective_user_agent_mode(self) -> str:
+        return self.user_agent_mode or self.channel.user_agent_mode
+
+    def is_active(self) -> bool:
+        return self.state in (CrawlState.RUNNING, CrawlState.PAUSING)
+
+    def can_start(self) -> bool:
+        return self.state == CrawlState.DRAFT
+
+    def can_pause(self) -> bool:
+        return self.state == CrawlState.RUNNING
+
+    def can_resume(self) -> bool:
+        return self.state in (CrawlState.PAUSING, CrawlState.PAUSED)
+
+    def can_cancel(self) -> bool:
+        return self.state in (CrawlState.RUNNING, CrawlState.PAUSING, CrawlState.PAUSED)
+
+    def can_add_seeds(self) -> bool:
+        return self.state in (CrawlState.DRAFT, CrawlState.RUNNING, CrawlState.PAUSED)
+
+    def is_over(self) -> bool:
+        return self.state in (CrawlState.FINISHED, CrawlState.CANCELLED, CrawlState.FAILED)
+
+
+class Page(models.Model):
+    """One fetched URL of a crawl: what came back, or the error."""
+
+    crawl = models.ForeignKey(Crawl, on_delete=models.CASCADE, related_name="pages")
+    url = models.TextField()
+    final_url = models.TextField(blank=True)
+    status = models.PositiveSmallIntegerField(null=True, blank=True)
+    content_type = models.CharField(max_length=200, blank=True)
+    bytes = models.PositiveIntegerField(default=0)
+    elapsed_ms = models.PositiveIntegerField(default=0)
+    depth = models.PositiveIntegerField(default=0)
+    referrer = models.TextField(blank=True)
+    fetched_at = models.DateTimeField()
+    title = models.CharField(max_length=500, blank=True)
+    error = models.TextField(blank=True)
+    redirects = models.JSONField(default=list, blank=True)
+    body = models.BinaryField(null=True, blank=True)
+    # SHA-1 of the URL: unique per crawl without indexing unbounded text.
+    url_hash = models.CharField(max_length=40)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.UniqueConstraint(fields=["crawl", "url_hash"], name="page_unique_per_crawl")
+        ]
+
+    def __str__(self) -> str:
+        return self.url
+
+
+class FailedRequest(models.Model):
+    """A request that used up its retries: the crawl's failure queue."""
+
+    crawl = models.ForeignKey(Crawl, on_delete=models.CASCADE, related_name="failures")
+    url = models.TextField()
+    depth = models.PositiveIntegerField(default=0)
+    referrer = models.TextField(blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    last_error = models.TextField(blank=True)
+    last_status = models.PositiveSmallIntegerField(null=True, blank=True)
+    failed_at = models.DateTimeField()
+    url_hash = models.CharField(max_length=40)
+
+    class Meta:
+        ordering = ["-failed_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["crawl", "url_hash"], name="failure_unique_per_crawl")
+        ]
+
+
+class CrawlEvent(models.Model):
+    """The audit trail: who did what to a crawl, and when."""
+
+    class Kind(models.TextChoices):
+        CREATED = "created"
+        STARTED = "started"
+        PAUSED = "paused"
+        RESUMED = "resumed"
+        CANCELLED = "cancelled"
+        FINISHED = "finished"
+        FAILED = "failed"
+        RETRIED = "retried"
+        SEEDS_ADDED = "seeds_added"
+
+    crawl = models.ForeignKey(Crawl, on_delete=models.CASCADE, related_name="events")
+    kind = models.CharField(max_length=20, choices=Kind)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True
+    )
+    detail = models.TextField(blank=True)
+    at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-at", "-id"]
