@@ -1,0 +1,385 @@
+"""A crawl's frontier in Redis: queue, dedup, claimed requests, counters, politeness, robots.
+
+This module owns every Redis key of a crawl and the Lua scripts in crawls/lua/ that change them;
+no other module builds these key names. Keys (hash tag {c<ID>}, so a crawl lives on one Redis
+Cluster slot):
+
+    ch:{c<ID>}:queue          zset  request JSON -> score (priority, then depth, then seq)
+    ch:{c<ID>}:seq            str   discovery order for the score
+    ch:{c<ID>}:delayed        zset  request JSON -> ready time ms (retries waiting)
+    ch:{c<ID>}:seen:<bucket>  set   64-bit fingerprints, 4096 buckets (intset encoded)
+    ch:{c<ID>}:backup         hash  fp -> request JSON, for every claimed unfinished request
+    ch:{c<ID>}:leases         zset  fp -> lease deadline ms
+    ch:{c<ID>}:stats          hash  counters, only ever HINCRBY
+    ch:{c<ID>}:state          str   running / paused / cancelled
+    ch:{c<ID>}:config         hash  max_pages, max_depth, host_delay_ms
+    ch:{c<ID>}:hosts          hash  host -> next allowed time ms
+    ch:{c<ID>}:hostdelay      hash  host -> delay ms overriding the default (robots Crawl-delay)
+    ch:{c<ID>}:robots         hash  host -> robots.txt text
+    ch:{c<ID>}:robotslock:<host>    str   one worker fetches a host's robots.txt
+    ch:{c<ID>}:slices         zset  slice id -> alive-until ms (queued or running slice jobs)
+    ch:supervisor:lock        str   one supervisor at a time, across all crawls
+
+Counter invariant, at every moment (stats() reads it atomically):
+
+    requests == responses + errors + queued + delayed + in_flight + cancelled
+
+`cancelled` is 0 until cancel(), which moves every unfinished request into it. Times come from
+Redis' TIME inside the scripts so that all workers agree. Needs Redis >= 5 (script effects
+replication, ZPOPMIN).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field, replace
+from functools import cached_property, lru_cache
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import redis
+from w3lib.url import canonicalize_url
+
+from crawlhub.connections import get_redis
+
+FINGERPRINT_VERSION = 1
+
+# 2^12 buckets: at 1,000,000 URLs a bucket holds ~244 fingerprints (the fullest ~310), well
+# under Redis' set-max-intset-entries=512, so every bucket stays an intset at ~8 bytes per
+# fingerprint. Past ~1.7M URLs the fullest buckets start to convert to hash tables (~5x the memory).
+SEEN_BUCKET_BITS = 12
+
+# A claim looks at most this many queue entries per request asked for when a host delay applies.
+SCAN_FACTOR = 10
+
+# A running slice beats several times a second; without a beat for this long its worker is dead.
+SLICE_BEAT_TTL = 10.0
+
+SUPERVISOR_LOCK_KEY = "ch:supervisor:lock"
+
+STATES = ("running", "paused", "cancelled")
+OUTCOME_KINDS = ("done", "retry", "failed")
+COUNTERS = (
+    "requests", "repeats", "responses", "errors", "failed", "retries", "bytes",
+    "status_2xx", "status_3xx", "status_4xx", "status_5xx", "dropped", "cancelled",
+)  # fmt: skip
+
+_LUA_DIR = Path(__file__).resolve().parent / "lua"
+_SCRIPTS = (
+    "add", "claim", "complete", "release", "requeue_expired", "retry_failed", "pending", "cancel",
+    "slice_beat", "live_slices", "mark_seen",
+)  # fmt: skip
+
+
+def _lua_sources() -> dict[str, str]:
+    lib = (_LUA_DIR / "_lib.lua").read_text()
+    return {name: lib + "\n" + (_LUA_DIR / f"{name}.lua").read_text() for name in _SCRIPTS}
+
+
+_SOURCES = _lua_sources()
+
+
+def canonicalize(url: str) -> str:
+    """The URL dedup works on: fragment dropped, query sorted, escapes normalised."""
+    return canonicalize_url(url, keep_fragments=False)
+
+
+# Links repeat a lot across pages (navigation, footers); the cache saves canonicalize + SHA-1.
+@lru_cache(maxsize=65536)
+def fingerprint(url: str, method: str = "GET", body: bytes = b"") -> int:
+    """SHA-1 of method, canonical URL and body; the first 8 bytes as a signed 64-bit int, so
+    that Redis stores it as an integer (intset) instead of a string."""
+    data = f"{method.upper()} {canonicalize(url)}".encode() + body
+    return int.from_bytes(hashlib.sha1(data).digest()[:8], "big", signed=True)
+
+
+def _bucket(fp: int) -> str:
+    """The seen-set suffix of a fingerprint: its top bits, in hex."""
+    return format((fp >> (64 - SEEN_BUCKET_BITS)) & ((1 << SEEN_BUCKET_BITS) - 1), "03x")
+
+
+def _host(url: str) -> str:
+    parts = urlsplit(url)
+    host = (parts.hostname or "").lower()
+    if ":" in host:  # IPv6 literal: keep it apart from the port
+        host = f"[{host}]"
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    return f"{host}:{port}" if port is not None else host
+
+
+@dataclass(frozen=True)
+class Request:
+    url: str
+    depth: int = 0
+    referrer: str = ""
+    attempts: int = 0
+    priority: int = 0
+
+    @cached_property
+    def fp(self) -> int:
+        return fingerprint(self.url)
+
+    @cached_property
+    def host(self) -> str:
+        """Lowercased hostname[:port]: the unit of politeness."""
+        return _host(self.url)
+
+    def to_json(self) -> str:
+        """Compact and deterministic. Carries fp (as a string: a double would round it) and host
+        for the Lua scripts, which neither hash nor parse URLs; default fields are left out."""
+        data: dict[str, str | int] = {"f": str(self.fp), "h": self.host, "u": self.url}
+        data["d"] = self.depth
+        if self.priority:
+            data["p"] = self.priority
+        if self.attempts:
+            data["a"] = self.attempts
+        if self.referrer:
+            data["r"] = self.referrer
+        return json.dumps(data, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, raw: str | bytes) -> Request:
+        data = json.loads(raw)
+        request = cls(
+            url=data["u"],
+            depth=data.get("d", 0),
+            referrer=data.get("r", ""),
+            attempts=data.get("a", 0),
+            priority=data.get("p", 0),
+        )
+        # Keep the stored fp and host: the backup hash is keyed by that fp, so complete() must
+        # use it even if fingerprinting changed since the request was queued.
+        if "f" in data:
+            request.__dict__["fp"] = int(data["f"])
+        if "h" in data:
+            request.__dict__["host"] = data["h"]
+        return request
+
+
+@dataclass
+class Outcome:
+    """What a slice reports for one claimed request."""
+
+    request: Request
+    kind: str  # "done" | "retry" | "failed"
+    status: int | None = None  # HTTP status of the final response, None when there was none
+    nbytes: int = 0  # body bytes received
+    # Absolute URLs already filtered by scope; the frontier applies depth, max_pages and dedup.
+    links: list[str] = field(default_factory=list)
+    retry_delay: float = 0.0  # seconds, for kind == "retry"
+
+
+def _ms(seconds: float) -> int:
+    return max(0, round(seconds * 1000))
+
+
+class Frontier:
+    """One crawl's frontier. Cheap to create; safe to share between threads."""
+
+    def __init__(self, crawl_id: int, client: redis.Redis | None = None) -> None:
+        self.crawl_id = crawl_id
+        self.redis = client if client is not None else get_redis()
+        self.prefix = f"ch:{{c{crawl_id}}}:"
+        # Every script gets the same KEYS, in the order crawls/lua/_lib.lua names them.
+        self._keys = [
+            self._key(name)
+            for name in (
+                "queue", "delayed", "backup", "leases", "stats",
+                "state", "config", "hosts", "hostdelay", "seq", "slices",
+            )
+        ]  # fmt: skip
+        self._scripts = {name: self.redis.register_script(src) for name, src in _SOURCES.items()}
+
+    def _key(self, name: str) -> str:
+        return self.prefix + name
+
+    def _run(self, script: str, args: list) -> object:
+        return self._scripts[script](keys=self._keys, args=args)
+
+    # Configuration and state
+
+    def configure(self, *, max_pages: int, max_depth: int, host_delay: float) -> None:
+        """max_pages <= 0 means no cap on requests; max_depth < 0 means no depth limit."""
+        self.redis.hset(
+            self._key("config"),
+            mapping={
+                "max_pages": max_pages,
+                "max_depth": max_depth,
+                "host_delay_ms": _ms(host_delay),
+            },
+        )
+
+    def set_host_delay(self, host: str, seconds: float) -> None:
+        """Override the crawl's host delay for one host (e.g. robots.txt Crawl-delay)."""
+        self.redis.hset(self._key("hostdelay"), host.lower(), _ms(seconds))
+
+    def set_state(self, state: str) -> None:
+        if state not in STATES:
+            raise ValueError(f"unknown crawl state {state!r}; expected one of {STATES}")
+        self.redis.set(self._key("state"), state)
+
+    def state(self) -> str | None:
+        value = self.redis.get(self._key("state"))
+        return value.decode() if value is not None else None
+
+    # The hot path
+
+    def add_seeds(self, urls: list[str], *, depth: int = 0, priority: int = 0) -> tuple[int, int]:
+        """Schedule seed URLs through dedup and max_pages, in any state. Returns
+        (added, repeats); seeds refused by max_pages count as "dropped"."""
+        if not urls:
+            return 0, 0
+        args: list = [self._key("seen:"), priority, depth]
+        for url in urls:
+            request = Request(url=url, depth=depth, priority=priority)
+            args += [_bucket(request.fp), request.fp, request.to_json()]
+        added, repeats = self._run("add", args)
+        return int(added), int(repeats)
+
+    def mark_seen(self, urls: list[str]) -> list[bool]:
+        """Atomically test-and-add URLs to dedup without scheduling them or touching counters:
+        True for each URL not seen before. For a slice about to follow a redirect: follow it
+        only when the target was new, so a target is fetched once, by redirect or by link."""
+        if not urls:
+            return []
+        args: list = [self._key("seen:")]
+        for url in urls:
+            fp = fingerprint(url)
+            args += [_bucket(fp), fp]
+        return [bool(added) for added in self._run("mark_seen", args)]
+
+    def claim(self, n: int, *, lease_seconds: float) -> list[Request]:
+        """Up to n requests, in queue order and honouring host delays; [] unless running."""
+        if n <= 0:
+            return []
+        members = self._run("claim", [n, _ms(lease_seconds), n * SCAN_FACTOR])
+        return [Request.from_json(member) for member in members]
+
+    def complete(self, outcomes: list[Outcome]) -> None:
+        """Record a batch of outcomes in one script call. Outcomes whose request is no longer
+        claimed (lease expired, or already completed) are ignored. `bytes` counts nbytes of
+        every outcome that is not ignored, whatever its kind."""
+        if not outcomes:
+            return
+        args: list = [self._key("seen:")]
+        for outcome in outcomes:
+            args += _outcome_args(outcome)
+        self._run("complete", args)
+
+    def release(self, requests: list[Request]) -> int:
+        """Hand back claimed, unfetched requests (pause, SIGTERM). Returns how many were still
+        claimed and went back to the queue."""
+        if not requests:
+            return 0
+        return int(self._run("release", [request.fp for request in requests]))
+
+    def requeue_expired(self) -> int:
+        """Return every request whose lease has expired to the queue (its worker died)."""
+        return int(self._run("requeue_expired", []))
+
+    def is_done(self) -> bool:
+        """True when nothing is queued, delayed or claimed (read atomically)."""
+        return int(self._run("pending", [])) == 0
+
+    def stats(self) -> dict[str, int]:
+        """Every counter (0 when never bumped) plus queued, delayed and in_flight, read in one
+        MULTI so that the invariant holds in what is returned."""
+        with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hgetall(self._key("stats"))
+            pipe.zcard(self._key("queue"))
+            pipe.zcard(self._key("delayed"))
+            pipe.hlen(self._key("backup"))
+            counters, queued, delayed, in_flight = pipe.execute()
+        stats = dict.fromkeys(COUNTERS, 0)
+        stats.update({name.decode(): int(value) for name, value in counters.items()})
+        stats.update(queued=queued, delayed=delayed, in_flight=in_flight)
+        return stats
+
+    def retry_failed(self, requests: list[Request]) -> int:
+        """Queue requests from the failure queue again (attempts reset, no dedup check) and
+        take them off failed and errors. Skips requests that are claimed right now, and never
+        takes back more than `failed`. Returns how many were queued."""
+        if not requests:
+            return 0
+        members = [replace(request, attempts=0).to_json() for request in requests]
+        return int(self._run("retry_failed", members))
+
+    def cancel(self) -> None:
+        """Stop for good: state cancelled, unfinished requests dropped and counted in
+        "cancelled"; seen fingerprints and counters are kept. Late completions are ignored."""
+        self._run("cancel", [])
+
+    def delete(self) -> None:
+        """Remove every key of the crawl."""
+        batch: list[bytes] = []
+        for key in self.redis.scan_iter(match=self.prefix + "*", count=1000):
+            batch.append(key)
+            if len(batch) >= 500:
+                self.redis.unlink(*batch)
+                batch.clear()
+        if batch:
+            self.redis.unlink(*batch)
+
+    # Slice jobs alive for this crawl, so the supervisor can replace those whose worker died
+
+    def slice_register(self, slice_ids: list[str], *, ttl: float) -> None:
+        """Count slices as alive from enqueue on, for up to ttl seconds before they start."""
+        if slice_ids:
+            self._run("slice_beat", [_ms(ttl), *slice_ids])
+
+    def slice_beat(self, slice_id: str, ttl: float = SLICE_BEAT_TTL) -> None:
+        """A running slice is alive for ttl seconds more."""
+        self._run("slice_beat", [_ms(ttl), slice_id])
+
+    def slice_end(self, slice_id: str) -> None:
+        self.redis.zrem(self._key("slices"), slice_id)
+
+    def live_slices(self) -> int:
+        """Slices registered or beating within their ttl; expired ones are forgotten."""
+        return int(self._run("live_slices", []))
+
+    # robots.txt, cached per host for the crawl
+
+    def robots_text(self, host: str) -> str | None:
+        text = self.redis.hget(self._key("robots"), host.lower())
+        return text.decode() if text is not None else None
+
+    def robots_store(self, host: str, text: str) -> None:
+        self.redis.hset(self._key("robots"), host.lower(), text)
+
+    def robots_lock(self, host: str, ttl: float = 30) -> bool:
+        """True for the one worker that should fetch the host's robots.txt; the lock expires
+        after ttl seconds in case that worker dies."""
+        key = self._key(f"robotslock:{host.lower()}")
+        return bool(self.redis.set(key, "1", nx=True, px=max(1, _ms(ttl))))
+
+
+def supervisor_lock(ttl: float, client: redis.Redis | None = None) -> bool:
+    """True for the one supervisor run that may go ahead; the lock expires after ttl seconds."""
+    client = client if client is not None else get_redis()
+    return bool(client.set(SUPERVISOR_LOCK_KEY, "1", nx=True, px=max(1, _ms(ttl))))
+
+
+def _outcome_args(outcome: Outcome) -> list:
+    """One outcome as the flat fields complete.lua reads (see the header of that script)."""
+    if outcome.kind not in OUTCOME_KINDS:
+        raise ValueError(f"unknown outcome kind {outcome.kind!r}; expected {OUTCOME_KINDS}")
+    request = outcome.request
+    retry_json, links = "", []
+    if outcome.kind == "retry":
+        retry_json = replace(request, attempts=request.attempts + 1).to_json()
+    elif outcome.kind == "done":
+        for url in outcome.links:
+            link = Request(
+                url=url, depth=request.depth + 1, referrer=request.url, priority=request.priority
+            )
+            links += [_bucket(link.fp), link.fp, link.to_json()]
+    status = "" if outcome.status is None else outcome.status
+    return [
+        request.fp, outcome.kind, status, outcome.nbytes, request.priority, request.depth + 1,
+        retry_json, _ms(outcome.retry_delay), len(links) // 3, *links,
+    ]  # fmt: skip

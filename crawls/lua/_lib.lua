@@ -1,0 +1,93 @@
+-- Shared by every frontier script: crawls/frontier.py prepends this file to each one.
+-- KEYS is always the crawl's fixed keys in this order (see Frontier._keys); seen buckets are
+-- built from a prefix argument. All keys share the crawl's hash tag, so they live on one slot.
+local K_QUEUE, K_DELAYED, K_BACKUP, K_LEASES, K_STATS = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local K_STATE, K_CONFIG, K_HOSTS, K_HOSTDELAY, K_SEQ = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
+local K_SLICES = KEYS[11]
+
+-- Queue score = (-priority) * 2^44 + depth * 2^32 + seq. Every term stays below 2^53, so the
+-- double holds it exactly; priority is clamped to +-255, depth to 4095, seq wraps at 2^32.
+local PRIORITY_UNIT = 17592186044416
+local DEPTH_UNIT = 4294967296
+
+-- Milliseconds from the server's clock, so that every worker agrees on "now".
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local function clamp(x, lo, hi)
+  if x < lo then return lo end
+  if x > hi then return hi end
+  return x
+end
+
+-- '%.0f' keeps every digit: Lua's default number format would round to 14 significant digits.
+local function score(priority, depth, seq)
+  local p = clamp(priority or 0, -255, 255)
+  local d = clamp(depth or 0, 0, 4095)
+  return string.format('%.0f', -p * PRIORITY_UNIT + d * DEPTH_UNIT + seq % DEPTH_UNIT)
+end
+
+-- Queue `member` (request JSON) behind its peers of equal priority and depth. `req` may carry
+-- the already known priority (p) and depth (d); otherwise the JSON is decoded for them.
+local function enqueue(member, req)
+  req = req or cjson.decode(member)
+  local seq = redis.call('INCR', K_SEQ)
+  return redis.call('ZADD', K_QUEUE, 'NX', score(req.p, req.d, seq), member)
+end
+
+-- A claimed request goes back to the queue: used by release and by expired leases.
+local function unclaim(fp)
+  local member = redis.call('HGET', K_BACKUP, fp)
+  if not member then
+    redis.call('ZREM', K_LEASES, fp)
+    return 0
+  end
+  redis.call('HDEL', K_BACKUP, fp)
+  redis.call('ZREM', K_LEASES, fp)
+  enqueue(member)
+  return 1
+end
+
+-- Counter deltas are gathered in a table and written once per name with HINCRBY.
+local function bump(counts, name, by)
+  counts[name] = (counts[name] or 0) + (by or 1)
+end
+
+local function flush(counts)
+  for name, by in pairs(counts) do
+    if by ~= 0 then redis.call('HINCRBY', K_STATS, name, by) end
+  end
+end
+
+-- Limits for admitting new URLs. max_pages <= 0 and max_depth < 0 (or unset) mean no limit.
+local function read_limits()
+  local cfg = redis.call('HMGET', K_CONFIG, 'max_pages', 'max_depth')
+  return {
+    max_pages = tonumber(cfg[1]) or 0,
+    max_depth = tonumber(cfg[2]) or -1,
+    requests = tonumber(redis.call('HGET', K_STATS, 'requests')) or 0,
+  }
+end
+
+-- Test-and-add one fingerprint, then queue the request if it is new and under max_pages.
+-- A URL refused for max_pages is not marked seen, so raising the cap later can admit it.
+local function admit(limits, counts, seen_key, fp, member, req)
+  if limits.max_pages > 0 and limits.requests >= limits.max_pages then
+    if redis.call('SISMEMBER', seen_key, fp) == 1 then
+      bump(counts, 'repeats')
+    else
+      bump(counts, 'dropped')
+    end
+    return 0
+  end
+  if redis.call('SADD', seen_key, fp) == 0 then
+    bump(counts, 'repeats')
+    return 0
+  end
+  limits.requests = limits.requests + 1
+  bump(counts, 'requests')
+  enqueue(member, req)
+  return 1
+end

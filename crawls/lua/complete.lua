@@ -1,0 +1,51 @@
+-- Record what a slice did with its claimed requests. ARGV: seen prefix, then per outcome
+-- 9 fields (fp, kind, status or '', nbytes, priority, child depth, retry JSON or '', retry delay
+-- ms, number of links) followed by (bucket, fp, json) per link. Fingerprints come from Python.
+local prefix = ARGV[1]
+local limits, counts = read_limits(), {}
+local now = nil
+
+local function record_done(status, priority, child_depth, first, last)
+  if not status then
+    bump(counts, 'errors')
+  else
+    bump(counts, 'responses')
+    local class = math.floor(status / 100)
+    bump(counts, (class >= 2 and class <= 5) and ('status_' .. class .. 'xx') or 'status_other')
+  end
+  if last < first then return end
+  if limits.max_depth >= 0 and child_depth > limits.max_depth then
+    bump(counts, 'dropped', (last - first + 1) / 3)
+    return
+  end
+  local req = {p = priority, d = child_depth}
+  for j = first, last, 3 do
+    admit(limits, counts, prefix .. ARGV[j], ARGV[j + 1], ARGV[j + 2], req)
+  end
+end
+
+local i = 2
+while i <= #ARGV do
+  local fp, kind, status = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
+  local nbytes, priority, child_depth = tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5])
+  local retry_member, delay_ms, nlinks = ARGV[i + 6], tonumber(ARGV[i + 7]), tonumber(ARGV[i + 8])
+  local first = i + 9
+  i = first + 3 * nlinks
+  -- Not in backup: the lease expired and the request went back, or it was already completed.
+  if redis.call('HDEL', K_BACKUP, fp) == 1 then
+    redis.call('ZREM', K_LEASES, fp)
+    bump(counts, 'bytes', nbytes)
+    if kind == 'done' then
+      record_done(status, priority, child_depth, first, i - 1)
+    elseif kind == 'retry' then
+      now = now or now_ms()
+      redis.call('ZADD', K_DELAYED, now + delay_ms, retry_member)
+      bump(counts, 'retries')
+    else
+      bump(counts, 'failed')
+      bump(counts, 'errors')
+    end
+  end
+end
+flush(counts)
+return 0
