@@ -1,0 +1,148 @@
+"""Which URLs a crawl may visit: allowed domains plus include/exclude regexes, and URL checks."""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import urlsplit
+
+import idna
+
+MAX_URL_LENGTH = 8000
+SCHEMES = ("http", "https")
+
+
+class ScopeError(ValueError):
+    """A scope setting that cannot be used; the message names the field, line and value."""
+
+
+def compile_patterns(patterns: list[str], field: str) -> list[re.Pattern]:
+    """Compile one regex per non-blank line; line numbers in errors count from 1."""
+    compiled = []
+    for line, pattern in enumerate(patterns, start=1):
+        pattern = pattern.strip()
+        if not pattern:
+            # A blank line in a textarea is not a pattern: "" would match every URL.
+            continue
+        try:
+            compiled.append(re.compile(pattern))
+        except re.error as exc:
+            raise ScopeError(
+                f"{field}: line {line}: {pattern!r} is not a valid regular expression: {exc}"
+            ) from None
+    return compiled
+
+
+def ascii_host(host: str) -> str | None:
+    """`host` lowercased, without a trailing dot, IDN labels in punycode; None if not a name."""
+    host = host.strip().rstrip(".").lower()
+    if host.isascii():
+        return host or None
+    try:
+        # UTS #46 mapping is what browsers (and requests) do before IDNA encoding.
+        return idna.encode(host, uts46=True).decode("ascii")
+    except (idna.IDNAError, UnicodeError):
+        try:
+            return host.encode("idna").decode("ascii")  # IDNA 2003, for the odd legacy name
+        except UnicodeError:
+            return None
+
+
+def _url_host(url: str) -> str | None:
+    try:
+        parts = urlsplit(url)
+        if parts.scheme.lower() not in SCHEMES:
+            return None
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number in range
+        return ascii_host(parts.hostname or "")
+    except ValueError:  # e.g. "http://[::1" or port 99999
+        return None
+
+
+def _domain(value: str, line: int) -> str:
+    """An allowed_domains line as a bare ASCII host; accepts "*.x.com", ".x.com" and URLs."""
+    raw = value.strip()
+    text = raw if "://" in raw else f"http://{raw}"
+    try:
+        host = urlsplit(text).hostname or ""
+    except ValueError:
+        host = ""
+    domain = ascii_host(host.lstrip("*."))
+    if not domain:
+        raise ScopeError(f"allowed_domains: line {line}: {raw!r} is not a domain name")
+    return domain
+
+
+def _seeds(seeds: list[str]) -> list[str]:
+    urls = []
+    for line, seed in enumerate(seeds, start=1):
+        if seed.strip():
+            try:
+                urls.append(validate_url(seed, f"seeds: line {line}"))
+            except ValueError as exc:
+                raise ScopeError(str(exc)) from None
+    return urls
+
+
+class Scope:
+    """The URLs a crawl may follow. Construction validates everything; `allows` never raises."""
+
+    def __init__(
+        self,
+        *,
+        seeds: list[str],
+        allowed_domains: list[str],
+        include: list[str],
+        exclude: list[str],
+    ) -> None:
+        seed_urls = _seeds(seeds)
+        domains = [_domain(d, n) for n, d in enumerate(allowed_domains, 1) if d.strip()]
+        if not domains:
+            domains = [host for host in map(_url_host, seed_urls) if host]
+        self.domains: tuple[str, ...] = tuple(dict.fromkeys(domains))
+        # Suffixes with the dot, so "example.com" allows "www.example.com" but not "badexample.com".
+        self._suffixes = tuple("." + d for d in self.domains)
+        self.include = compile_patterns(include, "include_patterns")
+        self.exclude = compile_patterns(exclude, "exclude_patterns")
+
+    def allows_host(self, host: str) -> bool:
+        """True for an allowed domain or one of its subdomains (any case, Unicode or punycode)."""
+        host_ascii = ascii_host(host)
+        return bool(host_ascii) and self._allows_ascii_host(host_ascii)
+
+    def _allows_ascii_host(self, host: str) -> bool:
+        return host in self.domains or host.endswith(self._suffixes)
+
+    def allows(self, url: str) -> bool:
+        """True for an http(s) URL on an allowed host, matching the include/exclude rules."""
+        host = _url_host(url)
+        if not host or not self._allows_ascii_host(host):
+            return False
+        if self.include and not any(p.search(url) for p in self.include):
+            return False
+        return not any(p.search(url) for p in self.exclude)
+
+
+def validate_url(url: str, field: str = "url") -> str:
+    """`url` stripped, if it is an absolute http(s) URL a crawl can fetch; else ValueError."""
+    url = url.strip()
+    if not is_http_url(url):
+        shown = url if len(url) <= 200 else url[:200] + "..."
+        raise ValueError(f"{field}: {shown!r} is not an http(s) URL")
+    return url
+
+
+def is_http_url(url: str) -> bool:
+    """True for an absolute http(s) URL with a host, no whitespace, at most 8000 characters."""
+    if not url or len(url) > MAX_URL_LENGTH:
+        return False
+    # Whitespace or control characters inside a URL mean a paste went wrong.
+    if any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in url):
+        return False
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number in range
+    except ValueError:
+        return False
+    if parts.scheme.lower() not in SCHEMES:
+        return False
+    return bool(parts.hostname) and ascii_host(parts.hostname) is not None

@@ -1,0 +1,214 @@
+"""Link extraction: which links a page yields, resolved how, from which encodings and markup."""
+
+from __future__ import annotations
+
+import time
+from urllib.parse import urljoin
+
+import pytest
+
+from crawls.links import Resolver, extract
+
+PAGE = "http://example.com/dir/page.html"
+
+
+def links_of(html: str, base: str = PAGE, content_type: str = "text/html") -> list[str]:
+    return extract(html.encode("utf-8"), base, content_type)[1]
+
+
+def test_links_come_from_a_area_link_frame_and_iframe_in_document_order():
+    html = """<html><head>
+        <link rel="stylesheet" href="/style.css"><link rel="icon" href="/favicon.ico">
+        <link rel="alternate" hreflang="de" href="/de/"><link rel="NEXT" href="?page=2">
+        <link rel="prev start" href="?page=0">
+    </head><body>
+        <a href="one.html">1</a><map><area href="/area"></map>
+        <iframe src="/embed"></iframe><frameset><frame src="frame.html"></frameset>
+        <img src="/img.png"><script src="/app.js"></script><form action="/post"></form>
+        <a>no href</a><a href="">self</a>
+    </body></html>"""
+    assert links_of(html) == [
+        "http://example.com/de/",
+        "http://example.com/dir/page.html?page=2",
+        "http://example.com/dir/page.html?page=0",
+        "http://example.com/dir/one.html",
+        "http://example.com/area",
+        "http://example.com/embed",
+        "http://example.com/dir/frame.html",
+    ]
+
+
+def test_repeated_links_are_all_returned_and_fragments_dropped():
+    html = '<a href="/x">1</a><a href="/x#top">2</a><a href="#section">3</a><a href="/x">4</a>'
+    assert links_of(html) == [
+        "http://example.com/x",
+        "http://example.com/x",
+        "http://example.com/dir/page.html",
+        "http://example.com/x",
+    ]
+
+
+def test_nofollow_links_are_kept():
+    assert links_of('<a rel="nofollow" href="/n">n</a>') == ["http://example.com/n"]
+
+
+def test_only_http_and_https_links_are_kept():
+    html = """
+        <a href="mailto:someone@example.com">m</a><a href="javascript:void(0)">j</a>
+        <a href=" JavaScript:alert(1)">j2</a><a href="data:text/html,<p>x</p>">d</a>
+        <a href="tel:+15551234">t</a><a href="ftp://example.com/f">f</a>
+        <a href="file:///etc/passwd">file</a><a href="news:comp.lang">n</a>
+        <a href="https://secure.example.com/s">ok</a><a href="//cdn.example.com/c">ok2</a>
+    """
+    assert links_of(html) == ["https://secure.example.com/s", "http://cdn.example.com/c"]
+
+
+def test_whitespace_around_and_inside_hrefs_is_removed():
+    html = '<a href="  \n /spaced \t ">1</a><a href="/li\nne\tbreak">2</a>'
+    assert links_of(html) == ["http://example.com/spaced", "http://example.com/linebreak"]
+
+
+def test_relative_links_resolve_like_a_browser():
+    html = """<a href="../up">1</a><a href="./same">2</a><a href="/abs">3</a>
+              <a href="?q=1">4</a><a href="HTTP://Other.example.com/X">5</a>"""
+    assert links_of(html) == [
+        "http://example.com/up",
+        "http://example.com/dir/same",
+        "http://example.com/abs",
+        "http://example.com/dir/page.html?q=1",
+        "http://Other.example.com/X",
+    ]
+
+
+@pytest.mark.parametrize(
+    "base", ["http://a.com/d1/d2/p.html?x=1", "https://a.com:8443/dir/", "http://a.com/"]
+)
+def test_resolver_agrees_with_urljoin(base):
+    resolver = Resolver(base)
+    for href in ["/a", "b/c?d=1", "//h.org/x", "https://h.org/", "../u", "./s", ".", "/./x", "y"]:
+        assert resolver.absolute(href) == urljoin(base, href)
+
+
+def test_base_href_is_honoured():
+    html = '<head><base href="/other/dir/"></head><a href="rel">r</a><a href="/root">a</a>'
+    assert links_of(html) == ["http://example.com/other/dir/rel", "http://example.com/root"]
+
+
+def test_absolute_base_href_on_another_host_and_only_the_first_counts():
+    html = '<base href="https://cdn.example.net/b/"><base href="/ignored/"><a href="x">x</a>'
+    assert links_of(html) == ["https://cdn.example.net/b/x"]
+
+
+def test_javascript_base_href_is_ignored():
+    assert links_of('<base href="javascript:x"><a href="y">y</a>') == ["http://example.com/dir/y"]
+
+
+def test_idn_host_becomes_punycode_and_non_ascii_paths_are_percent_encoded():
+    html = '<a href="http://bücher.example/straße?q=ü">b</a><a href="/ünïcode path">u</a>'
+    assert links_of(html) == [
+        "http://xn--bcher-kva.example/stra%C3%9Fe?q=%C3%BC",
+        "http://example.com/%C3%BCn%C3%AFcode%20path",
+    ]
+
+
+def test_title_is_stripped_collapsed_and_capped():
+    title, _ = extract(b"<title>\n  Hello \t  <b>wide</b>\n world  </title>", PAGE, "text/html")
+    assert title == "Hello <b>wide</b> world"  # <title> is text: tags inside are not markup
+    long_title = "word " * 300
+    title, _ = extract(f"<title>{long_title}</title>".encode(), PAGE, "text/html")
+    assert len(title) == 500 and title.startswith("word word")
+
+
+def test_page_without_title():
+    assert extract(b"<p>no title</p>", PAGE, "text/html") == ("", [])
+
+
+@pytest.mark.parametrize(
+    ("content_type", "parsed"),
+    [
+        ("text/html", True),
+        ("TEXT/HTML; charset=utf-8", True),
+        ("application/xhtml+xml", True),
+        ("text/plain", False),
+        ("application/json", False),
+        ("application/pdf", False),
+        ("", False),
+    ],
+)
+def test_only_html_content_types_are_parsed(content_type, parsed):
+    result = extract(b"<title>T</title><a href='/x'>x</a>", PAGE, content_type)
+    assert result == (("T", ["http://example.com/x"]) if parsed else ("", []))
+
+
+def test_meta_charset_windows_1251():
+    html = '<html><head><meta charset="windows-1251"><title>Привет, мир</title></head></html>'
+    assert extract(html.encode("cp1251"), PAGE, "text/html")[0] == "Привет, мир"
+
+
+def test_http_equiv_content_type_shift_jis():
+    html = (
+        '<meta http-equiv="Content-Type" content="text/html; charset=Shift_JIS">'
+        "<title>日本語のページ</title><a href='/検索?q=東京'>s</a>"
+    )
+    title, links = extract(html.encode("shift_jis"), PAGE, "text/html")
+    assert title == "日本語のページ"
+    # The path is UTF-8 percent-encoded; the query in the page's encoding, as browsers send it.
+    assert links == ["http://example.com/%E6%A4%9C%E7%B4%A2?q=%93%8C%8B%9E"]
+
+
+def test_content_type_charset_wins_over_meta():
+    html = '<meta charset="utf-8"><title>Überschrift</title>'.encode("latin-1")
+    assert extract(html, PAGE, "text/html; charset=ISO-8859-1")[0] == "Überschrift"
+
+
+def test_byte_order_mark_and_xml_declaration():
+    body = '\ufeff<?xml version="1.0" encoding="utf-8"?><html><title>BOM é</title></html>'
+    assert extract(body.encode("utf-8"), PAGE, "application/xhtml+xml")[0] == "BOM é"
+
+
+def test_undeclared_non_utf8_falls_back_to_windows_1252():
+    assert extract("<title>café</title>".encode("cp1252"), PAGE, "text/html")[0] == "café"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"",
+        b"   \n ",
+        b"<",
+        b"<!-- never closed",
+        b"\x00\x01\x02\xff\xfe\xfd",
+        b"<html><body><div><a href='/a'>unclosed <b><i><table><tr><td>",
+        b"<a href='http://[::1/x'>bad ipv6</a><a href='/fine'>ok</a>",
+        b"<title>\x00bell\x07</title>",
+        b"<a href='/x'" + b"<div>" * 5000,
+        "<title>broken ",
+    ],
+)
+def test_malformed_markup_never_raises(body):
+    data = body.encode() if isinstance(body, str) else body
+    title, links = extract(data, PAGE, "text/html")
+    assert isinstance(title, str) and title.isprintable()
+    assert all(link.startswith("http://example.com/") for link in links)
+
+
+def test_malformed_page_still_yields_its_links():
+    body = b"<html><body><p>text <a href='/a'>a<div><a href=/b>b</p></span><a href=\"/c\">"
+    assert extract(body, PAGE, "text/html")[1] == [
+        "http://example.com/a",
+        "http://example.com/b",
+        "http://example.com/c",
+    ]
+
+
+def test_100000_links_in_under_a_second():
+    body = "<title>Many</title>" + "".join(
+        f'<a href="/p/{i}?x=1#f">l{i}</a><a href="item{i}">r</a>' for i in range(50_000)
+    )
+    data = body.encode()
+    # CPU time, not wall time: other test runs share this machine's cores.
+    started = time.process_time()
+    title, links = extract(data, PAGE, "text/html")
+    assert time.process_time() - started < 1
+    assert title == "Many" and len(links) == 100_000
+    assert links[:2] == ["http://example.com/p/0?x=1", "http://example.com/dir/item0"]

@@ -1,0 +1,187 @@
+"""Crawl scope: allowed domains, include/exclude patterns, and URL validation messages."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from crawls.scope import Scope, ScopeError, compile_patterns, validate_url
+
+
+def scope(
+    seeds: tuple[str, ...] = ("https://example.com/",),
+    domains: tuple[str, ...] = (),
+    include: tuple[str, ...] = (),
+    exclude: tuple[str, ...] = (),
+) -> Scope:
+    return Scope(
+        seeds=list(seeds),
+        allowed_domains=list(domains),
+        include=list(include),
+        exclude=list(exclude),
+    )
+
+
+def test_seed_hosts_are_the_default_domains_with_their_subdomains():
+    s = scope(seeds=("https://example.com/start", "http://Blog.Other.org:8080/"))
+    assert s.domains == ("example.com", "blog.other.org")
+    assert s.allows("https://example.com/a")
+    assert s.allows("http://www.example.com/b")
+    assert s.allows("https://deep.sub.example.com/c")
+    assert s.allows("http://blog.other.org/post")
+    assert not s.allows("http://other.org/")  # the parent of a seed host is another site
+    assert not s.allows("https://badexample.com/")  # a suffix is not a subdomain
+    assert not s.allows("https://example.com.evil.net/")
+
+
+def test_allowed_domains_replace_the_seed_hosts():
+    s = scope(seeds=("https://www.example.com/",), domains=("shop.example.net", "", "EXAMPLE.org"))
+    assert s.domains == ("shop.example.net", "example.org")
+    assert s.allows("https://shop.example.net/cart")
+    assert s.allows("https://m.shop.example.net/cart")
+    assert s.allows("https://www.example.org/")
+    assert not s.allows("https://www.example.com/")
+
+
+def test_domain_check_ignores_case_ports_and_a_trailing_dot():
+    s = scope(domains=("Example.COM",))
+    assert s.allows("HTTPS://WWW.EXAMPLE.COM:8443/Path")
+    assert s.allows("http://example.com.:80/")
+    assert s.allows_host("Sub.Example.com")
+
+
+def test_domains_written_loosely_are_understood():
+    s = scope(domains=("*.example.com", ".example.net", "https://example.org/path", "x.io:8080"))
+    assert s.domains == ("example.com", "example.net", "example.org", "x.io")
+
+
+def test_idn_domains_compare_in_punycode():
+    s = scope(domains=("bücher.example",))
+    assert s.domains == ("xn--bcher-kva.example",)
+    assert s.allows("http://xn--bcher-kva.example/straße")
+    assert s.allows("http://www.BÜCHER.example/")
+    punycode_seed = scope(seeds=("http://xn--bcher-kva.example/",))
+    assert punycode_seed.allows("http://shop.bücher.example/")
+
+
+def test_ip_address_seed():
+    s = scope(seeds=("http://127.0.0.1:8000/",))
+    assert s.allows("http://127.0.0.1:9999/x")
+    assert not s.allows("http://127.0.0.2/x")
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "ftp://example.com/file",
+        "mailto:me@example.com",
+        "javascript:alert(1)",
+        "//example.com/x",
+        "/relative",
+        "",
+        "http://[::1/broken",
+        "http://example.com:99999/",
+        "not a url",
+    ],
+)
+def test_non_http_and_garbage_urls_are_not_allowed(url):
+    assert not scope().allows(url)
+
+
+def test_include_patterns_must_match_somewhere_in_the_full_url():
+    s = scope(include=(r"/products?/", r"[?&]page=\d+"))
+    assert s.allows("https://example.com/products/42")
+    assert s.allows("https://example.com/list?page=2")
+    assert not s.allows("https://example.com/about")
+    assert not s.allows("https://elsewhere.com/products/1")  # patterns never widen the domains
+
+
+def test_exclude_patterns_win_over_includes():
+    s = scope(include=(r"/blog/",), exclude=(r"\.pdf$", r"[?&]replytocom="))
+    assert s.allows("https://example.com/blog/post")
+    assert not s.allows("https://example.com/blog/paper.pdf")
+    assert not s.allows("https://example.com/blog/post?replytocom=7")
+
+
+def test_patterns_search_the_scheme_and_host_too():
+    s = scope(exclude=(r"^http://",))
+    assert s.allows("https://example.com/")
+    assert not s.allows("http://example.com/")
+
+
+def test_compile_patterns_skips_blank_lines_but_counts_them():
+    compiled = compile_patterns(["", r"\d+", "   "], "include_patterns")
+    assert [p.pattern for p in compiled] == [r"\d+"]
+    assert all(isinstance(p, re.Pattern) for p in compiled)
+
+
+def test_invalid_regex_message_names_field_line_and_pattern():
+    with pytest.raises(ScopeError) as info:
+        compile_patterns([r"/ok/", "a("], "include_patterns")
+    assert str(info.value) == (
+        "include_patterns: line 2: 'a(' is not a valid regular expression: "
+        "missing ), unterminated subpattern at position 1"
+    )
+    assert isinstance(info.value, ValueError)
+
+
+def test_scope_reports_a_bad_exclude_pattern():
+    with pytest.raises(ScopeError, match=r"^exclude_patterns: line 1: '\*\.pdf' is not a valid"):
+        scope(exclude=("*.pdf",))
+
+
+def test_scope_reports_a_bad_domain():
+    with pytest.raises(ScopeError, match=r"^allowed_domains: line 2: 'http://' is not a domain"):
+        scope(domains=("example.com", "http://"))
+
+
+def test_scope_reports_a_bad_seed_with_its_line():
+    with pytest.raises(ScopeError) as info:
+        scope(seeds=("https://example.com/", "ftp://example.com/x"))
+    assert str(info.value) == "seeds: line 2: 'ftp://example.com/x' is not an http(s) URL"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://example.com",
+        "  http://example.com/a?b=c#d\n",
+        "http://127.0.0.1:8000/",
+        "http://bücher.example/",
+    ],
+)
+def test_validate_url_accepts_and_strips_http_urls(url):
+    assert validate_url(url) == url.strip()
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "ftp://example.com/",
+        "example.com",
+        "/path/only",
+        "http://",
+        "http:///path",
+        "https://exa mple.com/",
+        "https://example.com/a b",
+        "http://example.com/\x00",
+        "http://example.com:http/",
+        "http://[::1/",
+        "javascript:alert(1)",
+        "",
+    ],
+)
+def test_validate_url_rejects_what_cannot_be_fetched(url):
+    with pytest.raises(ValueError) as info:
+        validate_url(url, "seeds")
+    assert str(info.value) == f"seeds: {url.strip()!r} is not an http(s) URL"
+
+
+def test_validate_url_rejects_very_long_urls_with_a_short_message():
+    url = "https://example.com/" + "a" * 8000
+    with pytest.raises(ValueError) as info:
+        validate_url(url)
+    message = str(info.value)
+    assert message.startswith("url: 'https://example.com/aaa") and len(message) < 300
+    assert validate_url(url[:8000]) == url[:8000]
