@@ -216,6 +216,12 @@ RQ_QUEUES = {
 RQ = {"COMMIT_MODE": "auto"}
 RQ_SHOW_ADMIN_LINK = True
 
+# The crawl engine's timing. A slice is one RQ job that crawls for this long, then hands over.
+CRAWLHUB_SLICE_SECONDS = env_int("CRAWLHUB_SLICE_SECONDS", 20, minimum=1)
+# A claimed request returns to the queue this long after its worker stopped answering.
+CRAWLHUB_LEASE_SECONDS = env_int("CRAWLHUB_LEASE_SECONDS", 60, minimum=1)
+CRAWLHUB_SUPERVISOR_SECONDS = env_int("CRAWLHUB_SUPERVISOR_SECONDS", 3, minimum=1)
+
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
@@ -244,3 +250,25 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     "loggers": {"django.channels.server": {"level": "WARNING"}},
 }
+
+# Proxy pool (proxies/). The check URL is fetched *through* each proxy by the validator; the
+# default is crawlhub's own echo endpoint, which works offline for proxies on this machine or
+# network. For proxies elsewhere, point it at this server's public /proxies/echo (or any
+# httpbin-style /get that answers {"origin": ..., "headers": {...}}).
+PROXY_CHECK_URL = env_str("PROXY_CHECK_URL", "http://127.0.0.1:8000/proxies/echo")
+PROXY_CHECK_TIMEOUT = env_int("PROXY_CHECK_TIMEOUT", 10, minimum=1)  # seconds per check
+PROXY_VALIDATE_EVERY = env_int("PROXY_VALIDATE_EVERY", 60, minimum=5)  # seconds between passes
+PROXY_VALIDATE_BATCH = env_int("PROXY_VALIDATE_BATCH", 50, minimum=1)  # proxies checked at once
+# Selection (haipproxy): score > MIN_SCORE, validated within MAX_AGE s, latency <= MAX_LATENCY_MS.
+PROXY_MIN_SCORE = env_int("PROXY_MIN_SCORE", 6, minimum=0)
+PROXY_MAX_AGE = env_int("PROXY_MAX_AGE", 120, minimum=1)
+PROXY_MAX_LATENCY_MS = env_int("PROXY_MAX_LATENCY_MS", 10000, minimum=1)
+PROXY_CHANNEL_SIZE = env_int("PROXY_CHANNEL_SIZE", 20, minimum=1)  # proxies per channel refill
+PROXY_BAN_SECONDS = env_int("PROXY_BAN_SECONDS", 1800, minimum=1)  # a ban lasts this long
+PROXY_GREEDY_MS = env_int("PROXY_GREEDY_MS", 2000, minimum=1)  # greedy keeps proxies faster
+try:
+    PROXY_BAN_STATUSES = [int(s) for s in env_list("PROXY_BAN_STATUSES", ["403", "429", "503"])]
+except ValueError:
+    raise ImproperlyConfigured(
+        "PROXY_BAN_STATUSES must be HTTP status codes separated by commas, e.g. 403,429,503"
+    ) from None

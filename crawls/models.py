@@ -217,6 +217,9 @@ class FailedRequest(models.Model):
             models.UniqueConstraint(fields=["crawl", "url_hash"], name="failure_unique_per_crawl")
         ]
 
+    def __str__(self) -> str:
+        return self.url
+
 
 class CrawlEvent(models.Model):
     """The audit trail: who did what to a crawl, and when."""
@@ -242,3 +245,6 @@ class CrawlEvent(models.Model):
 
     class Meta:
         ordering = ["-at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.at:%Y-%m-%d %H:%M:%S}"

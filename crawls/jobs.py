@@ -1,0 +1,79 @@
+"""RQ jobs of the crawl engine. Thin: each calls a step that tests call directly."""
+
+from __future__ import annotations
+
+import logging
+
+import django_rq
+from django.conf import settings
+from django.db import close_old_connections
+
+from crawls import services
+from crawls.frontier import Frontier, supervisor_lock
+from crawls.models import Crawl, CrawlState
+from crawls.slicer import run_slice
+
+log = logging.getLogger(__name__)
+
+# A queued slice may wait long behind other crawls' slices; a started one beats every
+# fraction of a second, so its record expires soon after its worker dies.
+QUEUED_SLICE_TTL = 3600.0
+
+
+def enqueue_slices(crawl_id: int, slice_ids: list[str]) -> None:
+    Frontier(crawl_id).slice_register(slice_ids, ttl=QUEUED_SLICE_TTL)
+    queue = django_rq.get_queue("crawls")
+    for slice_id in slice_ids:
+        queue.enqueue(
+            slice_job,
+            crawl_id,
+            slice_id,
+            job_id=f"slice-{slice_id}",
+            description=f"crawl {crawl_id} slice {slice_id}",
+            job_timeout=int(settings.CRAWLHUB_SLICE_SECONDS * 3 + 300),
+            result_ttl=600,
+            failure_ttl=7 * 24 * 3600,
+        )
+
+
+def slice_job(crawl_id: int, slice_id: str) -> dict:
+    close_old_connections()
+    try:
+        report = run_slice(crawl_id, slice_id)
+        after_slice(crawl_id)
+    finally:
+        close_old_connections()
+    return report
+
+
+def after_slice(crawl_id: int) -> None:
+    """A slice ended: finish the crawl, settle a pause, or hand over to a successor."""
+    crawl = Crawl.objects.filter(pk=crawl_id).select_related("channel").first()
+    if crawl is None:
+        return
+    if crawl.state == CrawlState.PAUSING:
+        services.settle_pause(crawl)
+    elif crawl.state == CrawlState.RUNNING and not services.crawl_finish_if_done(crawl_id):
+        services.enqueue_slices(crawl, count=1)
+
+
+def supervise() -> dict:
+    """Every few seconds: recover expired leases, keep slices alive, finish done crawls."""
+    if not supervisor_lock(ttl=settings.CRAWLHUB_SUPERVISOR_SECONDS * 2):
+        return {"skipped": "another supervisor is running"}
+    close_old_connections()
+    report = {"requeued": 0, "slices_started": 0, "finished": 0, "paused": 0}
+    for crawl in Crawl.objects.filter(state__in=[CrawlState.RUNNING, CrawlState.PAUSING]):
+        frontier = Frontier(crawl.pk)
+        report["requeued"] += frontier.requeue_expired()
+        if crawl.state == CrawlState.PAUSING:
+            report["paused"] += services.settle_pause(crawl)
+        elif services.crawl_finish_if_done(crawl.pk):
+            report["finished"] += 1
+        else:
+            missing = crawl.slices - frontier.live_slices()
+            if missing > 0:
+                report["slices_started"] += services.enqueue_slices(crawl, count=missing)
+    if any(report.values()):
+        log.info("supervisor: %s", report)
+    return report

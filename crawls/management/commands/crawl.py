@@ -1,0 +1,175 @@
+"""`manage.py crawl`: create, drive and watch crawls from the shell."""
+
+from __future__ import annotations
+
+import json
+import time
+from argparse import ArgumentParser
+
+from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
+from django.core.management.base import BaseCommand, CommandError
+
+from crawls import services
+from crawls.models import Channel, Crawl, CrawlState
+
+DONE_STATES = (CrawlState.FINISHED, CrawlState.CANCELLED, CrawlState.FAILED)
+
+
+def _add_create_options(parser: ArgumentParser) -> None:
+    parser.add_argument("--name", required=True)
+    parser.add_argument("--seed", action="append", required=True, help="start URL (repeat)")
+    parser.add_argument("--channel", default="default", help="channel slug")
+    parser.add_argument("--allowed-domain", action="append", default=[], dest="allowed_domains")
+    parser.add_argument("--include", action="append", default=[], dest="include_patterns")
+    parser.add_argument("--exclude", action="append", default=[], dest="exclude_patterns")
+    parser.add_argument("--max-depth", type=int)
+    parser.add_argument("--max-pages", type=int)
+    parser.add_argument("--priority", type=int)
+    parser.add_argument("--threads", type=int, help="concurrent fetches per slice")
+    parser.add_argument("--slices", type=int, help="slices in flight")
+    parser.add_argument("--host-delay", type=float, help="seconds between requests to a host")
+    robots = parser.add_mutually_exclusive_group()
+    robots.add_argument("--obey-robots", dest="obey_robots", action="store_true", default=None)
+    robots.add_argument("--no-robots", dest="obey_robots", action="store_false")
+    parser.add_argument("--user-agent-mode", choices=["fixed", "random"])
+    parser.add_argument("--user-agent")
+    parser.add_argument("--timeout", type=float, help="seconds per request")
+    parser.add_argument("--max-bytes", type=int, help="largest body kept and parsed")
+    parser.add_argument("--max-retries", type=int)
+    parser.add_argument("--keep-bodies", action="store_true", default=None)
+    parser.add_argument("--user", help="username recorded as the creator")
+    parser.add_argument("--start", action="store_true", help="start it at once")
+
+
+class Command(BaseCommand):
+    help = "Create, start, pause, resume, cancel and watch crawls."
+
+    def add_arguments(self, parser: ArgumentParser) -> None:
+        sub = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+        _add_create_options(sub.add_parser("create", help="create a crawl; prints its id"))
+        for action in ("start", "pause", "resume", "cancel"):
+            sub.add_parser(action, help=f"{action} a crawl").add_argument("id", type=int)
+        seeds = sub.add_parser("add-seeds", help="add start URLs, also to a running crawl")
+        seeds.add_argument("id", type=int)
+        seeds.add_argument("urls", nargs="+")
+        retry = sub.add_parser("retry-failed", help="requeue the failure queue")
+        retry.add_argument("id", type=int)
+        listing = sub.add_parser("list", help="list crawls")
+        listing.add_argument("--state", choices=CrawlState.values)
+        listing.add_argument("--json", action="store_true")
+        status = sub.add_parser("status", help="state and every counter")
+        status.add_argument("id", type=int)
+        status.add_argument("--json", action="store_true")
+        waiting = sub.add_parser("wait", help="wait until the crawl ends (exit 0 if finished)")
+        waiting.add_argument("id", type=int)
+        waiting.add_argument("--timeout", type=float, default=0, help="seconds; 0 = forever")
+
+    def handle(self, *args, action: str, **options) -> None:
+        handler = getattr(self, "do_" + action.replace("-", "_"))
+        try:
+            handler(**options)
+        except ValidationError as exc:
+            lines = [f"{field}: {msg}" for field, msgs in exc.message_dict.items() for msg in msgs]
+            raise CommandError("invalid crawl:\n  " + "\n  ".join(lines)) from None
+        except services.CrawlActionError as exc:
+            raise CommandError(str(exc)) from None
+
+    def _crawl(self, crawl_id: int) -> Crawl:
+        try:
+            return Crawl.objects.select_related("channel").get(pk=crawl_id)
+        except Crawl.DoesNotExist:
+            raise CommandError(f"no crawl with id {crawl_id}") from None
+
+    def _user(self, username: str | None):
+        if not username:
+            return None
+        try:
+            return get_user_model().objects.get(username=username)
+        except get_user_model().DoesNotExist:
+            raise CommandError(f"no user named {username!r}") from None
+
+    def do_create(self, *, name, seed, channel, user, start, **options) -> None:
+        try:
+            channel_obj = Channel.objects.get(slug=channel)
+        except Channel.DoesNotExist:
+            if channel != "default":
+                raise CommandError(f"no channel with slug {channel!r}") from None
+            channel_obj = Channel.default()
+        fields = {k: v for k, v in options.items() if k in services.CRAWL_OPTIONS and v is not None}
+        creator = self._user(user)
+        crawl = services.crawl_create(
+            user=creator, name=name, seeds=seed, channel=channel_obj, **fields
+        )
+        if start:
+            services.crawl_start(crawl=crawl, user=creator)
+        self.stdout.write(str(crawl.pk))
+
+    def do_start(self, *, id, **_) -> None:
+        services.crawl_start(crawl=self._crawl(id))
+        self.stdout.write(f"crawl {id} started")
+
+    def do_pause(self, *, id, **_) -> None:
+        services.crawl_pause(crawl=self._crawl(id))
+        self.stdout.write(f"crawl {id} pausing")
+
+    def do_resume(self, *, id, **_) -> None:
+        services.crawl_resume(crawl=self._crawl(id))
+        self.stdout.write(f"crawl {id} resumed")
+
+    def do_cancel(self, *, id, **_) -> None:
+        services.crawl_cancel(crawl=self._crawl(id))
+        self.stdout.write(f"crawl {id} cancelled")
+
+    def do_add_seeds(self, *, id, urls, **_) -> None:
+        added, seen = services.crawl_add_seeds(crawl=self._crawl(id), urls=urls)
+        self.stdout.write(f"{added} added, {seen} already seen")
+
+    def do_retry_failed(self, *, id, **_) -> None:
+        count = services.crawl_retry_failed(crawl=self._crawl(id))
+        self.stdout.write(f"{count} request(s) back in the queue")
+
+    def do_list(self, *, state, json: bool, **_) -> None:
+        crawls = Crawl.objects.select_related("channel").order_by("id")
+        if state:
+            crawls = crawls.filter(state=state)
+        rows = [
+            {"id": c.pk, "name": c.name, "state": c.state, "channel": c.channel.slug}
+            for c in crawls
+        ]
+        if json:
+            self.stdout.write(_json(rows))
+            return
+        for row in rows:
+            self.stdout.write(
+                f"{row['id']:>6}  {row['state']:<10} {row['channel']:<12} {row['name']}"
+            )
+
+    def _status(self, crawl: Crawl) -> dict:
+        return {"id": crawl.pk, "name": crawl.name, "state": crawl.state,
+                **services.crawl_stats(crawl)}  # fmt: skip
+
+    def do_status(self, *, id, json: bool, **_) -> None:
+        status = self._status(self._crawl(id))
+        if json:
+            self.stdout.write(_json(status))
+            return
+        for key, value in status.items():
+            self.stdout.write(f"{key:>12}: {value}")
+
+    def do_wait(self, *, id, timeout: float, **_) -> None:
+        deadline = time.monotonic() + timeout if timeout else None
+        while True:
+            crawl = self._crawl(id)
+            if crawl.state in DONE_STATES:
+                break
+            if deadline and time.monotonic() > deadline:
+                raise CommandError(f"crawl {id} is still {crawl.state} after {timeout:g} s")
+            time.sleep(0.5)
+        self.stdout.write(_json(self._status(crawl)))
+        if crawl.state != CrawlState.FINISHED:
+            raise CommandError(f"crawl {id} ended {crawl.state}")
+
+
+def _json(value) -> str:
+    return json.dumps(value, indent=2, sort_keys=False, default=str)

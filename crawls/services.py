@@ -1,0 +1,313 @@
+"""Every crawl action, whichever door it came in by (page, admin, API, CLI).
+
+The database says what a crawl is and who did what; the crawl's frontier in Redis is what workers
+read on the hot path. Each action changes Redis first (so workers see it within a claim) and then
+the row, and enqueues slices only after the row is committed.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import redis
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils import timezone
+
+from crawls import frontier as frontier_mod
+from crawls.frontier import Frontier, Request
+from crawls.models import Channel, Crawl, CrawlEvent, CrawlState, FailedRequest
+from crawls.scope import ScopeError, compile_patterns, validate_url
+
+# Fields a caller may set on a new crawl, besides name, channel and seeds.
+CRAWL_OPTIONS = (
+    "allowed_domains", "include_patterns", "exclude_patterns", "max_depth", "max_pages",
+    "priority", "threads", "slices", "host_delay", "obey_robots", "user_agent_mode",
+    "user_agent", "timeout", "max_bytes", "max_retries", "keep_bodies",
+)  # fmt: skip
+
+
+class CrawlActionError(Exception):
+    """An action that the crawl's state does not allow, said in words for the user."""
+
+
+def _event(crawl: Crawl, kind: str, user=None, detail: str = "") -> None:
+    CrawlEvent.objects.create(crawl=crawl, kind=kind, user=user, detail=detail)
+
+
+def clean_seeds(urls: list[str] | str, *, field: str = "seeds") -> list[str]:
+    """Validated, stripped, de-duplicated seed URLs (order kept)."""
+    if isinstance(urls, str):
+        urls = urls.splitlines()
+    cleaned, errors = [], []
+    for n, raw in enumerate(urls, start=1):
+        if not raw.strip():
+            continue
+        try:
+            cleaned.append(validate_url(raw, field=f"line {n}"))
+        except ValueError as exc:
+            errors.append(str(exc))
+    if errors:
+        raise ValidationError({field: errors})
+    if not cleaned:
+        raise ValidationError({field: ["Give at least one http(s) URL."]})
+    return list(dict.fromkeys(cleaned))
+
+
+def _clean_domains(domains: list[str] | str) -> list[str]:
+    if isinstance(domains, str):
+        domains = domains.replace(",", "\n").splitlines()
+    cleaned = []
+    for raw in domains:
+        domain = raw.strip().lower().rstrip(".")
+        if not domain:
+            continue
+        if "/" in domain or " " in domain or ":" in domain:
+            raise ValidationError(
+                {"allowed_domains": [f"{raw!r} is not a domain name (no scheme, path or port)"]}
+            )
+        cleaned.append(domain)
+    return cleaned
+
+
+def _clean_patterns(patterns: list[str] | str, field: str) -> list[str]:
+    if isinstance(patterns, str):
+        patterns = patterns.splitlines()
+    try:
+        # Blank lines are skipped there but still counted, so "line N" points at the input.
+        compile_patterns(list(patterns), field)
+    except ScopeError as exc:
+        raise ValidationError({field: [str(exc)]}) from None
+    return [p.strip() for p in patterns if p.strip()]
+
+
+def crawl_create(
+    *, user, name: str, seeds: list[str] | str, channel: Channel | None = None, **options: Any
+) -> Crawl:
+    """A new crawl in draft state. Raises ValidationError naming each bad field."""
+    unknown = set(options) - set(CRAWL_OPTIONS)
+    if unknown:
+        raise TypeError(f"unknown crawl options: {', '.join(sorted(unknown))}")
+    errors: dict[str, list[str]] = {}
+    values: dict[str, Any] = dict(options)
+    for field, cleaner in (
+        ("seeds", lambda: clean_seeds(seeds)),
+        ("allowed_domains", lambda: _clean_domains(options.get("allowed_domains", []))),
+        (
+            "include_patterns",
+            lambda: _clean_patterns(options.get("include_patterns", []), "include_patterns"),
+        ),
+        (
+            "exclude_patterns",
+            lambda: _clean_patterns(options.get("exclude_patterns", []), "exclude_patterns"),
+        ),
+    ):
+        try:
+            values[field] = cleaner()
+        except ValidationError as exc:
+            errors.update(exc.message_dict)
+    crawl = Crawl(
+        name=(name or "").strip(),
+        channel=channel or Channel.default(),
+        created_by=user,
+        **values,
+    )
+    try:
+        crawl.full_clean(exclude=["seeds", "created_by"] + list(errors))
+    except ValidationError as exc:
+        errors.update(exc.message_dict)
+    if errors:
+        raise ValidationError(errors)
+    with transaction.atomic():
+        crawl.save()
+        _event(crawl, CrawlEvent.Kind.CREATED, user)
+    return crawl
+
+
+def _frontier(crawl: Crawl) -> Frontier:
+    return Frontier(crawl.pk)
+
+
+def enqueue_slices(crawl: Crawl, count: int | None = None) -> int:
+    """Put slices of the crawl on the crawls queue (after the current transaction commits)."""
+    from crawls import jobs
+
+    count = crawl.slices if count is None else count
+    slice_ids = [f"{crawl.pk}-{uuid.uuid4().hex[:10]}" for _ in range(count)]
+    transaction.on_commit(lambda: jobs.enqueue_slices(crawl.pk, slice_ids))
+    return count
+
+
+def crawl_start(*, crawl: Crawl, user=None) -> None:
+    if not crawl.can_start():
+        raise CrawlActionError(f"A {crawl.get_state_display().lower()} crawl cannot be started.")
+    frontier = _frontier(crawl)
+    frontier.configure(
+        max_pages=crawl.max_pages,
+        max_depth=crawl.max_depth,
+        host_delay=crawl.effective_host_delay(),
+    )
+    frontier.set_state("running")
+    # A start that failed half-way (Redis done, row not saved) must not count seeds twice.
+    if frontier.stats()["requests"] == 0:
+        frontier.add_seeds(crawl.seeds)
+    with transaction.atomic():
+        crawl.state = CrawlState.RUNNING
+        crawl.started_at = timezone.now()
+        crawl.save(update_fields=["state", "started_at"])
+        _event(crawl, CrawlEvent.Kind.STARTED, user)
+        enqueue_slices(crawl)
+
+
+def crawl_pause(*, crawl: Crawl, user=None) -> None:
+    """Workers stop claiming at once; the crawl is paused when nothing is in flight."""
+    if not crawl.can_pause():
+        raise CrawlActionError(f"A {crawl.get_state_display().lower()} crawl cannot be paused.")
+    _frontier(crawl).set_state("paused")
+    with transaction.atomic():
+        crawl.state = CrawlState.PAUSING
+        crawl.save(update_fields=["state"])
+        _event(crawl, CrawlEvent.Kind.PAUSED, user)
+    settle_pause(crawl)
+
+
+def settle_pause(crawl: Crawl) -> bool:
+    """Pausing becomes paused once no request is in flight. True when it did."""
+    if _frontier(crawl).stats()["in_flight"]:
+        return False
+    updated = Crawl.objects.filter(pk=crawl.pk, state=CrawlState.PAUSING).update(
+        state=CrawlState.PAUSED
+    )
+    if updated:
+        crawl.state = CrawlState.PAUSED
+    return bool(updated)
+
+
+def crawl_resume(*, crawl: Crawl, user=None) -> None:
+    if not crawl.can_resume():
+        raise CrawlActionError(f"A {crawl.get_state_display().lower()} crawl cannot be resumed.")
+    _frontier(crawl).set_state("running")
+    with transaction.atomic():
+        crawl.state = CrawlState.RUNNING
+        crawl.save(update_fields=["state"])
+        _event(crawl, CrawlEvent.Kind.RESUMED, user)
+        enqueue_slices(crawl)
+
+
+def crawl_cancel(*, crawl: Crawl, user=None) -> None:
+    """Stop for good; pages already fetched are kept."""
+    if not crawl.can_cancel():
+        raise CrawlActionError(f"A {crawl.get_state_display().lower()} crawl cannot be cancelled.")
+    frontier = _frontier(crawl)
+    frontier.cancel()
+    with transaction.atomic():
+        crawl.state = CrawlState.CANCELLED
+        crawl.finished_at = timezone.now()
+        crawl.stats = frontier.stats()
+        crawl.save(update_fields=["state", "finished_at", "stats"])
+        _event(crawl, CrawlEvent.Kind.CANCELLED, user)
+
+
+def crawl_add_seeds(*, crawl: Crawl, urls: list[str] | str, user=None) -> tuple[int, int]:
+    """Add start URLs, also to a running crawl. Returns (added, already seen)."""
+    if not crawl.can_add_seeds():
+        raise CrawlActionError(
+            f"Seeds cannot be added to a {crawl.get_state_display().lower()} crawl."
+        )
+    seeds = clean_seeds(urls)
+    new = [url for url in seeds if url not in crawl.seeds]
+    added, repeats = (len(new), len(seeds) - len(new))
+    if crawl.state != CrawlState.DRAFT:
+        added, repeats = _frontier(crawl).add_seeds(seeds)
+    with transaction.atomic():
+        crawl.seeds = crawl.seeds + new
+        crawl.save(update_fields=["seeds"])
+        _event(crawl, CrawlEvent.Kind.SEEDS_ADDED, user, f"{added} added, {repeats} already seen")
+    return added, repeats
+
+
+def crawl_retry_failed(*, crawl: Crawl, user=None, ids: list[int] | None = None) -> int:
+    """Put failed requests (all, or the given ids) back in the queue; a finished crawl runs
+    again. Returns how many."""
+    if crawl.state in (CrawlState.DRAFT, CrawlState.CANCELLED):
+        raise CrawlActionError(
+            f"A {crawl.get_state_display().lower()} crawl has no failure queue to retry."
+        )
+    failures = crawl.failures.all()
+    if ids is not None:
+        failures = failures.filter(pk__in=ids)
+    failures = list(failures)
+    if not failures:
+        return 0
+    requests = [Request(url=f.url, depth=f.depth, referrer=f.referrer) for f in failures]
+    frontier = _frontier(crawl)
+    count = frontier.retry_failed(requests)
+    with transaction.atomic():
+        FailedRequest.objects.filter(pk__in=[f.pk for f in failures]).delete()
+        _event(crawl, CrawlEvent.Kind.RETRIED, user, f"{count} request(s)")
+        if crawl.state in (CrawlState.FINISHED, CrawlState.FAILED):
+            frontier.set_state("running")
+            crawl.state = CrawlState.RUNNING
+            crawl.finished_at = None
+            crawl.save(update_fields=["state", "finished_at"])
+            enqueue_slices(crawl)
+    return count
+
+
+def crawl_finish_if_done(crawl_id: int) -> bool:
+    """Mark a running crawl finished once its queue, retries and backup are all empty.
+
+    Decided by the frontier's atomic emptiness check, never by comparing counters; the
+    conditional UPDATE makes concurrent callers (slices, supervisor) finish it once.
+    """
+    frontier = Frontier(crawl_id)
+    if not frontier.is_done():
+        return False
+    stats = frontier.stats()
+    finished = Crawl.objects.filter(pk=crawl_id, state=CrawlState.RUNNING).update(
+        state=CrawlState.FINISHED, finished_at=timezone.now(), stats=stats
+    )
+    if finished:
+        CrawlEvent.objects.create(crawl_id=crawl_id, kind=CrawlEvent.Kind.FINISHED)
+    return bool(finished)
+
+
+def crawl_stats(crawl: Crawl) -> dict[str, int]:
+    """Live counters from Redis while the crawl can change; the saved ones after it ended."""
+    if crawl.is_over() and crawl.stats:
+        return crawl.stats
+    return _frontier(crawl).stats()
+
+
+def crawl_delete(*, crawl: Crawl, user=None) -> None:
+    """Delete the crawl, its results and every Redis key it had."""
+    if crawl.is_active():
+        raise CrawlActionError("Cancel or pause the crawl before deleting it.")
+    frontier_mod.Frontier(crawl.pk).delete()
+    crawl.delete()
+
+
+REDIS_ERRORS = (redis.ConnectionError, redis.TimeoutError)
+
+
+def crawl_stats_safe(crawl: Crawl) -> dict:
+    """Counters for a page: when Redis is away, the saved ones plus the error, not a crash."""
+    try:
+        return crawl_stats(crawl)
+    except REDIS_ERRORS as exc:
+        return {**crawl.stats, "redis_error": str(exc)}
+
+
+def crawl_snapshot(crawl: Crawl) -> dict:
+    """The one shape pages poll and websockets push: {"type": "crawl.stats", ...}."""
+    stats = crawl_stats_safe(crawl)
+    return {
+        "type": "crawl.stats",
+        "id": crawl.pk,
+        "state": crawl.state,
+        "stats": stats,
+        "max_pages": crawl.max_pages,
+        "started_at": crawl.started_at.isoformat() if crawl.started_at else None,
+        "finished_at": crawl.finished_at.isoformat() if crawl.finished_at else None,
+    }

@@ -1,0 +1,129 @@
+"""Helpers to run crawls in tests: in-process slices, or real RQ worker processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from django.db import connection
+
+from crawls import services
+from crawls.frontier import canonicalize
+from crawls.jobs import after_slice, supervise
+from crawls.models import Crawl, CrawlState
+from crawls.slicer import run_slice
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def drive(crawl: Crawl, *, timeout: float = 60, budget: float = 5) -> Crawl:
+    """Run the crawl's slices in this process, one after another, until it ends."""
+    deadline = time.monotonic() + timeout
+    n = 0
+    while time.monotonic() < deadline:
+        crawl.refresh_from_db()
+        if crawl.state != CrawlState.RUNNING:
+            return crawl
+        n += 1
+        run_slice(crawl.pk, f"test-{n}", budget_seconds=budget)
+        services.crawl_finish_if_done(crawl.pk)
+    raise AssertionError(f"crawl {crawl.pk} still {crawl.state} after {timeout} s")
+
+
+def fetched_paths(crawl: Crawl) -> list[str]:
+    """Canonical path?query of every page row (one per fetched URL)."""
+    paths = []
+    for url in crawl.pages.values_list("url", flat=True):
+        parts = urlsplit(canonicalize(url))
+        paths.append(parts.path + (f"?{parts.query}" if parts.query else ""))
+    return paths
+
+
+def database_url() -> str:
+    """The test database as a URL, for worker processes."""
+    s = connection.settings_dict
+    if connection.vendor == "sqlite":
+        return f"sqlite:///{s['NAME']}"
+    host, port = s["HOST"] or "127.0.0.1", s["PORT"] or 5432
+    return f"postgres://{s['USER']}:{s['PASSWORD']}@{host}:{port}/{s['NAME']}"
+
+
+class WorkerFleet:
+    """Real `manage.py rqworker` processes (and the periodic supervisor) for a test."""
+
+    def __init__(self, *, env: dict[str, str]) -> None:
+        self.env = {**os.environ, "DATABASE_URL": database_url(), **env}
+        self.workers: list[subprocess.Popen] = []
+        self.cron: subprocess.Popen | None = None
+
+    def start_worker(self) -> subprocess.Popen:
+        proc = subprocess.Popen(
+            [sys.executable, "manage.py", "rqworker", "control", "crawls", "default"],
+            cwd=ROOT,
+            env=self.env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        self.workers.append(proc)
+        return proc
+
+    def start_cron(self) -> None:
+        self.cron = subprocess.Popen(
+            [sys.executable, "manage.py", "rqcron", "crawlhub.cron"],
+            cwd=ROOT,
+            env=self.env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+
+    def alive(self) -> list[subprocess.Popen]:
+        return [w for w in self.workers if w.poll() is None]
+
+    def keep_alive(self) -> None:
+        """Replace workers that died (as `up` does): a killed or Redis-less worker exits."""
+        for proc in list(self.workers):
+            if proc.poll() is not None:
+                self.workers.remove(proc)
+                self.start_worker()
+        if self.cron is not None and self.cron.poll() is not None:
+            self.start_cron()
+
+    def kill9(self, proc: subprocess.Popen) -> None:
+        """kill -9 the worker and the job process it forked."""
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+    def stop(self) -> None:
+        for proc in [*self.workers, *([self.cron] if self.cron else [])]:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in [*self.workers, *([self.cron] if self.cron else [])]:
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+def wait_for_state(
+    crawl: Crawl, states: set[str], *, timeout: float, fleet: WorkerFleet | None = None
+) -> Crawl:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if fleet is not None:
+            fleet.keep_alive()
+        crawl.refresh_from_db()
+        if crawl.state in states:
+            return crawl
+        time.sleep(0.2)
+    raise AssertionError(f"crawl {crawl.pk} is {crawl.state}, not {states}, after {timeout} s")
+
+
+__all__ = ["drive", "fetched_paths", "WorkerFleet", "wait_for_state", "supervise", "after_slice"]
