@@ -1,1 +1,7 @@
-websocket_urlpatterns: list = []
+from django.urls import path
+
+from proxies import consumers
+
+websocket_urlpatterns = [
+    path("ws/proxies/", consumers.ProxyHealthConsumer.as_asgi()),
+]

@@ -4,4 +4,8 @@ from proxies import views
 
 urlpatterns = [
     path("", views.proxy_list, name="proxy_list"),
+    path("action", views.proxy_action, name="proxy_action"),
+    path("import", views.proxy_import, name="proxy_import"),
+    path("<int:pk>/", views.proxy_detail, name="proxy_detail"),
+    path("echo", views.echo, name="proxy_echo"),
 ]

@@ -1,9 +1,179 @@
-from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+"""The Proxies page (staff only) and the echo endpoint proxy checks fetch through a proxy."""
+
+from __future__ import annotations
+
+from django import forms
+from django.contrib import messages
+from django.contrib.auth.decorators import login_not_required
+from django.core.paginator import Paginator
+from django.db.models import Q, QuerySet
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET, require_POST
 
 from crawlhub.access import staff_required
+from proxies import pool, services
+from proxies.models import Anonymity, Proxy, ProxyState
+from proxies.validation import PROXY_HEADERS
+
+SORTS = {
+    "score": "-score", "latency": "latency_ms", "validated": "-last_validated_at",
+    "failures": "-failures", "added": "-added_at",
+}  # fmt: skip
+SCORE_RANGES = {
+    "0-5": (0, 5), "5-6": (5, 6), "6-10": (6, 10), "10+": (10, None),
+}  # fmt: skip
+PAGE_SIZE = 100
+
+
+@login_not_required
+@never_cache
+@require_GET
+def echo(request: HttpRequest) -> JsonResponse:
+    """What a proxy check needs and nothing more: the address we were reached from and the
+    proxy-revealing headers that arrived. No session needed: validators come through proxies."""
+    headers = {name: request.headers[name] for name in PROXY_HEADERS if name in request.headers}
+    return JsonResponse({"origin": request.META.get("REMOTE_ADDR", ""), "headers": headers})
+
+
+def filter_proxies(params, query: QuerySet | None = None) -> QuerySet:
+    """The list filters shared by the page (and its CLI/JSON twin): state, channel, score range,
+    anonymity, source, search; plus the sort."""
+    query = Proxy.objects.all() if query is None else query
+    if state := params.get("state"):
+        query = query.filter(state=state)
+    elif not params.get("all"):
+        query = query.exclude(state=ProxyState.REMOVED)
+    if channel := params.get("channel"):
+        sets = pool.channel_members(channel=channel)
+        keys = sets["free"] | sets["leased"]
+        query = query.filter(pk__in=[p.pk for p in query if p.key in keys])
+    if (bounds := SCORE_RANGES.get(params.get("score", ""))) is not None:
+        low, high = bounds
+        query = query.filter(score__gte=low)
+        if high is not None:
+            query = query.filter(score__lt=high)
+    anonymity = params.get("anonymity") or ""
+    if anonymity == "unknown":
+        query = query.filter(anonymity="")
+    elif anonymity in Anonymity.values and anonymity:
+        query = query.filter(anonymity=anonymity)
+    if source := params.get("source"):
+        query = query.filter(source__icontains=source)
+    if q := params.get("q"):
+        query = query.filter(Q(host__icontains=q) | Q(source__icontains=q))
+    return query.order_by(SORTS.get(params.get("sort", ""), "-score"), "pk")
+
+
+class ActionForm(forms.Form):
+    action = forms.ChoiceField(
+        choices=[
+            ("remove", "Remove"),
+            ("disable", "Disable"),
+            ("enable", "Enable"),
+            ("validate", "Validate now"),
+        ]  # fmt: skip
+    )
+    ids = forms.ModelMultipleChoiceField(queryset=Proxy.objects.all())
+    why = forms.CharField(required=False, max_length=1000)
+
+    def clean(self):
+        data = super().clean()
+        if data.get("action") == "remove" and not (data.get("why") or "").strip():
+            self.add_error("why", "Say why the proxies are removed: it goes in the audit log.")
+        return data
+
+
+class ImportForm(forms.Form):
+    text = forms.CharField(
+        required=False, widget=forms.Textarea(attrs={"rows": 6}), label="Paste a list",
+        help_text="One per line: host:port, scheme://host:port or scheme://user:pass@host:port",
+    )  # fmt: skip
+    file = forms.FileField(required=False, label="or upload a file")
+    url = forms.URLField(
+        required=False, label="or fetch a plain-text list from a URL", assume_scheme="https"
+    )
+
+    def clean(self):
+        data = super().clean()
+        given = [k for k in ("text", "file", "url") if data.get(k)]
+        if len(given) != 1:
+            raise forms.ValidationError("Give exactly one: a pasted list, a file or a URL.")
+        return data
 
 
 @staff_required
 def proxy_list(request: HttpRequest) -> HttpResponse:
-    return render(request, "proxies/proxy_list.html", {})
+    query = filter_proxies(request.GET)
+    page = Paginator(query, PAGE_SIZE).get_page(request.GET.get("page"))
+    return render(request, "proxies/proxy_list.html", {
+        "nav": "proxies", "page": page, "params": request.GET, "health": pool.health(),
+        "states": ProxyState.choices, "anonymities": Anonymity.choices[1:],
+        "score_ranges": list(SCORE_RANGES), "channels": pool.channels(),
+        "sorts": list(SORTS), "import_form": ImportForm(),
+    })  # fmt: skip
+
+
+@staff_required
+@require_POST
+def proxy_action(request: HttpRequest) -> HttpResponse:
+    form = ActionForm(request.POST)
+    back = request.POST.get("next") or "proxy_list"
+    if not form.is_valid():
+        for errors in form.errors.values():
+            for error in errors:
+                messages.error(request, error)
+        return redirect(back if back.startswith("/") else "proxy_list")
+    proxies, why = form.cleaned_data["ids"], form.cleaned_data["why"]
+    action = form.cleaned_data["action"]
+    if action == "remove":
+        done = services.remove_proxies(proxies=proxies, why=why, user=request.user)
+    elif action == "disable":
+        done = services.disable_proxies(proxies=proxies, why=why, user=request.user)
+    elif action == "enable":
+        done = services.enable_proxies(proxies=proxies, user=request.user)
+    else:
+        done = list(proxies)
+        services.request_validation(proxies=done)
+    label = dict(form.fields["action"].choices)[action]
+    messages.success(request, f"{label}: {len(done)} of {len(proxies)} proxies.")
+    return redirect(back if back.startswith("/") else "proxy_list")
+
+
+@staff_required
+def proxy_import(request: HttpRequest) -> HttpResponse:
+    posted = request.method == "POST"
+    form = ImportForm(request.POST, request.FILES) if posted else ImportForm()
+    report = None
+    if posted and form.is_valid():
+        try:
+            if form.cleaned_data["url"]:
+                report = services.import_from_url(url=form.cleaned_data["url"], user=request.user)
+            elif form.cleaned_data["file"]:
+                upload = form.cleaned_data["file"]
+                if upload.size > services.MAX_LIST_BYTES:
+                    raise services.ImportFailed("the file is larger than 5 MB")
+                report = services.import_proxies(
+                    text=services.decode_list(upload.read()), source=f"upload: {upload.name}",
+                    user=request.user,
+                )  # fmt: skip
+            else:
+                report = services.import_proxies(
+                    text=form.cleaned_data["text"], source="paste", user=request.user
+                )
+        except services.ImportFailed as exc:
+            form.add_error(None, str(exc))
+    return render(request, "proxies/proxy_import.html", {
+        "nav": "proxies", "form": form, "report": report,
+    }, status=200)  # fmt: skip
+
+
+@staff_required
+def proxy_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    proxy = get_object_or_404(Proxy, pk=pk)
+    return render(request, "proxies/proxy_detail.html", {
+        "nav": "proxies", "proxy": proxy, "events": proxy.events.select_related("user")[:50],
+        "channels": pool.proxy_channels(proxy=proxy.key),
+        "live": pool.members().get(proxy.key),
+    })  # fmt: skip

@@ -1,0 +1,115 @@
+"""Parsing proxy lists: host:port, scheme://host:port, scheme://user:pass@host:port per line.
+
+Pure functions: no database, no network (services.py stores, fetching a URL is there too).
+Blank lines and lines starting with # are skipped; everything else is a proxy or an error
+with its line number and reason.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from dataclasses import dataclass, field
+from urllib.parse import unquote, urlsplit
+
+SCHEMES = ("http", "https")
+_SECRET = re.compile(r"^(\s*(?:[a-z0-9+.-]+://)?[^:/@\s]*:)[^@\s]*@", re.I)
+_HOSTNAME = re.compile(
+    r"^(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$",
+    re.I,
+)  # noqa: E501
+
+
+@dataclass(frozen=True)
+class Parsed:
+    line: int
+    scheme: str
+    host: str
+    port: int
+    username: str = ""
+    password: str = ""
+
+    @property
+    def address(self) -> tuple[str, str, int]:
+        return (self.scheme, self.host.lower(), self.port)
+
+
+@dataclass(frozen=True)
+class LineError:
+    line: int
+    text: str
+    reason: str
+
+
+@dataclass
+class ParseResult:
+    proxies: list[Parsed] = field(default_factory=list)
+    errors: list[LineError] = field(default_factory=list)
+    # Repeated within the same list: (line, text, line it repeats).
+    repeats: list[tuple[int, str, int]] = field(default_factory=list)
+
+
+def mask(text: str) -> str:
+    """A line as it may be shown: the password replaced by ****."""
+    return _SECRET.sub(r"\1****@", text)
+
+
+def parse_line(text: str, line: int = 1) -> Parsed | LineError:
+    shown = mask(text.strip())  # errors echo the line; never with its password
+    raw = text.strip()
+    if "://" not in raw:
+        if "@" in raw:
+            return LineError(line, shown, "credentials need a scheme: scheme://user:pass@host:port")
+        raw = "http://" + raw
+    try:
+        parts = urlsplit(raw)
+        port = parts.port
+    except ValueError as exc:
+        reason = "port must be a number from 1 to 65535" if "port" in str(exc).lower() else str(exc)
+        return LineError(line, shown, reason)
+    scheme = parts.scheme.lower()
+    if scheme not in SCHEMES:
+        return LineError(line, shown, f"unsupported scheme {scheme!r} (use http or https)")
+    if parts.path not in ("", "/") or parts.query or parts.fragment:
+        return LineError(line, shown, "unexpected path after host:port")
+    host = parts.hostname or ""
+    if not host:
+        return LineError(line, shown, "missing host")
+    if not _valid_host(host):
+        return LineError(line, shown, f"invalid host {host!r}")
+    if port is None:
+        return LineError(line, shown, "missing port")
+    if not 1 <= port <= 65535:
+        return LineError(line, shown, "port must be a number from 1 to 65535")
+    if (parts.username is not None or parts.password is not None) and not (
+        parts.username and parts.password
+    ):
+        return LineError(line, shown, "credentials must be user:password")
+    username, password = unquote(parts.username or ""), unquote(parts.password or "")
+    return Parsed(line, scheme, host.lower(), port, username, password)
+
+
+def _valid_host(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+        return True
+    except ValueError:
+        return bool(_HOSTNAME.match(host)) and not host.replace(".", "").isdigit()
+
+
+def parse(text: str) -> ParseResult:
+    result = ParseResult()
+    first_seen: dict[tuple[str, str, int], int] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        parsed = parse_line(stripped, number)
+        if isinstance(parsed, LineError):
+            result.errors.append(parsed)
+        elif parsed.address in first_seen:
+            result.repeats.append((number, stripped, first_seen[parsed.address]))
+        else:
+            first_seen[parsed.address] = number
+            result.proxies.append(parsed)
+    return result

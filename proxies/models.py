@@ -1,0 +1,140 @@
+"""The proxy inventory and its audit trail. Live pool state (who holds which proxy, per-channel
+use counts and bans) is in Redis behind proxies/pool.py; these rows say what a proxy is, how it
+did when last validated, and who did what to it."""
+
+from __future__ import annotations
+
+from urllib.parse import quote
+
+from django.conf import settings
+from django.db import models
+from django.urls import reverse
+
+
+class Scheme(models.TextChoices):
+    HTTP = "http", "HTTP"
+    HTTPS = "https", "HTTPS"
+
+
+class ProxyState(models.TextChoices):
+    NEW = "new", "New (not yet validated)"
+    ACTIVE = "active", "Active (in the pools)"
+    DISABLED = "disabled", "Disabled"
+    REMOVED = "removed", "Removed"
+
+
+class Anonymity(models.TextChoices):
+    UNKNOWN = "", "Unknown"
+    TRANSPARENT = "transparent", "Transparent"
+    ANONYMOUS = "anonymous", "Anonymous"
+    ELITE = "elite", "Elite"
+
+
+def pool_key(scheme: str, host: str, port: int) -> str:
+    """The id a proxy has in Redis: scheme://host:port, no credentials."""
+    shown = f"[{host}]" if ":" in host else host
+    return f"{scheme}://{shown}:{port}"
+
+
+class Proxy(models.Model):
+    scheme = models.CharField(max_length=10, choices=Scheme, default=Scheme.HTTP)
+    host = models.CharField(max_length=255)
+    port = models.PositiveIntegerField()
+    username = models.CharField(max_length=255, blank=True)
+    # Needed in clear to use the proxy; never rendered (see masked_url).
+    password = models.CharField(max_length=255, blank=True)
+    source = models.CharField(max_length=500, blank=True, help_text="Where it was imported from.")
+    state = models.CharField(
+        max_length=10, choices=ProxyState, default=ProxyState.NEW, db_index=True
+    )
+    score = models.FloatField(default=5.0, db_index=True)
+    latency_ms = models.PositiveIntegerField(null=True, blank=True)
+    last_validated_at = models.DateTimeField(null=True, blank=True)
+    successes = models.PositiveIntegerField(default=0)
+    failures = models.PositiveIntegerField(default=0)
+    last_error = models.TextField(blank=True)
+    anonymity = models.CharField(max_length=12, choices=Anonymity, blank=True)
+    added_at = models.DateTimeField(auto_now_add=True)
+    added_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
+        related_name="+",
+    )  # fmt: skip
+    removed_at = models.DateTimeField(null=True, blank=True)
+    removed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
+        related_name="+",
+    )  # fmt: skip
+    removed_why = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-score", "id"]
+        verbose_name_plural = "proxies"
+        constraints = [
+            models.UniqueConstraint(fields=["scheme", "host", "port"], name="proxy_unique_address")
+        ]
+
+    def __str__(self) -> str:
+        return self.masked_url
+
+    def get_absolute_url(self) -> str:
+        return reverse("proxy_detail", args=[self.pk])
+
+    @property
+    def key(self) -> str:
+        return pool_key(self.scheme, self.host, self.port)
+
+    @property
+    def url(self) -> str:
+        """With credentials, for requests; never shown."""
+        if not self.username:
+            return self.key
+        secret = f"{quote(self.username, safe='')}:{quote(self.password, safe='')}"
+        return self.key.replace("://", f"://{secret}@", 1)
+
+    @property
+    def masked_url(self) -> str:
+        if not self.username:
+            return self.key
+        return self.key.replace("://", f"://{self.username}:****@", 1)
+
+    def can_enable(self) -> bool:
+        return self.state in (ProxyState.DISABLED, ProxyState.REMOVED)
+
+    def can_disable(self) -> bool:
+        return self.state in (ProxyState.NEW, ProxyState.ACTIVE)
+
+    def can_remove(self) -> bool:
+        return self.state != ProxyState.REMOVED
+
+
+class ProxyEvent(models.Model):
+    """The audit trail and recent history of one proxy: who did what, when and why."""
+
+    class Kind(models.TextChoices):
+        IMPORTED = "imported"
+        ADMITTED = "admitted"
+        VALIDATED = "validated"
+        CHECK_FAILED = "check_failed"
+        DISABLED = "disabled"
+        ENABLED = "enabled"
+        REMOVED = "removed"
+
+    proxy = models.ForeignKey(Proxy, on_delete=models.CASCADE, related_name="events")
+    kind = models.CharField(max_length=20, choices=Kind)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True
+    )
+    # Who acted when no user did: "validator", "pool", "cli".
+    actor = models.CharField(max_length=50, blank=True)
+    detail = models.TextField(blank=True)
+    at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.proxy}"
+
+    @property
+    def who(self) -> str:
+        return self.user.get_username() if self.user else (self.actor or "system")

@@ -1,0 +1,313 @@
+"""Everything that changes the proxy inventory. Views, admin actions, the CLI and the jobs only
+parse input and call these: one code path per action, whichever door it came in by."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import django_rq
+import requests
+from django.db import IntegrityError, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from proxies import importer, pool
+from proxies.models import Proxy, ProxyEvent, ProxyState, pool_key
+
+log = logging.getLogger(__name__)
+
+MAX_LIST_BYTES = 5 * 1024 * 1024
+FETCH_TIMEOUT = 15
+
+
+class ImportFailed(Exception):
+    """The list itself could not be read (URL unreachable, not text, too large)."""
+
+
+@dataclass
+class Duplicate:
+    line: int
+    text: str
+    why: str
+
+
+@dataclass
+class ImportReport:
+    source: str
+    added: list[Proxy] = field(default_factory=list)
+    duplicates: list[Duplicate] = field(default_factory=list)
+    errors: list[importer.LineError] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return {
+            "source": self.source,
+            "added": [p.masked_url for p in self.added],
+            "duplicates": [d.__dict__ for d in self.duplicates],
+            "errors": [e.__dict__ for e in self.errors],
+        }
+
+
+def import_proxies(*, text: str, source: str, user=None, actor: str = "") -> ImportReport:
+    """Add every new proxy of a list; report bad lines and duplicates. New proxies are
+    validated (by a job, after commit) before they enter the pools."""
+    parsed = importer.parse(text)
+    report = ImportReport(source=source, errors=parsed.errors)
+    for line, text_, first in parsed.repeats:
+        report.duplicates.append(Duplicate(line, text_, f"repeats line {first}"))
+    existing = _existing(parsed.proxies)
+    with transaction.atomic():
+        for item in parsed.proxies:
+            known = existing.get(item.address)
+            if known is not None:
+                why = f"already in the inventory ({known.get_state_display().lower()})"
+                report.duplicates.append(Duplicate(item.line, known.masked_url, why))
+                continue
+            try:
+                with transaction.atomic():
+                    proxy = Proxy.objects.create(
+                        scheme=item.scheme, host=item.host, port=item.port,
+                        username=item.username, password=item.password, source=source[:500],
+                        added_by=user,
+                    )  # fmt: skip
+            except IntegrityError:  # imported by someone else a moment ago
+                report.duplicates.append(
+                    Duplicate(item.line, pool_key(*item.address), "already in the inventory")
+                )
+                continue
+            _event(proxy, ProxyEvent.Kind.IMPORTED, user=user, actor=actor, detail=source)
+            report.added.append(proxy)
+        if report.added:
+            request_validation(proxies=report.added)
+    return report
+
+
+def _existing(items: list[importer.Parsed]) -> dict[tuple[str, str, int], Proxy]:
+    hosts = {item.host for item in items}
+    found = {}
+    for chunk in _chunks(sorted(hosts), 500):
+        for proxy in Proxy.objects.filter(host__in=chunk):
+            found[(proxy.scheme, proxy.host.lower(), proxy.port)] = proxy
+    return found
+
+
+def fetch_list(*, url: str) -> str:
+    """Download a plain-text proxy list."""
+    if not url.startswith(("http://", "https://")):
+        raise ImportFailed("the list URL must start with http:// or https://")
+    try:
+        with requests.get(url, timeout=FETCH_TIMEOUT, stream=True) as response:
+            response.raise_for_status()
+            kind = response.headers.get("Content-Type", "text/plain").split(";")[0].strip()
+            if not (kind.startswith("text/") or kind in ("application/octet-stream", "")):
+                raise ImportFailed(f"expected a plain-text list, got {kind}")
+            body = response.raw.read(MAX_LIST_BYTES + 1, decode_content=True)
+    except requests.RequestException as exc:
+        raise ImportFailed(f"could not fetch {url}: {exc}") from None
+    if len(body) > MAX_LIST_BYTES:
+        raise ImportFailed(f"the list is larger than {MAX_LIST_BYTES // 1024 // 1024} MB")
+    return decode_list(body)
+
+
+def decode_list(data: bytes) -> str:
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise ImportFailed("the list is not UTF-8 text") from None
+
+
+def import_from_url(*, url: str, user=None, actor: str = "") -> ImportReport:
+    return import_proxies(text=fetch_list(url=url), source=url, user=user, actor=actor)
+
+
+def remove_proxies(
+    *, proxies: Iterable[Proxy], why: str, user=None, actor: str = ""
+) -> list[Proxy]:
+    """Out of every Redis pool at once, state removed, and an audit row saying who and why."""
+    why = why.strip() or "no reason given"
+    done = []
+    with transaction.atomic():
+        for proxy in _lock(proxies):
+            if not proxy.can_remove():
+                continue
+            pool.remove(proxy=proxy.key)
+            proxy.state = ProxyState.REMOVED
+            proxy.removed_at = timezone.now()
+            proxy.removed_by = user
+            proxy.removed_why = why
+            proxy.save(update_fields=["state", "removed_at", "removed_by", "removed_why"])
+            _event(proxy, ProxyEvent.Kind.REMOVED, user=user, actor=actor, detail=why)
+            done.append(proxy)
+    return done
+
+
+def disable_proxies(
+    *, proxies: Iterable[Proxy], why: str = "", user=None, actor: str = ""
+) -> list[Proxy]:
+    """Out of the pools but kept in the inventory, to be enabled again later."""
+    done = []
+    with transaction.atomic():
+        for proxy in _lock(proxies):
+            if not proxy.can_disable():
+                continue
+            pool.remove(proxy=proxy.key)
+            proxy.state = ProxyState.DISABLED
+            proxy.save(update_fields=["state"])
+            _event(proxy, ProxyEvent.Kind.DISABLED, user=user, actor=actor, detail=why)
+            done.append(proxy)
+    return done
+
+
+def enable_proxies(*, proxies: Iterable[Proxy], user=None, actor: str = "") -> list[Proxy]:
+    """Back to new: validated again, then it enters the pools. A removed proxy starts over."""
+    done = []
+    with transaction.atomic():
+        for proxy in _lock(proxies):
+            if not proxy.can_enable():
+                continue
+            if proxy.state == ProxyState.REMOVED:
+                proxy.score = pool.INITIAL_SCORE
+            proxy.state = ProxyState.NEW
+            proxy.removed_at = proxy.removed_by = None
+            proxy.removed_why = ""
+            proxy.save(update_fields=["state", "score", "removed_at", "removed_by", "removed_why"])
+            pool.allow(proxy=proxy.key)
+            _event(proxy, ProxyEvent.Kind.ENABLED, user=user, actor=actor)
+            done.append(proxy)
+        if done:
+            request_validation(proxies=done)
+    return done
+
+
+def request_validation(*, proxies: Iterable[Proxy] | None = None) -> None:
+    """Validate these proxies (or a full pass) on the control queue, after commit."""
+    ids = None if proxies is None else [p.pk for p in proxies]
+
+    def enqueue() -> None:
+        from proxies.jobs import validate_proxies
+
+        django_rq.get_queue("control").enqueue(validate_proxies, proxy_ids=ids)
+
+    transaction.on_commit(enqueue)
+
+
+def record_validation(*, proxy: Proxy, result) -> Proxy:
+    """Store one validation outcome: the pool's score (Redis decides, atomically), latency,
+    anonymity and state. Success admits a new proxy; a refused connection or score 0 removes."""
+    with transaction.atomic():
+        proxy = Proxy.objects.select_for_update().get(pk=proxy.pk)
+        if proxy.state == ProxyState.REMOVED:
+            return proxy
+        admit = proxy.state in (ProxyState.NEW, ProxyState.ACTIVE)
+        score, status = pool.record_check(
+            proxy=proxy.key, url=proxy.url, ok=result.ok, reason=result.reason,
+            latency_ms=result.latency_ms, initial_score=proxy.score, admit=admit,
+        )  # fmt: skip
+        was = proxy.state
+        proxy.score = score
+        if result.ok:
+            recovered = bool(proxy.last_error)
+            proxy.latency_ms = round(result.latency_ms)
+            proxy.last_validated_at = timezone.now()
+            proxy.anonymity = result.anonymity
+            proxy.successes = F("successes") + 1
+            proxy.last_error = ""
+        else:
+            proxy.failures = F("failures") + 1
+            proxy.last_error = result.error[:2000]
+        if status == "pool":
+            proxy.state = ProxyState.ACTIVE
+        elif status == "removed":
+            proxy.state = ProxyState.REMOVED
+            proxy.removed_at = timezone.now()
+            proxy.removed_why = (
+                "validation: connection refused"
+                if result.reason == "refused"
+                else f"validation: score fell to 0 ({result.reason})"
+            )
+        proxy.save()
+        proxy.refresh_from_db()
+        if proxy.state == ProxyState.REMOVED:
+            pool.remove(proxy=proxy.key)
+            _event(proxy, ProxyEvent.Kind.REMOVED, actor="validator", detail=proxy.removed_why)
+        elif not result.ok:
+            _event(proxy, ProxyEvent.Kind.CHECK_FAILED, actor="validator",
+                   detail=f"{result.reason}: {result.error}"[:2000])  # fmt: skip
+        elif was == ProxyState.NEW and proxy.state == ProxyState.ACTIVE:
+            _event(proxy, ProxyEvent.Kind.ADMITTED, actor="validator", detail=_summary(proxy))
+        elif recovered:
+            _event(proxy, ProxyEvent.Kind.VALIDATED, actor="validator", detail=_summary(proxy))
+    return proxy
+
+
+def _summary(proxy: Proxy) -> str:
+    return f"{proxy.latency_ms} ms, {proxy.anonymity or 'anonymity unknown'}, score {proxy.score}"
+
+
+def sync_from_pool() -> dict:
+    """Bring what crawls did in Redis into the inventory: success and failure counts, proxies
+    the pool dropped (refused, score 0), and the current score and latency of pooled ones."""
+    drained = pool.drain()
+    keys = set(drained.successes) | set(drained.failures) | {d[0] for d in drained.dropped}
+    pooled = pool.members()
+    by_key = {p.key: p for p in Proxy.objects.exclude(state=ProxyState.REMOVED)}
+    with transaction.atomic():
+        for key in keys & by_key.keys():
+            Proxy.objects.filter(pk=by_key[key].pk).update(
+                successes=F("successes") + drained.successes.get(key, 0),
+                failures=F("failures") + drained.failures.get(key, 0),
+            )
+        changed = []
+        for key, live in pooled.items():
+            proxy = by_key.get(key)
+            if proxy is not None and proxy.state == ProxyState.ACTIVE:
+                proxy.score, proxy.latency_ms = live["score"], round(live["latency_ms"])
+                changed.append(proxy)
+        Proxy.objects.bulk_update(changed, ["score", "latency_ms"], batch_size=500)
+        dropped = 0
+        for key, why, at in drained.dropped:
+            proxy = by_key.get(key)
+            if proxy is None:
+                continue
+            pool.remove(proxy=key)
+            Proxy.objects.filter(pk=proxy.pk).update(
+                state=ProxyState.REMOVED, removed_why=why, score=0,
+                removed_at=datetime.fromtimestamp(at, tz=UTC),
+            )  # fmt: skip
+            _event(proxy, ProxyEvent.Kind.REMOVED, actor="pool", detail=why)
+            dropped += 1
+    return {"counted": len(keys), "scored": len(changed), "dropped": dropped}
+
+
+def resolve(*, addresses: Iterable[str]) -> tuple[list[Proxy], list[str]]:
+    """Proxies named host:port or scheme://host:port (credentials ignored); and the unknown."""
+    found, unknown = [], []
+    for address in addresses:
+        parsed = importer.parse_line(address)
+        if isinstance(parsed, importer.LineError):
+            unknown.append(address)
+            continue
+        query = Proxy.objects.filter(host=parsed.host, port=parsed.port)
+        if "://" in address:
+            query = query.filter(scheme=parsed.scheme)
+        matches = list(query)
+        found += matches
+        if not matches:
+            unknown.append(address)
+    return found, unknown
+
+
+def _lock(proxies: Iterable[Proxy]) -> list[Proxy]:
+    ids = [p.pk for p in proxies]
+    return list(Proxy.objects.select_for_update().filter(pk__in=ids).order_by("pk"))
+
+
+def _event(proxy: Proxy, kind: str, *, user=None, actor: str = "", detail: str = "") -> None:
+    ProxyEvent.objects.create(proxy=proxy, kind=kind, user=user, actor=actor, detail=detail)
+
+
+def _chunks(items: list, size: int) -> Iterable[list]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]

@@ -1,0 +1,155 @@
+"""Importing proxy lists: paste, file upload, URL and CLI; every bad line and duplicate reported."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.core.management import CommandError, call_command
+
+from proxies import services
+from proxies.importer import parse
+from proxies.models import Proxy, ProxyEvent, ProxyState
+from tests.sites import Response
+
+pytestmark = pytest.mark.django_db
+
+GOOD = """# a comment, then a blank line
+
+1.2.3.4:8080
+http://proxy.example:3128
+https://user:p%40ss@secure.example:443
+http://[2001:db8::1]:8080
+"""
+
+
+@pytest.mark.parametrize(
+    ("line", "reason"),
+    [
+        ("socks5://1.2.3.4:1080", "unsupported scheme 'socks5' (use http or https)"),
+        ("1.2.3.4", "missing port"),
+        ("1.2.3.4:0", "port must be a number from 1 to 65535"),
+        ("1.2.3.4:99999", "port must be a number from 1 to 65535"),
+        ("1.2.3.4:abc", "port must be a number from 1 to 65535"),
+        ("bad_host!:80", "invalid host 'bad_host!'"),
+        ("999.1.1.1:80", "invalid host '999.1.1.1'"),
+        ("http://:80", "missing host"),
+        ("http://user@h.example:80", "credentials must be user:password"),
+        ("http://:pw@h.example:80", "credentials must be user:password"),
+        ("user:pw@h.example:80", "credentials need a scheme: scheme://user:pass@host:port"),
+        ("http://h.example:80/path", "unexpected path after host:port"),
+    ],
+)
+def test_every_bad_line_is_reported_with_its_number_and_reason(line, reason):
+    result = parse("1.1.1.1:80\n\n" + line)
+    assert result.proxies[0].host == "1.1.1.1"
+    [error] = result.errors
+    assert (error.line, error.reason) == (3, reason)
+
+
+def test_a_bad_line_never_echoes_a_password():
+    [error] = parse("ftp://user:hunter2@h.example:21").errors
+    assert "hunter2" not in error.text and error.text == "ftp://user:****@h.example:21"
+
+
+def test_a_pasted_list_adds_every_good_line():
+    report = services.import_proxies(text=GOOD, source="paste")
+    assert report.errors == [] and report.duplicates == []
+    assert sorted(p.key for p in report.added) == [
+        "http://1.2.3.4:8080", "http://[2001:db8::1]:8080", "http://proxy.example:3128",
+        "https://secure.example:443",
+    ]  # fmt: skip
+    secure = Proxy.objects.get(host="secure.example")
+    assert (secure.username, secure.password) == ("user", "p@ss")
+    assert secure.url == "https://user:p%40ss@secure.example:443"
+    assert secure.masked_url == "https://user:****@secure.example:443"
+    assert all(p.state == ProxyState.NEW and p.source == "paste" for p in Proxy.objects.all())
+    assert ProxyEvent.objects.filter(kind="imported").count() == 4
+
+
+def test_duplicates_are_reported_not_added_twice():
+    services.import_proxies(text="1.2.3.4:8080", source="first")
+    report = services.import_proxies(
+        text="1.2.3.4:8080\nhttp://5.6.7.8:80\n5.6.7.8:80\nHTTP://5.6.7.8:80", source="second"
+    )
+    assert [p.key for p in report.added] == ["http://5.6.7.8:80"]
+    assert [(d.line, d.why) for d in report.duplicates] == [
+        (3, "repeats line 2"),
+        (4, "repeats line 2"),
+        (1, "already in the inventory (new (not yet validated))"),
+    ]
+    assert Proxy.objects.count() == 2
+
+
+def test_a_removed_proxy_is_a_duplicate_too(staff):
+    [proxy] = services.import_proxies(text="1.2.3.4:8080", source="x").added
+    services.remove_proxies(proxies=[proxy], why="dead", user=staff)
+    report = services.import_proxies(text="1.2.3.4:8080", source="x")
+    assert report.added == [] and report.duplicates[0].why == "already in the inventory (removed)"
+
+
+def test_a_list_is_fetched_from_a_url(make_site):
+    site = make_site(lambda r: Response(body="1.2.3.4:80\nnope\n", content_type="text/plain"))
+    report = services.import_from_url(url=site.url + "/list.txt")
+    assert [p.key for p in report.added] == ["http://1.2.3.4:80"]
+    assert [(e.line, e.reason) for e in report.errors] == [(2, "missing port")]
+    assert report.added[0].source == site.url + "/list.txt"
+
+
+def test_a_url_that_is_not_a_text_list_is_refused(make_site):
+    html = make_site(lambda r: Response(body=b"\x89PNG", content_type="image/png"))
+    with pytest.raises(services.ImportFailed, match="expected a plain-text list"):
+        services.import_from_url(url=html.url)
+    missing = make_site(lambda r: Response(status=404))
+    with pytest.raises(services.ImportFailed, match="could not fetch"):
+        services.import_from_url(url=missing.url)
+    with pytest.raises(services.ImportFailed, match="must start with"):
+        services.import_from_url(url="file:///etc/passwd")
+
+
+def test_the_page_imports_a_paste_and_shows_each_error(staff_client):
+    page = staff_client.post("/proxies/import", {"text": "1.2.3.4:80\n1.2.3.4:80\nx:y"})
+    assert page.status_code == 200
+    body = page.content.decode()
+    assert "1 added" in body and "1 duplicates" in body and "1 bad lines" in body
+    assert "repeats line 1" in body and "port must be a number" in body
+
+
+def test_the_page_imports_an_uploaded_file(staff, staff_client):
+    upload = SimpleUploadedFile("list.txt", b"https://u:secret@h.example:443\n", "text/plain")
+    page = staff_client.post("/proxies/import", {"file": upload})
+    assert "1 added" in page.content.decode()
+    proxy = Proxy.objects.get()
+    assert (proxy.source, proxy.added_by) == ("upload: list.txt", staff)
+    assert "secret" not in page.content.decode()
+    assert "secret" not in staff_client.get("/proxies/").content.decode()
+    assert "secret" not in staff_client.get(f"/proxies/{proxy.pk}/").content.decode()
+
+
+def test_the_page_wants_exactly_one_kind_of_list(staff_client):
+    page = staff_client.post("/proxies/import", {})
+    assert "Give exactly one" in page.content.decode()
+
+
+def test_the_cli_imports_a_file_and_reports_bad_lines(tmp_path):
+    path = tmp_path / "list.txt"
+    path.write_text("1.2.3.4:80\nbad line\n1.2.3.4:80\n")
+    out, err = io.StringIO(), io.StringIO()
+    call_command("proxies", "import", str(path), stdout=out, stderr=err)
+    assert "1 added, 1 duplicates, 1 bad lines" in out.getvalue()
+    assert "line 2: invalid host 'bad line': bad line" in err.getvalue()
+    assert "line 3: duplicate, repeats line 1" in err.getvalue()
+    assert Proxy.objects.get().source == "file: list.txt"
+
+
+def test_the_cli_imports_from_a_url(make_site):
+    site = make_site(lambda r: Response(body="9.9.9.9:3128\n", content_type="text/plain"))
+    out = io.StringIO()
+    call_command("proxies", "import", site.url, stdout=out)
+    assert "1 added" in out.getvalue()
+
+
+def test_the_cli_says_when_a_file_cannot_be_read(tmp_path):
+    with pytest.raises(CommandError, match="cannot read"):
+        call_command("proxies", "import", str(tmp_path / "missing.txt"))

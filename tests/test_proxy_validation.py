@@ -1,0 +1,228 @@
+"""Validation: real proxies on loopback fetch an echo site; scores, latency, anonymity, state."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import django_rq
+import pytest
+
+from proxies import pool, services, validation
+from proxies.jobs import validate_proxies
+from proxies.models import Anonymity, Proxy, ProxyEvent, ProxyState
+from tests.forward_proxy import ForwardProxy, StallingProxy, refused_port
+from tests.sites import Request, Response
+
+pytestmark = pytest.mark.django_db
+
+
+def echo_handler(request: Request) -> Response:
+    """Plays crawlhub's /proxies/echo: the client address and the proxy headers that arrived."""
+    headers = {k: v for k, v in request.headers.items() if k in validation.PROXY_HEADERS}
+    body = json.dumps({"origin": request.client[0], "headers": headers})
+    return Response(body=body, content_type="application/json")
+
+
+@pytest.fixture
+def echo(make_site, settings):
+    site = make_site(echo_handler)
+    settings.PROXY_CHECK_URL = site.url + "/proxies/echo"
+    settings.PROXY_CHECK_TIMEOUT = 1
+    return site
+
+
+def add(url: str, **fields) -> Proxy:
+    scheme, rest = url.split("://")
+    host, port = rest.rsplit(":", 1)
+    return Proxy.objects.create(scheme=scheme, host=host, port=int(port), **fields)
+
+
+@pytest.mark.parametrize(
+    ("mode", "anonymity"),
+    [("elite", "elite"), ("anonymous", "anonymous"), ("transparent", "transparent")],
+)
+def test_a_working_proxy_is_admitted_with_its_latency_and_anonymity(echo, mode, anonymity):
+    with ForwardProxy(mode=mode, source_ip="127.0.0.2") as fp:
+        proxy = add(fp.url)
+        report = validation.run_pass()
+    proxy.refresh_from_db()
+    assert (report.checked, report.ok, report.admitted) == (1, 1, 1)
+    assert proxy.state == ProxyState.ACTIVE
+    assert proxy.anonymity == anonymity
+    assert proxy.score == 6 and proxy.successes == 1
+    assert proxy.latency_ms is not None and proxy.last_validated_at is not None
+    assert proxy.key in pool.members()
+    assert proxy.events.filter(kind=ProxyEvent.Kind.ADMITTED).exists()
+    # The check went through the proxy: the echo site saw the proxy's connection.
+    assert echo.log[-1].client in fp.upstream_addresses()
+
+
+def test_a_proxy_with_credentials_is_checked_with_them(echo):
+    with ForwardProxy(auth=("u", "p@ss"), source_ip="127.0.0.2") as fp:
+        proxy = add(fp.url, username="u", password="p@ss")
+        validation.run_pass()
+        assert fp.refused_auth == 0
+    proxy.refresh_from_db()
+    assert proxy.state == ProxyState.ACTIVE
+    assert pool.acquire(channel="c").url == f"http://u:p%40ss@{fp.address}"
+
+
+def test_wrong_credentials_fail_the_check_without_removing(echo):
+    with ForwardProxy(auth=("u", "right"), source_ip="127.0.0.2") as fp:
+        proxy = add(fp.url, username="u", password="wrong")
+        validation.run_pass()
+    proxy.refresh_from_db()
+    assert proxy.state == ProxyState.NEW
+    assert proxy.score == 4 and "HTTP 407" in proxy.last_error
+
+
+def test_a_refused_connection_removes_the_proxy_at_once(echo):
+    proxy = add(f"http://127.0.0.1:{refused_port()}")
+    report = validation.run_pass()
+    proxy.refresh_from_db()
+    assert report.failed == {"refused": 1} and report.removed == 1
+    assert proxy.state == ProxyState.REMOVED
+    assert proxy.removed_why == "validation: connection refused"
+    assert proxy.events.get(kind=ProxyEvent.Kind.REMOVED).actor == "validator"
+
+
+def test_a_timeout_costs_a_point_and_the_pool_keeps_an_active_proxy(echo):
+    with StallingProxy() as stalling:
+        proxy = add(stalling.url, state=ProxyState.ACTIVE, score=8)
+        pool.record_check(proxy=proxy.key, url=proxy.url, ok=True)  # pooled, score 6 in Redis
+        report = validation.run_pass()
+    proxy.refresh_from_db()
+    assert report.failed == {"timeout": 1}
+    assert proxy.state == ProxyState.ACTIVE and proxy.score == 5
+    assert "no answer" in proxy.last_error
+    assert pool.members()[proxy.key]["score"] == 5
+
+
+def test_a_new_proxy_that_keeps_timing_out_is_removed_at_zero(echo, settings):
+    settings.PROXY_VALIDATE_EVERY = 5
+    with StallingProxy() as stalling:
+        proxy = add(stalling.url, score=2)
+        validation.run_pass()
+        proxy.refresh_from_db()
+        assert (proxy.state, proxy.score) == (ProxyState.NEW, 1)
+        validation.run_pass()
+    proxy.refresh_from_db()
+    assert proxy.state == ProxyState.REMOVED
+    assert proxy.removed_why == "validation: score fell to 0 (timeout)"
+
+
+def test_a_disabled_proxy_validated_with_all_stays_out_of_the_pools(echo):
+    with ForwardProxy(source_ip="127.0.0.2") as fp:
+        proxy = add(fp.url, state=ProxyState.DISABLED)
+        assert validation.run_pass().checked == 0
+        assert validation.run_pass(everything=True).checked == 1
+    proxy.refresh_from_db()
+    assert proxy.state == ProxyState.DISABLED and proxy.score == 6
+    assert pool.members() == {}
+
+
+def test_one_validation_pass_at_a_time(echo):
+    add(f"http://127.0.0.1:{refused_port()}")
+    with pool.validation_lock(timeout=30) as lock:
+        assert lock is not None
+        assert validation.run_pass() is None
+        assert validate_proxies() == {"skipped": "another validation pass is running"}
+    assert validation.run_pass().checked == 1
+
+
+def test_passes_started_together_on_several_workers_run_one_at_a_time():
+    inside, overlaps, entered = [], [], []
+    guard = threading.Lock()
+    start = threading.Barrier(4)
+
+    def worker() -> None:
+        start.wait()
+        with pool.validation_lock(timeout=10) as lock:
+            if lock is None:
+                return
+            with guard:
+                overlaps.append(len(inside))
+                inside.append(1)
+                entered.append(1)
+            threading.Event().wait(0.3)
+            with guard:
+                inside.pop()
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert entered == [1] and overlaps == [0]
+
+
+def test_an_admin_removal_during_a_validation_is_not_undone(echo, staff):
+    with ForwardProxy(source_ip="127.0.0.2") as fp:
+        proxy = add(fp.url)
+        services.remove_proxies(proxies=[proxy], why="bad", user=staff)
+        # A check that was already under way finishes after the removal: it cannot admit it.
+        score, status = pool.record_check(proxy=proxy.key, url=proxy.url, ok=True)
+    assert status == "out" and pool.members() == {}
+
+
+def test_new_proxies_are_validated_by_a_job_before_they_enter_the_pools(
+    echo, django_capture_on_commit_callbacks
+):
+    with ForwardProxy(source_ip="127.0.0.2") as fp:
+        with django_capture_on_commit_callbacks(execute=True):
+            report = services.import_proxies(text=fp.address, source="paste")
+        assert pool.members() == {}
+        queue = django_rq.get_queue("control")
+        [job] = queue.get_jobs()
+        assert job.func_name == "proxies.jobs.validate_proxies"
+        assert job.kwargs == {"proxy_ids": [report.added[0].pk]}
+        assert validate_proxies(**job.kwargs)["admitted"] == 1
+    assert list(pool.members()) == [report.added[0].key]
+
+
+def test_a_pass_brings_crawl_outcomes_into_the_inventory(echo):
+    good = add("http://10.0.0.1:1", state=ProxyState.ACTIVE)
+    bad = add("http://10.0.0.2:1", state=ProxyState.ACTIVE)
+    for p in (good, bad):
+        pool.record_check(proxy=p.key, url=p.url, ok=True, latency_ms=50)
+    lease = pool.acquire(channel="c")
+    other = pool.acquire(channel="c")
+    by_key = {good.key: good, bad.key: bad}
+    pool.release(lease=lease, latency_ms=42)
+    pool.fail(lease=other, reason="refused")
+    synced = services.sync_from_pool()
+    assert synced["dropped"] == 1
+    kept, dropped = by_key[lease.proxy], by_key[other.proxy]
+    kept.refresh_from_db()
+    dropped.refresh_from_db()
+    assert (kept.successes, kept.latency_ms, kept.score) == (1, 42, 7)
+    assert dropped.state == ProxyState.REMOVED and dropped.failures == 1
+    assert dropped.removed_why == "connection refused (channel c)"
+
+
+def test_classify_tells_transparent_anonymous_and_elite_apart():
+    own = "203.0.113.5"
+    assert validation.classify(origin=own, headers={}, own_ip=own) == Anonymity.TRANSPARENT
+    xff = {"X-Forwarded-For": "203.0.113.5, 10.0.0.1"}
+    assert validation.classify(origin="198.51.100.1", headers=xff, own_ip=own) == "transparent"
+    via = {"Via": "1.1 squid"}
+    assert validation.classify(origin="198.51.100.1", headers=via, own_ip=own) == "anonymous"
+    assert validation.classify(origin="198.51.100.1", headers={}, own_ip=own) == "elite"
+    # httpbin-style answers carry every header; only the revealing ones count.
+    everything = {"Host": "x", "User-Agent": "y", "Accept": "*/*"}
+    assert validation.classify(origin="198.51.100.1", headers=everything, own_ip=own) == "elite"
+    assert validation.classify(origin="203.0.113.50", headers={}, own_ip=own) == "elite"
+
+
+def test_the_echo_endpoint_needs_no_session_and_reveals_only_what_a_check_needs(client):
+    response = client.get(
+        "/proxies/echo", HTTP_VIA="1.1 p", HTTP_X_FORWARDED_FOR="1.2.3.4", HTTP_COOKIE="a=b",
+        HTTP_AUTHORIZATION="Basic eA==",
+    )  # fmt: skip
+    assert response.status_code == 200
+    assert response.json() == {
+        "origin": "127.0.0.1",
+        "headers": {"Via": "1.1 p", "X-Forwarded-For": "1.2.3.4"},
+    }
+    assert client.post("/proxies/echo").status_code == 405
