@@ -22,7 +22,8 @@ from django.utils import timezone
 
 from crawls.fetcher import Fetcher, FetchResult
 from crawls.frontier import Frontier, Outcome, Request
-from crawls.models import Crawl, FailedRequest, Page
+from crawls.models import Crawl, FailedRequest, Page, ProxyUse
+from crawls.proxying import fetch_via_pool
 from crawls.robots import RobotsPolicy, policy_from_response, robots_url
 from crawls.scope import Scope
 from crawls.useragents import DEFAULT_USER_AGENT
@@ -105,6 +106,7 @@ def with_redis_retry(fn, *, stop_after: float = REDIS_RETRY_SECONDS):
 class Slice:
     def __init__(self, crawl: Crawl, slice_id: str, *, budget_seconds: float | None = None):
         self.crawl = crawl
+        self.channel = crawl.channel
         self.slice_id = slice_id
         self.frontier = Frontier(crawl.pk)
         self.budget = budget_seconds or settings.CRAWLHUB_SLICE_SECONDS
@@ -209,7 +211,14 @@ class Slice:
         try:
             if self.crawl.obey_robots and not self._robots_allow(request.url):
                 return Result(request=request, blocked="blocked by robots.txt")
-            return Result(request=request, fetch=self.fetcher.fetch(request.url))
+            if self.channel.proxy_use == ProxyUse.POOL:
+                fetch = fetch_via_pool(
+                    self.fetcher, request.url, channel=self.channel.slug,
+                    strategy=self.channel.proxy_strategy, lease_seconds=self.lease,
+                )  # fmt: skip
+            else:
+                fetch = self.fetcher.fetch(request.url)
+            return Result(request=request, fetch=fetch)
         except Exception as exc:  # a bug in one page must not lose the others
             log.exception("fetching %s failed", request.url)
             return Result(request=request, blocked=f"internal error: {type(exc).__name__}: {exc}")
