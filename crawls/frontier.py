@@ -288,16 +288,13 @@ class Frontier:
     def stats(self) -> dict[str, int]:
         """Every counter (0 when never bumped) plus queued, delayed and in_flight, read in one
         MULTI so that the invariant holds in what is returned."""
-        with self.redis.pipeline(transaction=True) as pipe:
-            pipe.hgetall(self._key("stats"))
-            pipe.zcard(self._key("queue"))
-            pipe.zcard(self._key("delayed"))
-            pipe.hlen(self._key("backup"))
-            counters, queued, delayed, in_flight = pipe.execute()
-        stats = dict.fromkeys(COUNTERS, 0)
-        stats.update({name.decode(): int(value) for name, value in counters.items()})
-        stats.update(queued=queued, delayed=delayed, in_flight=in_flight)
-        return stats
+        return stats_many([self.crawl_id], client=self.redis)[self.crawl_id]
+
+    def _queue_stats(self, pipe) -> None:
+        pipe.hgetall(self._key("stats"))
+        pipe.zcard(self._key("queue"))
+        pipe.zcard(self._key("delayed"))
+        pipe.hlen(self._key("backup"))
 
     def retry_failed(self, requests: list[Request]) -> int:
         """Queue requests from the failure queue again (attempts reset, no dedup check) and
@@ -356,6 +353,24 @@ class Frontier:
         after ttl seconds in case that worker dies."""
         key = self._key(f"robotslock:{host.lower()}")
         return bool(self.redis.set(key, "1", nx=True, px=max(1, _ms(ttl))))
+
+
+def stats_many(crawl_ids: list[int], client: redis.Redis | None = None) -> dict[int, dict]:
+    """Frontier.stats() of many crawls in one round trip (list pages)."""
+    client = client or get_redis()
+    frontiers = [Frontier(crawl_id, client) for crawl_id in crawl_ids]
+    with client.pipeline(transaction=True) as pipe:
+        for frontier in frontiers:
+            frontier._queue_stats(pipe)
+        replies = pipe.execute()
+    result = {}
+    for n, frontier in enumerate(frontiers):
+        counters, queued, delayed, in_flight = replies[4 * n : 4 * n + 4]
+        stats = dict.fromkeys(COUNTERS, 0)
+        stats.update({name.decode(): int(value) for name, value in counters.items()})
+        stats.update(queued=queued, delayed=delayed, in_flight=in_flight)
+        result[frontier.crawl_id] = stats
+    return result
 
 
 def supervisor_lock(ttl: float, client: redis.Redis | None = None) -> bool:

@@ -82,43 +82,46 @@ def _clean_patterns(patterns: list[str] | str, field: str) -> list[str]:
     return [p.strip() for p in patterns if p.strip()]
 
 
-def crawl_create(
-    *, user, name: str, seeds: list[str] | str, channel: Channel | None = None, **options: Any
+def crawl_clean(
+    *, name: str, seeds: list[str] | str, channel: Channel | None = None, **options: Any
 ) -> Crawl:
-    """A new crawl in draft state. Raises ValidationError naming each bad field."""
+    """An unsaved, validated crawl. Raises ValidationError naming every bad field at once."""
     unknown = set(options) - set(CRAWL_OPTIONS)
     if unknown:
         raise TypeError(f"unknown crawl options: {', '.join(sorted(unknown))}")
     errors: dict[str, list[str]] = {}
     values: dict[str, Any] = dict(options)
-    for field, cleaner in (
-        ("seeds", lambda: clean_seeds(seeds)),
-        ("allowed_domains", lambda: _clean_domains(options.get("allowed_domains", []))),
-        (
-            "include_patterns",
-            lambda: _clean_patterns(options.get("include_patterns", []), "include_patterns"),
+    cleaners = {
+        "seeds": lambda: clean_seeds(seeds),
+        "allowed_domains": lambda: _clean_domains(options.get("allowed_domains", [])),
+        "include_patterns": lambda: _clean_patterns(
+            options.get("include_patterns", []), "include_patterns"
         ),
-        (
-            "exclude_patterns",
-            lambda: _clean_patterns(options.get("exclude_patterns", []), "exclude_patterns"),
+        "exclude_patterns": lambda: _clean_patterns(
+            options.get("exclude_patterns", []), "exclude_patterns"
         ),
-    ):
+    }
+    for field, cleaner in cleaners.items():
         try:
             values[field] = cleaner()
         except ValidationError as exc:
             errors.update(exc.message_dict)
-    crawl = Crawl(
-        name=(name or "").strip(),
-        channel=channel or Channel.default(),
-        created_by=user,
-        **values,
-    )
+    crawl = Crawl(name=(name or "").strip(), channel=channel or Channel.default(), **values)
     try:
         crawl.full_clean(exclude=["seeds", "created_by"] + list(errors))
     except ValidationError as exc:
         errors.update(exc.message_dict)
     if errors:
         raise ValidationError(errors)
+    return crawl
+
+
+def crawl_create(
+    *, user, name: str, seeds: list[str] | str, channel: Channel | None = None, **options: Any
+) -> Crawl:
+    """A new crawl in draft state. Raises ValidationError naming each bad field."""
+    crawl = crawl_clean(name=name, seeds=seeds, channel=channel, **options)
+    crawl.created_by = user
     with transaction.atomic():
         crawl.save()
         _event(crawl, CrawlEvent.Kind.CREATED, user)
@@ -297,6 +300,16 @@ def crawl_stats_safe(crawl: Crawl) -> dict:
         return crawl_stats(crawl)
     except REDIS_ERRORS as exc:
         return {**crawl.stats, "redis_error": str(exc)}
+
+
+def crawls_stats_safe(crawls: list[Crawl]) -> dict[int, dict]:
+    """crawl_stats_safe for a page of crawls, in one Redis round trip."""
+    live = [c.pk for c in crawls if not (c.is_over() and c.stats)]
+    try:
+        stats = frontier_mod.stats_many(live) if live else {}
+    except REDIS_ERRORS as exc:
+        stats = {pk: {"redis_error": str(exc)} for pk in live}
+    return {c.pk: {**c.stats, **stats[c.pk]} if c.pk in stats else c.stats for c in crawls}
 
 
 def crawl_snapshot(crawl: Crawl) -> dict:

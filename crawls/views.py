@@ -20,7 +20,8 @@ def crawl_list(request: HttpRequest) -> HttpResponse:
     if channel:
         crawls = crawls.filter(channel__slug=channel)
     page = Paginator(crawls, CRAWLS_PER_PAGE).get_page(request.GET.get("page"))
-    rows = [(crawl, services.crawl_stats_safe(crawl)) for crawl in page]
+    stats = services.crawls_stats_safe(list(page))
+    rows = [(crawl, stats[crawl.pk]) for crawl in page]
     return render(
         request,
         "crawls/crawl_list.html",

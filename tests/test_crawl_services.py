@@ -110,3 +110,35 @@ def test_bad_seeds_added_later_are_rejected(user):
     with pytest.raises(ValidationError) as caught:
         services.crawl_add_seeds(crawl=crawl, user=user, urls=["not a url"])
     assert "seeds" in caught.value.message_dict
+
+
+def test_the_default_channel_exists_after_migrations():
+    assert Channel.objects.filter(slug="default").exists()
+
+
+def test_the_admin_creates_and_starts_crawls_through_the_services(staff_client, django_user_model):
+    from crawls.models import Crawl
+
+    staff = django_user_model.objects.get(username="sam")
+    staff.is_superuser = True
+    staff.save()
+    response = staff_client.post(
+        "/admin/crawls/crawl/add/",
+        {
+            "name": "from admin", "channel": Channel.default().pk,
+            "seeds": '["http://127.0.0.1:9/"]', "allowed_domains": "[]",
+            "include_patterns": '["("]', "exclude_patterns": "[]", "max_depth": 2,
+            "max_pages": 10, "priority": 0, "threads": 2, "slices": 1, "timeout": 5,
+            "max_bytes": 100000, "max_retries": 1, "user_agent_mode": "", "user_agent": "",
+            "events-TOTAL_FORMS": 0, "events-INITIAL_FORMS": 0,
+        },
+    )  # fmt: skip
+    assert response.status_code == 200  # the bad regex is refused
+    assert not Crawl.objects.exists()
+    assert "not a valid regular expression" in response.content.decode()
+    data = {**response.wsgi_request.POST.dict(), "include_patterns": '["/docs/"]'}
+    created = staff_client.post("/admin/crawls/crawl/add/", data)
+    assert created.status_code == 302
+    crawl = Crawl.objects.get()
+    assert crawl.created_by == staff
+    assert list(crawl.events.values_list("kind", flat=True)) == ["created"]

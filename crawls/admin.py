@@ -1,0 +1,105 @@
+from django import forms
+from django.contrib import admin, messages
+from django.core.exceptions import ValidationError
+
+from crawls import services
+from crawls.models import Channel, Crawl, CrawlEvent, FailedRequest, Page
+
+
+@admin.register(Channel)
+class ChannelAdmin(admin.ModelAdmin):
+    list_display = ["name", "slug", "proxy_use", "proxy_strategy", "host_delay", "user_agent_mode"]
+    prepopulated_fields = {"slug": ["name"]}
+    search_fields = ["name", "slug"]
+
+
+def _crawl_action(action, label: str, verb: str):
+    def run(modeladmin, request, queryset):
+        done = 0
+        for crawl in queryset.select_related("channel"):
+            try:
+                action(crawl=crawl, user=request.user)
+                done += 1
+            except (services.CrawlActionError, ValidationError) as exc:
+                modeladmin.message_user(request, f"#{crawl.pk}: {exc}", messages.WARNING)
+        if done:
+            modeladmin.message_user(request, f"{verb} {done} crawl(s).", messages.SUCCESS)
+
+    run.__name__ = f"crawl_{label.lower()}"
+    run.short_description = f"{label} selected crawls"
+    return run
+
+
+class EventInline(admin.TabularInline):
+    model = CrawlEvent
+    extra = 0
+    can_delete = False
+    readonly_fields = ["kind", "user", "detail", "at"]
+
+    def has_add_permission(self, request, obj=None) -> bool:
+        return False
+
+
+class CrawlAdminForm(forms.ModelForm):
+    class Meta:
+        model = Crawl
+        fields = ["name", "channel", "seeds", *services.CRAWL_OPTIONS]
+
+    def clean(self) -> dict:
+        """The same validation as every other door: services.crawl_clean."""
+        data = super().clean()
+        fields = {k: data[k] for k in services.CRAWL_OPTIONS if k in data}
+        try:
+            services.crawl_clean(
+                name=data.get("name", ""), seeds=data.get("seeds") or [],
+                channel=data.get("channel"), **fields,
+            )  # fmt: skip
+        except ValidationError as exc:
+            for field, errors in exc.message_dict.items():
+                for error in errors:
+                    self.add_error(field if field in self.fields else None, error)
+        return data
+
+
+@admin.register(Crawl)
+class CrawlAdmin(admin.ModelAdmin):
+    form = CrawlAdminForm
+    list_display = ["id", "name", "channel", "state", "created_by", "created_at", "finished_at"]
+    list_filter = ["state", "channel"]
+    search_fields = ["name"]
+    readonly_fields = ["state", "created_by", "created_at", "started_at", "finished_at", "stats"]
+    inlines = [EventInline]
+    actions = [
+        _crawl_action(services.crawl_start, "Start", "Started"),
+        _crawl_action(services.crawl_pause, "Pause", "Paused"),
+        _crawl_action(services.crawl_resume, "Resume", "Resumed"),
+        _crawl_action(services.crawl_cancel, "Cancel", "Cancelled"),
+    ]
+
+    def save_model(self, request, obj, form, change) -> None:
+        """New crawls go through crawl_create, like every other door."""
+        if change:
+            super().save_model(request, obj, form, change)
+            return
+        fields = {k: getattr(obj, k) for k in services.CRAWL_OPTIONS}
+        created = services.crawl_create(
+            user=request.user, name=obj.name, seeds=obj.seeds, channel=obj.channel, **fields
+        )
+        obj.pk = created.pk
+        obj.refresh_from_db()
+
+
+@admin.register(Page)
+class PageAdmin(admin.ModelAdmin):
+    list_display = ["url", "crawl", "status", "bytes", "elapsed_ms", "depth", "fetched_at"]
+    list_filter = ["status"]
+    search_fields = ["url", "title"]
+    raw_id_fields = ["crawl"]
+    exclude = ["body"]
+
+
+@admin.register(FailedRequest)
+class FailedRequestAdmin(admin.ModelAdmin):
+    list_display = ["url", "crawl", "attempts", "last_status", "last_error", "failed_at"]
+    search_fields = ["url"]
+    raw_id_fields = ["crawl"]
