@@ -1,6 +1,6 @@
 import asyncio
 
-from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from crawlhub.health import health
@@ -37,7 +37,7 @@ class HealthConsumer(LoginRequiredConsumer):
 
     async def _tick(self) -> None:
         while True:
-            await self.send_json({"type": "health", **await sync_to_async(health)()})
+            await self.send_json({"type": "health", **await database_sync_to_async(health)()})
             await asyncio.sleep(HEALTH_EVERY_SECONDS)
 
     async def disconnect(self, code: int) -> None:
