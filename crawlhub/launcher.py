@@ -201,10 +201,12 @@ class EmbeddedRedis:
         raise LauncherError(f"redis-server did not answer at {self.url} within {timeout:.0f}s")
 
     def _answers_as(self, pid: int) -> bool:
-        """True when the server at self.url is the process we started, not a stranger."""
+        """True when the server at self.url is the process we started (not a stranger) and
+        has finished loading its data: while it loads, it answers INFO but refuses commands."""
         client = redis.Redis.from_url(self.url, socket_timeout=0.5, socket_connect_timeout=0.5)
         try:
-            return client.info("server").get("process_id") == pid
+            info = client.info("server") | client.info("persistence")
+            return info.get("process_id") == pid and not info.get("loading")
         except (redis.ConnectionError, redis.TimeoutError, OSError):
             return False
         finally:

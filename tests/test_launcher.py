@@ -137,3 +137,17 @@ def test_server_dies_with_the_process_that_started_it(tmp_path):
             break
         time.sleep(0.05)
     assert not launcher.ping(url)
+
+
+def test_start_returns_only_once_the_data_is_loaded(tmp_path):
+    port = free_port()
+    with launcher.EmbeddedRedis(tmp_path / "data", port=port) as server:
+        client = redis_py.Redis.from_url(server.url)
+        # Enough data that loading the append-only file takes a noticeable moment.
+        with client.pipeline(transaction=False) as pipe:
+            for n in range(200_000):
+                pipe.set(f"key:{n}", "x" * 50)
+            pipe.execute()
+    with launcher.EmbeddedRedis(tmp_path / "data", port=port) as server:
+        client = redis_py.Redis.from_url(server.url)
+        assert client.dbsize() == 200_000  # a LOADING error here would fail the test
