@@ -4,9 +4,12 @@
     .venv/bin/python bench/crawl_bench.py --pages 20000 --only scrapy
 
 Prints, per tool and site size: URLs fetched, seconds, pages/s (URLs fetched per second, 404s,
-500s and redirects included), Redis commands per page (INFO commandstats delta / URLs fetched)
-and Redis bytes per fingerprint (MEMORY USAGE of the fingerprint keys / fingerprints), then the
-crawlhub / Scrapy ratio. Each tool gets its own embedded Redis on a free port. See bench/README.md.
+500s and redirects included), Redis commands per page as clients sent them (EVALSHA and plain
+commands, counted in each client process by bench/redis_counting/sitecustomize.py) and the
+network round trips they took, Redis commands per page as INFO commandstats counts them
+(which includes every command a Lua script runs inside Redis), and Redis bytes per fingerprint
+(MEMORY USAGE of the fingerprint keys / fingerprints), then the crawlhub / Scrapy ratio. Each
+tool gets its own embedded Redis on a free port. See bench/README.md.
 """
 
 from __future__ import annotations
@@ -36,6 +39,10 @@ from crawls.sample_site import SampleSite  # noqa: E402
 
 SCRAPY_VENV = BENCH / ".venv-scrapy"
 NGINX = "/usr/sbin/nginx"
+COUNTING = BENCH / "redis_counting"
+
+sys.path.insert(0, str(COUNTING))
+from sitecustomize import totals as client_totals  # noqa: E402
 
 
 @dataclass
@@ -44,9 +51,12 @@ class Result:
     pages: int  # pages in the site
     urls: int  # URLs fetched
     seconds: float
-    commands: int  # Redis commands during the crawl
+    commands: int  # Redis commands during the crawl (INFO commandstats: includes inside Lua)
     fingerprint_bytes: float | None
     note: str = ""
+    client_commands: int | None = None  # sent by clients (EVALSHA + plain commands)
+    scripts: int | None = None  # of which EVAL/EVALSHA
+    round_trips: int | None = None  # network round trips (a pipeline is one)
 
     @property
     def rate(self) -> float:
@@ -173,6 +183,15 @@ class FingerprintSampler(threading.Thread):
 # -- Scrapy + scrapy-redis -------------------------------------------------------------------
 
 
+def counting_env(folder: Path, env: dict[str, str] | None = None) -> dict[str, str]:
+    """env for client processes whose Redis commands are counted into folder."""
+    folder.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ if env is None else env)
+    env["CRAWLBENCH_REDIS_COUNTS"] = str(folder)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(COUNTING), env.get("PYTHONPATH")]))
+    return env
+
+
 def ensure_scrapy_venv() -> Path:
     scrapy = SCRAPY_VENV / "bin" / "scrapy"
     if not scrapy.exists():
@@ -188,6 +207,8 @@ def run_scrapy(site: SampleSite, origin: str, folder: Path, args) -> Result:
     expected = {origin + path for path in site.expected()}
     with EmbeddedRedis(folder / "redis-scrapy", port=free_port()) as server:
         client = redis.Redis.from_url(server.url)
+        counts = folder / "redis-counts-scrapy"
+        env = counting_env(counts)
         before = total_calls(client)
         outs = [folder / f"scrapy-{n}.json" for n in range(args.workers)]
         common = ["-s", f"REDIS_URL={server.url}", "-s", f"CONCURRENT_REQUESTS={args.concurrency}"]
@@ -202,6 +223,7 @@ def run_scrapy(site: SampleSite, origin: str, folder: Path, args) -> Result:
                 + ["-a", f"start_url={origin}/", "-a", f"out={out}"]
                 + ["-a", f"role={'seed' if n == 0 else 'join'}"],
                 cwd=folder,
+                env=env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
@@ -239,9 +261,11 @@ def run_scrapy(site: SampleSite, origin: str, folder: Path, args) -> Result:
     )
     if unique != expected or left:
         note = "INCOMPLETE: " + note
+    sent, scripts, trips = client_totals(str(counts))
     return Result(
-        "scrapy+redis", site.pages, len(fetched), last - first, after - before, per_fp, note
-    )
+        "scrapy+redis", site.pages, len(fetched), last - first, after - before, per_fp, note,
+        client_commands=sent, scripts=scripts, round_trips=trips,
+    )  # fmt: skip
 
 
 # -- crawlhub --------------------------------------------------------------------------------
@@ -252,7 +276,9 @@ def run_crawlhub(site: SampleSite, origin: str, folder: Path, args) -> Result:
     data = folder / "crawlhub"
     data.mkdir(exist_ok=True)
     with EmbeddedRedis(folder / "redis-crawlhub", port=free_port()) as server:
-        env = {**os.environ, "CRAWLHUB_DATA_DIR": str(data), "REDIS_URL": server.url}
+        counts = folder / "redis-counts-crawlhub"
+        env = counting_env(counts, {**os.environ, "CRAWLHUB_DATA_DIR": str(data)})
+        env["REDIS_URL"] = server.url
         env["CRAWLHUB_ADMIN_PASSWORD"] = secrets.token_urlsafe(16)
         manage = [sys.executable, str(ROOT / "manage.py")]
         client = redis.Redis.from_url(server.url)
@@ -285,6 +311,7 @@ def run_crawlhub(site: SampleSite, origin: str, folder: Path, args) -> Result:
                 return done.stdout
 
             before = total_calls(client)
+            sent_before = client_totals(str(counts))
             say(f"crawlhub: {args.workers} workers, {len(expected)} URLs to fetch")
             started = time.monotonic()
             create = (
@@ -301,6 +328,7 @@ def run_crawlhub(site: SampleSite, origin: str, folder: Path, args) -> Result:
             seconds = time.monotonic() - started
             sampler.stop()
             after = total_calls(client) - sampler.commands
+            sent = [b - a for a, b in zip(sent_before, client_totals(str(counts)), strict=True)]
             status = json.loads(manage_py("crawl", "status", crawl, "--json"))
             status = {**status, **status.get("counters", {})}  # flat or nested counters
             fingerprints = int(status.get("requests") or 0)
@@ -327,24 +355,38 @@ def run_crawlhub(site: SampleSite, origin: str, folder: Path, args) -> Result:
         note = "MISMATCH: " + note
     if per_fp is None:
         note += "; no fingerprint keys (ch:{c<ID>}:seen:*) found: bytes/fingerprint not measured"
-    return Result("crawlhub", site.pages, fetched, seconds, after - before, per_fp, note)
+    return Result(
+        "crawlhub", site.pages, fetched, seconds, after - before, per_fp, note,
+        client_commands=sent[0], scripts=sent[1], round_trips=sent[2],
+    )  # fmt: skip
 
 
 # -- main ------------------------------------------------------------------------------------
 
 
+def per_url(count: int | None, r: Result) -> str:
+    return f"{count / r.urls:.2f}" if count is not None and r.urls else "n/a"
+
+
 def table(results: list[Result]) -> str:
     lines = [
+        f"{'':<14}{'':>8}{'':>8}{'':>9}{'':>9}{'---------- Redis per page ----------':>40}",
         f"{'tool':<14}{'pages':>8}{'URLs':>8}{'seconds':>9}{'pages/s':>9}"
-        f"{'redis cmds/page':>17}{'bytes/fingerprint':>19}"
+        f"{'client cmds':>12}{'(EVALSHA)':>10}{'round trips':>12}{'all cmds':>10}"
+        f"{'bytes/fingerprint':>19}",
     ]
     for r in results:
         per_fp = f"{r.fingerprint_bytes:.1f}" if r.fingerprint_bytes else "n/a"
-        cmds = r.commands / r.urls if r.urls else 0.0
         lines.append(
             f"{r.tool:<14}{r.pages:>8}{r.urls:>8}{r.seconds:>9.1f}{r.rate:>9.0f}"
-            f"{cmds:>17.2f}{per_fp:>19}"
+            f"{per_url(r.client_commands, r):>12}{per_url(r.scripts, r):>10}"
+            f"{per_url(r.round_trips, r):>12}{per_url(r.commands, r):>10}{per_fp:>19}"
         )
+    lines.append(
+        "  client cmds: commands clients sent (EVALSHA + plain; a pipeline's commands each "
+        "count); round trips: network exchanges; all cmds: INFO commandstats, which also "
+        "counts every command run inside a Lua script"
+    )
     for r in results:
         lines.append(f"  {r.tool} {r.pages}: {r.note}")
     return "\n".join(lines)

@@ -18,3 +18,14 @@ def staff_required(view):
         return view(request, *args, **kwargs)
 
     return wrapper
+
+
+def visible_crawls(user, queryset=None):
+    """The crawls this user may see and drive: their own; staff, every crawl. Anything else
+    answers 404, so that a crawl's existence does not leak."""
+    from crawls.models import Crawl
+
+    queryset = Crawl.objects.all() if queryset is None else queryset
+    if user.is_staff:
+        return queryset
+    return queryset.filter(created_by=user)

@@ -19,11 +19,15 @@ class LoginRequiredConsumer(AsyncJsonWebsocketConsumer):
         return user.is_authenticated and (user.is_staff or not self.staff_only)
 
     async def connect(self) -> None:
-        if not self.allowed(self.scope["user"]):
+        if not self.allowed(self.scope["user"]) or not await self.authorize():
             await self.close(code=CLOSE_FORBIDDEN)
             return
         await self.accept()
         await self.on_accepted()
+
+    async def authorize(self) -> bool:
+        """Checks on the object the socket is about (before accepting): True to let it in."""
+        return True
 
     async def on_accepted(self) -> None:
         """Send the first snapshot, join groups: whatever the page needs once connected."""

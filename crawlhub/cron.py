@@ -25,3 +25,25 @@ cron.register(
     result_ttl=600,
     name="proxy validation",
 )
+
+from crawls.schedules import run_due_schedules_job  # noqa: E402
+from crawls.webhooks import deliver_overdue_job  # noqa: E402
+
+# Scheduled crawls: each due schedule starts one new crawl (claimed, so never twice).
+cron.register(
+    run_due_schedules_job,
+    "control",
+    interval=settings.CRAWLHUB_SCHEDULES_SECONDS,
+    job_timeout=300,
+    result_ttl=600,
+    name="scheduled crawls",
+)
+# Webhook deliveries whose retry RQ's scheduler did not run in time.
+cron.register(
+    deliver_overdue_job,
+    "control",
+    interval=60,
+    job_timeout=120,
+    result_ttl=600,
+    name="webhook retries",
+)

@@ -145,6 +145,8 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "channels",
     "django_rq",
+    "rest_framework",
+    "drf_spectacular",
     "crawlhub",
     "crawls",
     "proxies",
@@ -221,11 +223,38 @@ CRAWLHUB_SLICE_SECONDS = env_int("CRAWLHUB_SLICE_SECONDS", 20, minimum=1)
 # A claimed request returns to the queue this long after its worker stopped answering.
 CRAWLHUB_LEASE_SECONDS = env_int("CRAWLHUB_LEASE_SECONDS", 60, minimum=1)
 CRAWLHUB_SUPERVISOR_SECONDS = env_int("CRAWLHUB_SUPERVISOR_SECONDS", 3, minimum=1)
+# How often due scheduled crawls are looked for (a run starts at most this late).
+CRAWLHUB_SCHEDULES_SECONDS = env_int("CRAWLHUB_SCHEDULES_SECONDS", 30, minimum=1)
+
+# The JSON API (crawlhub/api.py): tokens or the session; JSON only; errors as JSON.
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        # First, so that a request without credentials gets 401 with WWW-Authenticate.
+        "crawlhub.drf.BearerTokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
+    "PAGE_SIZE": 50,
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "crawlhub.drf.exception_handler",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "crawlhub API",
+    "DESCRIPTION": "Crawls, channels, proxies and exports. Authenticate with "
+    "`Authorization: Bearer <token>` (tokens at /account/tokens/) or a session.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
+    "COMPONENT_SPLIT_REQUEST": True,
+}
 
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [REDIS_URL], "prefix": "crawlhub:asgi"},
+        "CONFIG": {"hosts": launcher.channel_layer_hosts(REDIS_URL), "prefix": "crawlhub:asgi"},
     }
 }
 
@@ -239,6 +268,10 @@ SECURE_HSTS_INCLUDE_SUBDOMAINS = HTTPS
 SECURE_HSTS_PRELOAD = HTTPS
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if HTTPS else None
 SECURE_CONTENT_TYPE_NOSNIFF = True
+# Crawls refuse hosts that are or resolve to loopback, private, link-local, CGNAT, multicast or
+# reserved addresses (crawls/netguard.py). On in production; off by default so that local
+# development and the tests can crawl sites on 127.0.0.1.
+CRAWLHUB_BLOCK_PRIVATE_NETWORKS = env_bool("CRAWLHUB_BLOCK_PRIVATE_NETWORKS", HTTPS)
 SESSION_COOKIE_HTTPONLY = True
 X_FRAME_OPTIONS = "DENY"
 

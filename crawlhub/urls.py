@@ -2,13 +2,19 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from crawlhub import views
+from crawlhub import api, views
 
 urlpatterns = [
     path("", include("crawls.urls")),
+    path("", include("crawls.data_urls")),
+    path("api/", include("crawlhub.api")),
+    path("account/tokens/", api.token_page, name="api_tokens"),
+    path("account/tokens/<int:pk>/revoke", api.token_revoke_page, name="api_token_revoke"),
     path("proxies/", include("proxies.urls")),
     path("workers/", views.workers_page, name="workers"),
     path("healthz", views.healthz, name="healthz"),
+    path("sample/", views.sample_site, name="sample_site"),
+    path("sample/<path:path>", views.sample_site),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),

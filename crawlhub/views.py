@@ -1,9 +1,14 @@
 from django.contrib.auth.decorators import login_not_required
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
+from django.views.decorators.http import require_safe
 
 from crawlhub import workers
 from crawlhub.health import health
+from crawls.sample_site import SampleSite
+
+# The demo crawl's site, served by crawlhub itself so that it works offline at once.
+SAMPLE_SITE = SampleSite(pages=300, prefix="/sample")
 
 
 @login_not_required
@@ -18,4 +23,16 @@ def healthz(request: HttpRequest) -> JsonResponse:
 
 
 def workers_page(request: HttpRequest) -> HttpResponse:
-    return render(request, "crawlhub/workers.html", workers.overview())
+    return render(request, "crawlhub/workers.html", {"nav": "workers", **workers.overview()})
+
+
+@login_not_required
+@require_safe
+def sample_site(request: HttpRequest, path: str = "") -> HttpResponse:
+    """The generated sample site under /sample/, for the demo crawl (no login: crawlers)."""
+    origin = request.build_absolute_uri("/").rstrip("/")
+    status, headers, body = SAMPLE_SITE.render(request.get_full_path(), origin=origin)
+    response = HttpResponse(body, status=status, content_type=headers.pop("Content-Type"))
+    for name, value in headers.items():
+        response[name] = value
+    return response

@@ -18,6 +18,9 @@ Cluster slot):
     ch:{c<ID>}:robots         hash  host -> robots.txt text
     ch:{c<ID>}:robotslock:<host>    str   one worker fetches a host's robots.txt
     ch:{c<ID>}:slices         zset  slice id -> alive-until ms (queued or running slice jobs)
+    ch:{c<ID>}:hostq          hash  host -> requests of that host in the queue (exact)
+    ch:{c<ID>}:series         list  "unix_s:responses", at most one a second, the last 10 min
+    ch:{c<ID>}:publish        str   a live snapshot went out less than N ms ago (throttle)
     ch:supervisor:lock        str   one supervisor at a time, across all crawls
 
 Counter invariant, at every moment (stats() reads it atomically):
@@ -33,8 +36,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
+from json.encoder import encode_basestring_ascii as _json_str
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -42,6 +47,7 @@ import redis
 from w3lib.url import canonicalize_url
 
 from crawlhub.connections import get_redis
+from crawls.scope import url_origin
 
 FINGERPRINT_VERSION = 1
 
@@ -68,8 +74,11 @@ COUNTERS = (
 _LUA_DIR = Path(__file__).resolve().parent / "lua"
 _SCRIPTS = (
     "add", "claim", "complete", "release", "requeue_expired", "retry_failed", "pending", "cancel",
-    "slice_beat", "live_slices", "mark_seen",
+    "slice_beat", "live_slices", "mark_seen", "series", "renew",
 )  # fmt: skip
+
+# The pages/s chart: one point a second at most, kept for 10 minutes.
+SERIES_POINTS = 600
 
 
 def _lua_sources() -> dict[str, str]:
@@ -80,8 +89,38 @@ def _lua_sources() -> dict[str, str]:
 _SOURCES = _lua_sources()
 
 
+# URLs that w3lib's canonicalize_url returns unchanged: http(s), a lowercase ASCII host name or
+# IPv4 address, an optional port (1-65535, no leading zero), a path of characters it never escapes
+# or unescapes (no "%", ";", "+", "&", no "//" or dot segments, checked apart), and an optional
+# query of plain key=value pairs (checked apart to be in sorted order). Anything else goes
+# through canonicalize_url; tests/test_canonical.py checks the two agree on a large corpus.
+_PLAIN_URL = re.compile(
+    r"https?://(?:[a-z0-9]+(?:-+[a-z0-9]+)*)(?:\.[a-z0-9]+(?:-+[a-z0-9]+)*)*(?::([1-9][0-9]{0,4}))?"
+    r"(/[A-Za-z0-9\-._~!$'()*,=:@/]*)"
+    r"(?:\?([A-Za-z0-9\-._~]+=[A-Za-z0-9\-._~]*(?:&[A-Za-z0-9\-._~]+=[A-Za-z0-9\-._~]*)*))?"
+)
+
+
+def _plain(url: str) -> bool:
+    """True when canonicalize_url(url) == url, by the rules above (False: not known)."""
+    match = _PLAIN_URL.fullmatch(url)
+    if match is None:
+        return False
+    port, path, query = match.groups()
+    if "/." in path or "//" in path or "xn--" in url or (port and int(port) > 65535):
+        return False
+    if query is not None and "&" in query:
+        pairs = [pair.split("=", 1) for pair in query.split("&")]
+        return pairs == sorted(pairs)
+    return True
+
+
 def canonicalize(url: str) -> str:
     """The URL dedup works on: fragment dropped, query sorted, escapes normalised."""
+    # Most links are already canonical; w3lib takes ~10 us a URL to find that out.
+    plain = url.partition("#")[0] if "#" in url else url
+    if _plain(plain):
+        return plain
     return canonicalize_url(url, keep_fragments=False)
 
 
@@ -94,12 +133,27 @@ def fingerprint(url: str, method: str = "GET", body: bytes = b"") -> int:
     return int.from_bytes(hashlib.sha1(data).digest()[:8], "big", signed=True)
 
 
+_BUCKET_NAMES = tuple(format(n, "03x") for n in range(1 << SEEN_BUCKET_BITS))
+_BUCKET_MASK = (1 << SEEN_BUCKET_BITS) - 1
+
+
 def _bucket(fp: int) -> str:
     """The seen-set suffix of a fingerprint: its top bits, in hex."""
-    return format((fp >> (64 - SEEN_BUCKET_BITS)) & ((1 << SEEN_BUCKET_BITS) - 1), "03x")
+    return _BUCKET_NAMES[(fp >> (64 - SEEN_BUCKET_BITS)) & _BUCKET_MASK]
 
 
 def _host(url: str) -> str:
+    # The host depends only on what comes before the path: cached per "scheme://netloc".
+    origin = url_origin(url)
+    return _origin_host(origin) if origin else _split_host(url)
+
+
+@lru_cache(maxsize=4096)
+def _origin_host(origin: str) -> str:
+    return _split_host(origin)
+
+
+def _split_host(url: str) -> str:
     parts = urlsplit(url)
     host = (parts.hostname or "").lower()
     if ":" in host:  # IPv6 literal: keep it apart from the port
@@ -131,15 +185,13 @@ class Request:
     def to_json(self) -> str:
         """Compact and deterministic. Carries fp (as a string: a double would round it) and host
         for the Lua scripts, which neither hash nor parse URLs; default fields are left out."""
-        data: dict[str, str | int] = {"f": str(self.fp), "h": self.host, "u": self.url}
-        data["d"] = self.depth
-        if self.priority:
-            data["p"] = self.priority
-        if self.attempts:
-            data["a"] = self.attempts
-        if self.referrer:
-            data["r"] = self.referrer
-        return json.dumps(data, separators=(",", ":"))
+        # What json.dumps(separators=(",", ":")) gives for {"f", "h", "u", "d", "p", "a", "r"}
+        # (in this order: the Lua scripts find "h" right after "f"), built directly: this runs
+        # once per link. tests/test_canonical.py checks it against json.dumps.
+        return (
+            f'{{"f":"{self.fp}","h":{_json_str(self.host)},"u":{_json_str(self.url)}'
+            + _json_tail(self.depth, self.priority, self.attempts, self.referrer)
+        )
 
     @classmethod
     def from_json(cls, raw: str | bytes) -> Request:
@@ -189,7 +241,7 @@ class Frontier:
             self._key(name)
             for name in (
                 "queue", "delayed", "backup", "leases", "stats",
-                "state", "config", "hosts", "hostdelay", "seq", "slices",
+                "state", "config", "hosts", "hostdelay", "seq", "slices", "hostq", "series",
             )
         ]  # fmt: skip
         self._scripts = {name: self.redis.register_script(src) for name, src in _SOURCES.items()}
@@ -258,6 +310,12 @@ class Frontier:
             return []
         members = self._run("claim", [n, _ms(lease_seconds), n * SCAN_FACTOR])
         return [Request.from_json(member) for member in members]
+
+    def renew(self, requests: list[Request], *, lease_seconds: float) -> None:
+        """Extend the leases of requests this worker still holds (a slow site must not make
+        them expire and go to another worker while they are being fetched)."""
+        if requests:
+            self._run("renew", [_ms(lease_seconds), *(str(r.fp) for r in requests)])
 
     def complete(self, outcomes: list[Outcome]) -> None:
         """Record a batch of outcomes in one script call. Outcomes whose request is no longer
@@ -339,6 +397,35 @@ class Frontier:
         """Slices registered or beating within their ttl; expired ones are forgotten."""
         return int(self._run("live_slices", []))
 
+    # The live page: throttle, per-host queue sizes and the pages/s series
+
+    def publish_slot(self, ms: int) -> bool:
+        """True for the one caller, across processes, that may publish a snapshot now; the
+        next one may go ms milliseconds later."""
+        return bool(self.redis.set(self._key("publish"), "1", nx=True, px=max(1, ms)))
+
+    def live_view(self, *, points: int = SERIES_POINTS, record: bool = False) -> dict:
+        """What the live page shows, in one MULTI: stats() plus queue size per host and the
+        last `points` seconds of (unix_s, responses). With record, the current responses count
+        is appended to the series first (at most once a second)."""
+        with self.redis.pipeline(transaction=True) as pipe:
+            self._queue_stats(pipe)
+            pipe.hgetall(self._key("hostq"))
+            self._scripts["series"](
+                keys=self._keys, args=[SERIES_POINTS, points, 1 if record else 0], client=pipe
+            )
+            counters, queued, delayed, in_flight, hosts, series = pipe.execute()
+        stats = _stats_from(counters, queued, delayed, in_flight)
+        return {
+            "stats": stats,
+            "hosts": {host.decode(): int(n) for host, n in hosts.items()},
+            "series": [tuple(int(x) for x in point.split(b":")) for point in series],
+        }
+
+    def host_queue(self) -> dict[str, int]:
+        """Requests waiting in the queue, per host (delayed retries and claimed ones excluded)."""
+        return {h.decode(): int(n) for h, n in self.redis.hgetall(self._key("hostq")).items()}
+
     # robots.txt, cached per host for the crawl
 
     def robots_text(self, host: str) -> str | None:
@@ -365,18 +452,33 @@ def stats_many(crawl_ids: list[int], client: redis.Redis | None = None) -> dict[
         replies = pipe.execute()
     result = {}
     for n, frontier in enumerate(frontiers):
-        counters, queued, delayed, in_flight = replies[4 * n : 4 * n + 4]
-        stats = dict.fromkeys(COUNTERS, 0)
-        stats.update({name.decode(): int(value) for name, value in counters.items()})
-        stats.update(queued=queued, delayed=delayed, in_flight=in_flight)
-        result[frontier.crawl_id] = stats
+        result[frontier.crawl_id] = _stats_from(*replies[4 * n : 4 * n + 4])
     return result
+
+
+def _stats_from(counters: dict, queued: int, delayed: int, in_flight: int) -> dict[str, int]:
+    stats = dict.fromkeys(COUNTERS, 0)
+    stats.update({name.decode(): int(value) for name, value in counters.items()})
+    stats.update(queued=queued, delayed=delayed, in_flight=in_flight)
+    return stats
 
 
 def supervisor_lock(ttl: float, client: redis.Redis | None = None) -> bool:
     """True for the one supervisor run that may go ahead; the lock expires after ttl seconds."""
     client = client if client is not None else get_redis()
     return bool(client.set(SUPERVISOR_LOCK_KEY, "1", nx=True, px=max(1, _ms(ttl))))
+
+
+def _json_tail(depth: int, priority: int, attempts: int, referrer: str) -> str:
+    """The end of a request's JSON after "u" (see Request.to_json)."""
+    tail = f',"d":{depth}'
+    if priority:
+        tail += f',"p":{priority}'
+    if attempts:
+        tail += f',"a":{attempts}'
+    if referrer:
+        tail += f',"r":{_json_str(referrer)}'
+    return tail + "}"
 
 
 def _outcome_args(outcome: Outcome) -> list:
@@ -388,11 +490,13 @@ def _outcome_args(outcome: Outcome) -> list:
     if outcome.kind == "retry":
         retry_json = replace(request, attempts=request.attempts + 1).to_json()
     elif outcome.kind == "done":
+        # Request(url, depth + 1, referrer=request.url, priority=...).to_json() for each link,
+        # without building the Request: the tail is the same for every link of the page.
+        tail = _json_tail(request.depth + 1, request.priority, 0, request.url)
         for url in outcome.links:
-            link = Request(
-                url=url, depth=request.depth + 1, referrer=request.url, priority=request.priority
-            )
-            links += [_bucket(link.fp), link.fp, link.to_json()]
+            fp = fingerprint(url)
+            head = f'{{"f":"{fp}","h":{_json_str(_host(url))},"u":'
+            links += [_bucket(fp), fp, f"{head}{_json_str(url)}{tail}"]
     status = "" if outcome.status is None else outcome.status
     return [
         request.fp, outcome.kind, status, outcome.nbytes, request.priority, request.depth + 1,

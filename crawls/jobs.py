@@ -8,7 +8,7 @@ import django_rq
 from django.conf import settings
 from django.db import close_old_connections
 
-from crawls import services
+from crawls import live, services
 from crawls.frontier import Frontier, supervisor_lock
 from crawls.models import Crawl, CrawlState
 from crawls.slicer import run_slice
@@ -55,6 +55,7 @@ def after_slice(crawl_id: int) -> None:
         services.settle_pause(crawl)
     elif crawl.state == CrawlState.RUNNING and not services.crawl_finish_if_done(crawl_id):
         services.enqueue_slices(crawl, count=1)
+    live.publish_crawl(crawl_id, force=True)
 
 
 def supervise() -> dict:

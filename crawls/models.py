@@ -130,6 +130,10 @@ class Crawl(models.Model):
     error = models.TextField(blank=True)
     # Final counters (copied from Redis when the crawl ends).
     stats = models.JSONField(default=dict, blank=True)
+    # Set on the crawls a schedule started: the run history of that schedule.
+    schedule = models.ForeignKey(
+        "CrawlSchedule", on_delete=models.SET_NULL, null=True, blank=True, related_name="runs"
+    )
 
     class Meta:
         ordering = ["-created_at", "-id"]
@@ -184,6 +188,8 @@ class Page(models.Model):
     title = models.CharField(max_length=500, blank=True)
     error = models.TextField(blank=True)
     redirects = models.JSONField(default=list, blank=True)
+    # The body was cut off at the crawl's max_bytes: kept that far, its links not followed.
+    truncated = models.BooleanField(default=False)
     body = models.BinaryField(null=True, blank=True)
     # SHA-1 of the URL: unique per crawl without indexing unbounded text.
     url_hash = models.CharField(max_length=40)
@@ -248,3 +254,112 @@ class CrawlEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.at:%Y-%m-%d %H:%M:%S}"
+
+
+class CrawlSchedule(models.Model):
+    """A crawl re-run on a cron expression: each run is a new crawl copied from the template."""
+
+    template = models.ForeignKey(Crawl, on_delete=models.CASCADE, related_name="schedules")
+    cron = models.CharField(
+        max_length=100, help_text="Five fields: minute hour day-of-month month day-of-week."
+    )
+    enabled = models.BooleanField(default=True)
+    next_run_at = models.DateTimeField(null=True, blank=True, db_index=True)
+    last_run_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["next_run_at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.template.name} ({self.cron})"
+
+    def get_absolute_url(self) -> str:
+        return reverse("schedule_detail", args=[self.pk])
+
+
+class WebhookEvent(models.TextChoices):
+    FINISHED = "finished", "Crawl finished"
+    FAILED = "failed", "Crawl failed"
+    CANCELLED = "cancelled", "Crawl cancelled"
+
+
+def _all_events() -> list[str]:
+    return list(WebhookEvent.values)
+
+
+class Webhook(models.Model):
+    """A URL that gets a signed POST when a crawl of its channel (or the one crawl) ends."""
+
+    channel = models.ForeignKey(
+        Channel, on_delete=models.CASCADE, null=True, blank=True, related_name="webhooks"
+    )
+    crawl = models.ForeignKey(
+        Crawl, on_delete=models.CASCADE, null=True, blank=True, related_name="webhooks"
+    )
+    url = models.URLField(max_length=2000)
+    # Kept in clear because every delivery is signed with it; shown once, at creation.
+    secret = models.CharField(max_length=100)
+    events = models.JSONField(default=_all_events)
+    active = models.BooleanField(default=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(channel__isnull=False, crawl__isnull=True)
+                | models.Q(channel__isnull=True, crawl__isnull=False),
+                name="webhook_channel_xor_crawl",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return self.url
+
+    def get_absolute_url(self) -> str:
+        return reverse("webhook_detail", args=[self.pk])
+
+    @property
+    def target(self) -> str:
+        return f"channel {self.channel}" if self.channel_id else f"crawl {self.crawl}"
+
+
+class WebhookDelivery(models.Model):
+    """One event sent to one webhook: every attempt, and how it ended."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "Pending"
+        DELIVERED = "delivered", "Delivered"
+        FAILED = "failed", "Failed (gave up)"
+
+    webhook = models.ForeignKey(Webhook, on_delete=models.CASCADE, related_name="deliveries")
+    crawl = models.ForeignKey(
+        Crawl, on_delete=models.SET_NULL, null=True, blank=True, related_name="deliveries"
+    )
+    event = models.CharField(max_length=20, choices=WebhookEvent)
+    payload = models.JSONField()
+    status = models.CharField(max_length=10, choices=Status, default=Status.PENDING, db_index=True)
+    attempts = models.PositiveIntegerField(default=0)
+    # Each attempt: {"at", "status_code", "error", "ms"}.
+    log = models.JSONField(default=list, blank=True)
+    response_status = models.PositiveSmallIntegerField(null=True, blank=True)
+    response_snippet = models.TextField(blank=True)
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+    next_attempt_at = models.DateTimeField(null=True, blank=True, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        verbose_name_plural = "webhook deliveries"
+
+    def __str__(self) -> str:
+        return f"{self.event} -> {self.webhook}"

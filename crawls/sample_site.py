@@ -14,6 +14,10 @@ but are ignored when serving, as a static file server does):
   depth), and a correct crawler fetches each target once (by the redirect or by the link).
 - ``/robots.txt`` allows everything; it is not a link, so it is not in ``expected()``.
 
+With ``prefix`` (e.g. ``"/sample"``) the site lives under that path: every absolute link and
+redirect carries it and ``render`` expects it; ``path_for``, ``links`` and ``expected`` stay
+prefix-free. crawlhub serves such a site itself for the demo crawl.
+
 Each link is written in one to three equivalent forms that w3lib's ``canonicalize_url`` maps to
 one URL: relative (``5``, ``./5``, ``../p/5``), absolute path, with a fragment, with the query
 reordered or percent-escaped (``/p/%35?b=0&a=%37``), absolute with the origin, and with an
@@ -57,6 +61,7 @@ class SampleSite:
     pages: int = 2000  # number of real HTML pages
     seed: int = 1  # same arguments -> same site
     links_per_page: int = 8
+    prefix: str = ""  # serve under this path ("/sample"), without a trailing slash
 
     # -- URLs and the link graph ------------------------------------------------------------
 
@@ -128,20 +133,25 @@ class SampleSite:
         path, _, query = target.partition("?")
         from_root = here.partition("?")[0] == "/"
         if path == "/":
-            relative = ["./", "/#top"] if from_root else ["../", "../#top", "../p/../"]
+            top = self.prefix + "/#top"
+            relative = ["./", top] if from_root else ["../", "../#top", "../p/../"]
         elif path.startswith("/p/"):
             name = path[3:] + ("?" + query if query else "")
             relative = [f"p/{name}", f"./p/{name}"] if from_root else [name, f"./{name}"]
             relative += [] if from_root else [f"../p/{name}"]
         else:
             relative = [("." if from_root else "..") + target]
-        forms = [target, f"{target}#section-{rng.randint(1, 9)}", *relative]
+        at = self.prefix
+        forms = [at + target, f"{at}{target}#section-{rng.randint(1, 9)}", *relative]
         if query:
             a, b = query.split("&")
             digits = path[3:]
-            forms += [f"{path}?{b}&{a}", f"/p/%{ord(digits[0]):X}{digits[1:]}?{b}&{a[:2]}%3{a[2]}"]
+            forms += [
+                f"{at}{path}?{b}&{a}",
+                f"{at}/p/%{ord(digits[0]):X}{digits[1:]}?{b}&{a[:2]}%3{a[2]}",
+            ]
         if origin:
-            forms += [origin + target, "HTTP://" + origin.partition("://")[2] + target]
+            forms += [origin + at + target, "HTTP://" + origin.partition("://")[2] + at + target]
         return rng.sample(forms, rng.randint(1, min(3, len(forms))))
 
     def _page(self, n: int, origin: str) -> bytes:
@@ -156,7 +166,9 @@ class SampleSite:
             rng.randrange(len(items) + 1), f'<li><a href="{escape(OFFSITE[n % 6])}">x</a></li>'
         )
         paragraphs = []
-        size, goal = sum(map(len, items)), rng.randint(2000, 4500)
+        # Sized as without the prefix, so that a prefixed site is the same site.
+        unprefixed = (item.replace(self.prefix, "") if self.prefix else item for item in items)
+        size, goal = sum(map(len, unprefixed)), rng.randint(2000, 4500)
         while size < goal:
             text = " ".join(rng.choices(WORDS, k=rng.randint(20, 60))).capitalize() + "."
             paragraphs.append(f"<p>{text}</p>")
@@ -177,6 +189,10 @@ class SampleSite:
     ) -> tuple[int, dict[str, str], bytes]:
         """(status, headers, body) for any request path; origin is e.g. http://127.0.0.1:8080."""
         path = unquote(urlsplit(path_with_query).path)
+        if self.prefix:
+            if path != self.prefix and not path.startswith(self.prefix + "/"):
+                return 404, {"Content-Type": HTML}, b"<h1>404 Not Found</h1>\n"
+            path = path[len(self.prefix) :] or "/"
         if path == "/robots.txt":
             return 200, {"Content-Type": "text/plain"}, b"User-agent: *\nDisallow:\n"
         page = self._page_of(path)
@@ -187,7 +203,7 @@ class SampleSite:
         if kind == "broken" and self.is_broken(n):
             return 500, {"Content-Type": HTML}, b"<h1>500 Internal Server Error</h1>\n"
         if kind == "moved" and self.is_moved(n):
-            location = self.path_for(self.moved_target(n))
+            location = self.prefix + self.path_for(self.moved_target(n))
             return 301 if n % 2 == 0 else 302, {"Location": location, "Content-Type": HTML}, b""
         return 404, {"Content-Type": HTML}, b"<h1>404 Not Found</h1>\n"
 

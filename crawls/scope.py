@@ -3,12 +3,29 @@
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from urllib.parse import urlsplit
 
 import idna
 
 MAX_URL_LENGTH = 8000
 SCHEMES = ("http", "https")
+
+
+def url_origin(url: str) -> str:
+    """url up to the end of its netloc (where urlsplit ends it), or "" when it has control
+    characters (which urlsplit would remove) or no "://"."""
+    if not (url.isascii() and url.isprintable()):
+        return ""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return ""
+    end = len(rest)
+    for delimiter in "/?#":
+        found = rest.find(delimiter, 0, end)
+        if found >= 0:
+            end = found
+    return url[: len(scheme) + 3 + end]
 
 
 class ScopeError(ValueError):
@@ -48,6 +65,17 @@ def ascii_host(host: str) -> str | None:
 
 
 def _url_host(url: str) -> str | None:
+    # Scheme and host come from what precedes the path: checked once per "scheme://netloc".
+    origin = url_origin(url)
+    return _origin_url_host(origin) if origin else _split_url_host(url)
+
+
+@lru_cache(maxsize=4096)
+def _origin_url_host(origin: str) -> str | None:
+    return _split_url_host(origin)
+
+
+def _split_url_host(url: str) -> str | None:
     try:
         parts = urlsplit(url)
         if parts.scheme.lower() not in SCHEMES:

@@ -8,16 +8,19 @@ the row, and enqueues slices only after the row is committed.
 from __future__ import annotations
 
 import uuid
+from collections import Counter
 from typing import Any
 
 import redis
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
 from crawls import frontier as frontier_mod
+from crawls import netguard, webhooks
 from crawls.frontier import Frontier, Request
-from crawls.models import Channel, Crawl, CrawlEvent, CrawlState, FailedRequest
+from crawls.models import Channel, Crawl, CrawlEvent, CrawlState, FailedRequest, Page
 from crawls.scope import ScopeError, compile_patterns, validate_url
 
 # Fields a caller may set on a new crawl, besides name, channel and seeds.
@@ -46,6 +49,10 @@ def clean_seeds(urls: list[str] | str, *, field: str = "seeds") -> list[str]:
             continue
         try:
             cleaned.append(validate_url(raw, field=f"line {n}"))
+            if settings.CRAWLHUB_BLOCK_PRIVATE_NETWORKS:
+                netguard.check_url(cleaned[-1])
+        except netguard.BlockedAddress as exc:
+            errors.append(f"line {n}: {cleaned.pop()!r} is refused: {exc}")
         except ValueError as exc:
             errors.append(str(exc))
     if errors:
@@ -132,6 +139,13 @@ def _frontier(crawl: Crawl) -> Frontier:
     return Frontier(crawl.pk)
 
 
+def _announce(crawl_id: int) -> None:
+    """Push a snapshot to the crawl's live pages once the change is committed."""
+    from crawls import live
+
+    transaction.on_commit(lambda: live.publish_crawl(crawl_id, force=True))
+
+
 def enqueue_slices(crawl: Crawl, count: int | None = None) -> int:
     """Put slices of the crawl on the crawls queue (after the current transaction commits)."""
     from crawls import jobs
@@ -161,6 +175,7 @@ def crawl_start(*, crawl: Crawl, user=None) -> None:
         crawl.save(update_fields=["state", "started_at"])
         _event(crawl, CrawlEvent.Kind.STARTED, user)
         enqueue_slices(crawl)
+        _announce(crawl.pk)
 
 
 def crawl_pause(*, crawl: Crawl, user=None) -> None:
@@ -172,6 +187,7 @@ def crawl_pause(*, crawl: Crawl, user=None) -> None:
         crawl.state = CrawlState.PAUSING
         crawl.save(update_fields=["state"])
         _event(crawl, CrawlEvent.Kind.PAUSED, user)
+        _announce(crawl.pk)
     settle_pause(crawl)
 
 
@@ -184,6 +200,7 @@ def settle_pause(crawl: Crawl) -> bool:
     )
     if updated:
         crawl.state = CrawlState.PAUSED
+        _announce(crawl.pk)
     return bool(updated)
 
 
@@ -196,6 +213,7 @@ def crawl_resume(*, crawl: Crawl, user=None) -> None:
         crawl.save(update_fields=["state"])
         _event(crawl, CrawlEvent.Kind.RESUMED, user)
         enqueue_slices(crawl)
+        _announce(crawl.pk)
 
 
 def crawl_cancel(*, crawl: Crawl, user=None) -> None:
@@ -210,6 +228,8 @@ def crawl_cancel(*, crawl: Crawl, user=None) -> None:
         crawl.stats = frontier.stats()
         crawl.save(update_fields=["state", "finished_at", "stats"])
         _event(crawl, CrawlEvent.Kind.CANCELLED, user)
+        _announce(crawl.pk)
+        transaction.on_commit(lambda: webhooks.crawl_ended(crawl.pk, "cancelled"), robust=True)
 
 
 def crawl_add_seeds(*, crawl: Crawl, urls: list[str] | str, user=None) -> tuple[int, int]:
@@ -227,6 +247,7 @@ def crawl_add_seeds(*, crawl: Crawl, urls: list[str] | str, user=None) -> tuple[
         crawl.seeds = crawl.seeds + new
         crawl.save(update_fields=["seeds"])
         _event(crawl, CrawlEvent.Kind.SEEDS_ADDED, user, f"{added} added, {repeats} already seen")
+        _announce(crawl.pk)
     return added, repeats
 
 
@@ -249,6 +270,7 @@ def crawl_retry_failed(*, crawl: Crawl, user=None, ids: list[int] | None = None)
     with transaction.atomic():
         FailedRequest.objects.filter(pk__in=[f.pk for f in failures]).delete()
         _event(crawl, CrawlEvent.Kind.RETRIED, user, f"{count} request(s)")
+        _announce(crawl.pk)
         if crawl.state in (CrawlState.FINISHED, CrawlState.FAILED):
             frontier.set_state("running")
             crawl.state = CrawlState.RUNNING
@@ -259,21 +281,47 @@ def crawl_retry_failed(*, crawl: Crawl, user=None, ids: list[int] | None = None)
 
 
 def crawl_finish_if_done(crawl_id: int) -> bool:
-    """Mark a running crawl finished once its queue, retries and backup are all empty.
+    """End a running crawl once its queue, retries and backup are all empty: finished, or
+    failed when not a single page got an answer (the commonest error says why).
 
     Decided by the frontier's atomic emptiness check, never by comparing counters; the
-    conditional UPDATE makes concurrent callers (slices, supervisor) finish it once.
+    conditional UPDATE makes concurrent callers (slices, supervisor) end it once.
     """
     frontier = Frontier(crawl_id)
     if not frontier.is_done():
         return False
     stats = frontier.stats()
-    finished = Crawl.objects.filter(pk=crawl_id, state=CrawlState.RUNNING).update(
-        state=CrawlState.FINISHED, finished_at=timezone.now(), stats=stats
+    state, kind, error = CrawlState.FINISHED, CrawlEvent.Kind.FINISHED, ""
+    if stats["responses"] == 0 and stats["errors"] > 0:
+        state, kind, error = CrawlState.FAILED, CrawlEvent.Kind.FAILED, _commonest_error(crawl_id)
+    ended = Crawl.objects.filter(pk=crawl_id, state=CrawlState.RUNNING).update(
+        state=state, finished_at=timezone.now(), stats=stats, error=error
     )
-    if finished:
-        CrawlEvent.objects.create(crawl_id=crawl_id, kind=CrawlEvent.Kind.FINISHED)
-    return bool(finished)
+    if ended:
+        CrawlEvent.objects.create(crawl_id=crawl_id, kind=kind, detail=error)
+        _announce(crawl_id)
+        transaction.on_commit(lambda: webhooks.crawl_ended(crawl_id, kind), robust=True)
+    return bool(ended)
+
+
+def _commonest_error(crawl_id: int) -> str:
+    """Why no page of a crawl could be fetched, from its pages and failure queue."""
+    errors = Counter(
+        list(
+            Page.objects.filter(crawl_id=crawl_id)
+            .exclude(error="")
+            .values_list("error", flat=True)[:1000]
+        )
+        + list(
+            FailedRequest.objects.filter(crawl_id=crawl_id).values_list("last_error", flat=True)[
+                :1000
+            ]
+        )
+    )
+    if not errors:
+        return "no page could be fetched"
+    message, count = errors.most_common(1)[0]
+    return f"no page could be fetched: {message} ({count}x)"
 
 
 def crawl_stats(crawl: Crawl) -> dict[str, int]:

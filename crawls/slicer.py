@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import queue
 import signal
 import threading
 import time
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import redis
@@ -22,8 +23,10 @@ from django.utils import timezone
 
 from crawls.fetcher import Fetcher, FetchResult
 from crawls.frontier import Frontier, Outcome, Request
+from crawls.live import publish_crawl
 from crawls.models import Crawl, FailedRequest, Page, ProxyUse
-from crawls.proxying import fetch_via_pool
+from crawls.netguard import BlockedAddress, check_url
+from crawls.proxying import Stopped, fetch_via_pool
 from crawls.robots import RobotsPolicy, policy_from_response, robots_url
 from crawls.scope import Scope
 from crawls.useragents import DEFAULT_USER_AGENT
@@ -58,6 +61,7 @@ class Result:
     request: Request
     fetch: FetchResult | None = None
     blocked: str = ""  # why the request was not fetched (robots.txt)
+    handed_back: bool = False  # not fetched because the slice is stopping: back to the queue
     page: Page | None = None
     failure: FailedRequest | None = None
     outcome: Outcome | None = None
@@ -86,6 +90,19 @@ class StopFlag:
 
     def __bool__(self) -> bool:
         return self.event.is_set()
+
+
+def _drain(items: queue.SimpleQueue, *, timeout: float) -> list:
+    """Everything in `items`, waiting up to `timeout` for the first one; [] if none came."""
+    try:
+        found = [items.get(timeout=timeout)]
+    except queue.Empty:
+        return []
+    while True:
+        try:
+            found.append(items.get_nowait())
+        except queue.Empty:
+            return found
 
 
 def with_redis_retry(fn, *, stop_after: float = REDIS_RETRY_SECONDS):
@@ -123,6 +140,7 @@ class Slice:
             user_agent_mode=crawl.effective_user_agent_mode(),
             user_agent=crawl.user_agent,
             pool_size=crawl.threads,
+            guard=check_url if settings.CRAWLHUB_BLOCK_PRIVATE_NETWORKS else None,
         )
         self.host_delay = crawl.effective_host_delay()
         # Politeness needs fetches to start when claimed; without a delay, keep a buffer.
@@ -138,8 +156,12 @@ class Slice:
         started = time.monotonic()
         pool = ThreadPoolExecutor(self.crawl.threads, thread_name_prefix=f"slice-{self.slice_id}")
         running: dict[Future, Request] = {}
+        # Futures land here when they finish: waiting on it is O(1) per page, where wait() on
+        # every running future would lock and unlock each of them on every loop.
+        completed: queue.SimpleQueue[Future] = queue.SimpleQueue()
         done: list[Result] = []
-        last_flush = last_state = last_work = time.monotonic()
+        unstarted: list[Request] = []  # claimed but not fetched: released back to the queue
+        last_flush = last_state = last_work = last_renew = time.monotonic()
         next_claim = 0.0
         try:
             while True:
@@ -148,6 +170,12 @@ class Slice:
                     last_state = now
                     self._check_state()
                     self.frontier.slice_beat(self.slice_id)
+                if now - last_renew >= self.lease / 3:
+                    last_renew = now
+                    held = list(running.values()) + [r.request for r in done]
+                    with_redis_retry(
+                        lambda held=held: self.frontier.renew(held, lease_seconds=self.lease)
+                    )
                 if now - started >= self.budget:
                     self.stop.set("budget")
                 if self.stop:
@@ -160,16 +188,17 @@ class Slice:
                         lambda n=free: self.frontier.claim(n, lease_seconds=self.lease)
                     )
                     for request in claimed:
-                        running[pool.submit(self._fetch, request)] = request
+                        future = pool.submit(self._fetch, request)
+                        running[future] = request
+                        future.add_done_callback(completed.put)
                     if claimed:
                         last_work = now
                     else:
                         next_claim = now + EMPTY_CLAIM_BACKOFF
                 if running:
-                    finished, _ = wait(list(running), timeout=0.05, return_when=FIRST_COMPLETED)
-                    for future in finished:
+                    for future in _drain(completed, timeout=0.05):
                         running.pop(future)
-                        done.append(future.result())
+                        self._collect(future.result(), done, unstarted)
                     last_work = time.monotonic()
                 elif now - last_work >= IDLE_EXIT_SECONDS:
                     self.stop.set("idle")
@@ -184,10 +213,10 @@ class Slice:
                     last_flush = time.monotonic()
         finally:
             # Requests not started yet go back; those being fetched finish and are kept.
-            unstarted = [request for future, request in running.items() if future.cancel()]
+            unstarted += [request for future, request in running.items() if future.cancel()]
             for future in list(running):
                 if not future.cancelled():
-                    done.append(future.result())
+                    self._collect(future.result(), done, unstarted)
             pool.shutdown(wait=True)
             self._flush(done)
             if unstarted:
@@ -196,6 +225,13 @@ class Slice:
         self.report.reason = self.stop.reason
         self.report.seconds = round(time.monotonic() - started, 3)
         return self.report
+
+    @staticmethod
+    def _collect(result: Result, done: list[Result], unstarted: list[Request]) -> None:
+        if result.handed_back:
+            unstarted.append(result.request)
+        else:
+            done.append(result)
 
     def _check_state(self) -> None:
         try:
@@ -209,16 +245,23 @@ class Slice:
 
     def _fetch(self, request: Request) -> Result:
         try:
+            if self.fetcher.guard is not None:
+                self.fetcher.guard(request.url)  # before robots.txt, which is on the same host
             if self.crawl.obey_robots and not self._robots_allow(request.url):
                 return Result(request=request, blocked="blocked by robots.txt")
             if self.channel.proxy_use == ProxyUse.POOL:
                 fetch = fetch_via_pool(
                     self.fetcher, request.url, channel=self.channel.slug,
                     strategy=self.channel.proxy_strategy, lease_seconds=self.lease,
+                    wait_seconds=self.crawl.timeout, stop=self.stop.event,
                 )  # fmt: skip
             else:
                 fetch = self.fetcher.fetch(request.url)
             return Result(request=request, fetch=fetch)
+        except BlockedAddress as exc:
+            return Result(request=request, blocked=f"blocked: {exc}")
+        except Stopped:
+            return Result(request=request, handed_back=True)
         except Exception as exc:  # a bug in one page must not lose the others
             log.exception("fetching %s failed", request.url)
             return Result(request=request, blocked=f"internal error: {type(exc).__name__}: {exc}")
@@ -323,6 +366,7 @@ class Slice:
             page.title = fetch.title[:500]
             page.error = fetch.error
             page.redirects = fetch.redirects
+            page.truncated = fetch.truncated
             if self.crawl.keep_bodies and fetch.status is not None:
                 page.body = fetch.body
         return page
@@ -342,6 +386,7 @@ class Slice:
         outcomes = [r.outcome for r in results]
         with_redis_retry(lambda: self.frontier.complete(outcomes))
         self.report.pages += len(pages)
+        publish_crawl(self.crawl.pk)
 
 
 def stop_on_sigterm(flag: StopFlag) -> None:

@@ -1,19 +1,29 @@
+import re
+from urllib.parse import urlencode
+
+from django.conf import settings
 from django.contrib import messages
 from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
+from django.db.models import Q
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from crawls import services
+from crawlhub.access import visible_crawls
+from crawls import live, services
 from crawls.forms import CrawlForm
 from crawls.models import Channel, Crawl, CrawlState
 
 CRAWLS_PER_PAGE = 25
+RECENT_ROWS = 15
+FAILURES_SHOWN = 50
+EVENTS_SHOWN = 30
+DEMO_PAGES = 300
 
 
 def crawl_list(request: HttpRequest) -> HttpResponse:
-    crawls = Crawl.objects.select_related("channel", "created_by")
+    crawls = visible_crawls(request.user).select_related("channel", "created_by")
     state, channel = request.GET.get("state", ""), request.GET.get("channel", "")
     if state:
         crawls = crawls.filter(state=state)
@@ -22,6 +32,7 @@ def crawl_list(request: HttpRequest) -> HttpResponse:
     page = Paginator(crawls, CRAWLS_PER_PAGE).get_page(request.GET.get("page"))
     stats = services.crawls_stats_safe(list(page))
     rows = [(crawl, stats[crawl.pk]) for crawl in page]
+    filters = urlencode({k: v for k, v in (("state", state), ("channel", channel)) if v})
     return render(
         request,
         "crawls/crawl_list.html",
@@ -33,8 +44,42 @@ def crawl_list(request: HttpRequest) -> HttpResponse:
             "channels": Channel.objects.all(),
             "state": state,
             "channel": channel,
+            "filters": filters,
+            "no_crawls": not rows
+            and not (state or channel)
+            and not visible_crawls(request.user).exists(),
+            "demo": not settings.CRAWLHUB_BLOCK_PRIVATE_NETWORKS,
+            "demo_pages": DEMO_PAGES,
         },
     )
+
+
+@require_POST
+def crawl_demo(request: HttpRequest) -> HttpResponse:
+    """Create and start a crawl of the sample site crawlhub serves itself under /sample/."""
+    seed = request.build_absolute_uri("/sample/")
+    if settings.CRAWLHUB_BLOCK_PRIVATE_NETWORKS:
+        messages.error(request, "The demo crawls this server, and crawls of private networks "
+                       "are refused here (CRAWLHUB_BLOCK_PRIVATE_NETWORKS).")  # fmt: skip
+        return redirect("crawl_list")
+    try:
+        crawl = services.crawl_create(
+            user=request.user,
+            name="Demo: the sample site",
+            seeds=[seed],
+            # The sample site's links stay under /sample/; never wander into the dashboard.
+            include_patterns=["^" + re.escape(seed)],
+            max_pages=1000,  # above the site's 317 URLs, so the demo finishes on its own
+            max_depth=20,
+            threads=4,
+            slices=2,
+        )
+    except ValidationError as exc:  # e.g. a Host header that makes no crawlable URL
+        messages.error(request, "The demo crawl could not be created: " + " ".join(exc.messages))
+        return redirect("crawl_list")
+    ok, text = _act(request, services.crawl_start, crawl, "Demo crawl started.")
+    (messages.success if ok else messages.error)(request, text)
+    return redirect(crawl)
 
 
 def crawl_new(request: HttpRequest) -> HttpResponse:
@@ -53,44 +98,65 @@ def crawl_new(request: HttpRequest) -> HttpResponse:
                     form.add_error(field if field in form.fields else None, error)
         else:
             if start_now:
-                _act(request, services.crawl_start, crawl, "Crawl started.")
+                ok, text = _act(request, services.crawl_start, crawl, "Crawl started.")
+                (messages.success if ok else messages.error)(request, text)
             return redirect(crawl)
     return render(request, "crawls/crawl_new.html", {"nav": "crawls", "form": form})
 
 
 def crawl_detail(request: HttpRequest, pk: int) -> HttpResponse:
-    crawl = get_object_or_404(Crawl.objects.select_related("channel", "created_by"), pk=pk)
+    crawl = get_object_or_404(
+        visible_crawls(request.user).select_related("channel", "created_by"), pk=pk
+    )
+    snapshot = live.snapshot(crawl)
     return render(
         request,
         "crawls/crawl_detail.html",
         {
             "nav": "crawls",
             "crawl": crawl,
-            "stats": services.crawl_stats_safe(crawl),
-            "pages": crawl.pages.order_by("-id")[:20],
-            "errors": crawl.pages.exclude(error="").order_by("-id")[:20],
-            "failures": crawl.failures.all()[:50],
-            "events": crawl.events.select_related("user")[:50],
+            "snapshot": snapshot,
+            "stats": snapshot["stats"],
+            **_activity(crawl),
         },
     )
 
 
 def crawl_snapshot(request: HttpRequest, pk: int) -> JsonResponse:
-    crawl = get_object_or_404(Crawl, pk=pk)
-    return JsonResponse(services.crawl_snapshot(crawl))
+    """The live page's snapshot, for polling: the same one the websocket pushes."""
+    crawl = get_object_or_404(visible_crawls(request.user), pk=pk)
+    return JsonResponse(live.snapshot(crawl))
 
 
-def _act(request: HttpRequest, action, crawl: Crawl, done: str, **kwargs) -> None:
+def crawl_activity(request: HttpRequest, pk: int) -> HttpResponse:
+    """The recent pages, errors, failure queue and audit trail of the live page, as HTML the
+    page swaps in when the counters say they changed."""
+    crawl = get_object_or_404(visible_crawls(request.user), pk=pk)
+    return render(request, "crawls/_activity.html", {"crawl": crawl, **_activity(crawl)})
+
+
+def _activity(crawl: Crawl) -> dict:
+    errors = crawl.pages.filter(Q(status__gte=400) | Q(status__isnull=True) | ~Q(error=""))
+    return {
+        "pages": crawl.pages.order_by("-id")[:RECENT_ROWS],
+        "errors": errors.order_by("-id")[:RECENT_ROWS],
+        "failures": crawl.failures.all()[:FAILURES_SHOWN],
+        "failures_total": crawl.failures.count(),
+        "events": crawl.events.select_related("user")[:EVENTS_SHOWN],
+    }
+
+
+def _act(request: HttpRequest, action, crawl: Crawl, done: str, **kwargs) -> tuple[bool, str]:
+    """Run a service action; (worked, what to tell the user)."""
     try:
         result = action(crawl=crawl, user=request.user, **kwargs)
     except services.CrawlActionError as exc:
-        messages.error(request, str(exc))
+        return False, str(exc)
     except ValidationError as exc:
-        messages.error(request, " ".join(exc.messages))
+        return False, " ".join(exc.messages)
     except services.REDIS_ERRORS as exc:
-        messages.error(request, f"Redis is not reachable, nothing was changed: {exc}")
-    else:
-        messages.success(request, done.format(result=result))
+        return False, f"Redis is not reachable, nothing was changed: {exc}"
+    return True, done.format(result=result)
 
 
 ACTIONS = {
@@ -103,18 +169,27 @@ ACTIONS = {
 
 @require_POST
 def crawl_action(request: HttpRequest, pk: int, action: str) -> HttpResponse:
-    crawl = get_object_or_404(Crawl.objects.select_related("channel"), pk=pk)
+    """Buttons post here. A page's script asks for JSON (and stays put: the websocket shows
+    the result); without script, a message and a redirect back."""
+    crawl = get_object_or_404(visible_crawls(request.user).select_related("channel"), pk=pk)
     if action == "add-seeds":
-        _act(request, services.crawl_add_seeds, crawl,
-             "Seeds added: {result[0]} new, {result[1]} already seen.",
-             urls=request.POST.get("urls", ""))  # fmt: skip
+        ok, text = _act(request, services.crawl_add_seeds, crawl,
+                        "Seeds added: {result[0]} new, {result[1]} already seen.",
+                        urls=request.POST.get("urls", ""))  # fmt: skip
     elif action == "retry-failed":
         ids = [int(i) for i in request.POST.getlist("id") if i.isdigit()] or None
-        _act(request, services.crawl_retry_failed, crawl,
-             "{result} request(s) back in the queue.", ids=ids)  # fmt: skip
+        ok, text = _act(request, services.crawl_retry_failed, crawl,
+                        "{result} request(s) back in the queue.", ids=ids)  # fmt: skip
     elif action in ACTIONS:
         fn, done = ACTIONS[action]
-        _act(request, fn, crawl, done)
+        ok, text = _act(request, fn, crawl, done)
     else:
-        messages.error(request, f"Unknown action {action!r}.")
-    return redirect(request.POST.get("next") or crawl.get_absolute_url())
+        ok, text = False, f"Unknown action {action!r}."
+    if "application/json" in request.headers.get("Accept", ""):
+        crawl.refresh_from_db()
+        return JsonResponse(
+            {"ok": ok, "message": text, "snapshot": live.snapshot(crawl)}, status=200 if ok else 409
+        )
+    (messages.success if ok else messages.error)(request, text)
+    back = request.POST.get("next", "")
+    return redirect(back if back.startswith("/") and not back.startswith("//") else crawl)

@@ -100,7 +100,8 @@ def _valid_host(host: str) -> bool:
 def parse(text: str) -> ParseResult:
     result = ParseResult()
     first_seen: dict[tuple[str, str, int], int] = {}
-    for number, line in enumerate(text.splitlines(), start=1):
+    # A byte-order mark (lists saved by Windows editors) is not part of the first host.
+    for number, line in enumerate(text.removeprefix("\ufeff").splitlines(), start=1):
         stripped = line.strip()
         if not stripped or stripped.startswith("#"):
             continue

@@ -23,6 +23,7 @@ that the proxy is still in the global pool before putting it back.
 from __future__ import annotations
 
 import contextlib
+import functools
 import secrets
 import time
 from collections.abc import Iterator
@@ -46,6 +47,7 @@ ERRS = PREFIX + "err"
 DROPPED = PREFIX + "dropped"
 LOCK = PREFIX + "validating"
 BLOCKED = PREFIX + "blocked"
+PUBLISH = PREFIX + "publish"  # a health snapshot went out less than N ms ago (throttle)
 
 STRATEGIES = ("least_used", "round_robin", "greedy")
 REASONS = ("timeout", "refused", "ban", "error")
@@ -60,9 +62,10 @@ class Lease:
     token: str
 
 
-def _chan(channel: str) -> list[str]:
-    return [PREFIX + f"chan:{channel}", PREFIX + f"lease:{channel}", PREFIX + f"held:{channel}",
-            PREFIX + f"banned:{channel}"]  # fmt: skip
+@functools.lru_cache(maxsize=4096)
+def _chan(channel: str) -> tuple[str, str, str, str]:
+    return (PREFIX + f"chan:{channel}", PREFIX + f"lease:{channel}", PREFIX + f"held:{channel}",
+            PREFIX + f"banned:{channel}")  # fmt: skip
 
 
 # Shared Lua helpers, prepended to the scripts that need them.
@@ -129,95 +132,127 @@ local function reap(prefix, c, now, limit)
 end
 """
 
+# The two halves of a pair as Lua functions, so that acquire, release and exchange (a release
+# and an acquire in one script) run the very same checks.
+_LEASES = """
+-- Lease the head of the channel pool (refilled from the global pool when empty) to `token`.
+-- Returns {proxy, url} or false when the channel has no proxy to give.
+local function take(prefix, channel, chan, lease, held, banned, now, lease_ms, strategy, token,
+                    min_score, max_age, max_latency, need, scan)
+  redis.call('SADD', prefix .. 'channels', channel)
+  reap(prefix, channel, now, 100)
+  if redis.call('ZCARD', chan) == 0 then
+    -- Refill from the best of the global pool: strict rule first, then relax.
+    local members = redis.call('ZRANGE', prefix .. 'global', 0, scan - 1, 'WITHSCORES')
+    local strict, recent_fast, scored = {}, {}, {}
+    for i = 1, #members, 2 do
+      local p, latency = members[i], tonumber(members[i + 1])
+      local usable = redis.call('HEXISTS', held, p) == 0
+      if usable then
+        local ban = redis.call('ZSCORE', banned, p)
+        if ban and tonumber(ban) > now then usable = false
+        elseif ban then redis.call('ZREM', banned, p) end
+      end
+      if usable then
+        local score = tonumber(redis.call('ZSCORE', prefix .. 'score', p) or '0')
+        local checked = tonumber(redis.call('ZSCORE', prefix .. 'checked', p) or '0')
+        local good = score > min_score
+        local recent_and_fast = checked >= now - max_age and latency <= max_latency
+        if good and recent_and_fast then table.insert(strict, p)
+        elseif recent_and_fast then table.insert(recent_fast, p)
+        elseif good then table.insert(scored, p) end
+      end
+    end
+    local chosen = strict
+    if #strict < need then
+      redis.call('HINCRBY', prefix .. 'stats', 'relaxed', 1)
+      redis.call('HINCRBY', prefix .. 'stats', 'relaxed:' .. channel, 1)
+      for _, tier in ipairs({recent_fast, scored}) do
+        for _, p in ipairs(tier) do table.insert(chosen, p) end
+      end
+    end
+    for i = 1, math.min(#chosen, need) do
+      -- least_used: all start unused, a fraction of a use apart so that among equally used
+      -- proxies the better tier and lower latency come first; the queues keep the same order.
+      redis.call('ZADD', chan, strategy == 'least_used' and (i - 1) / 1e6 or i, chosen[i])
+    end
+    redis.call('HINCRBY', prefix .. 'stats', 'refills', 1)
+  end
+  local top = redis.call('ZPOPMIN', chan)
+  if #top == 0 then
+    redis.call('HINCRBY', prefix .. 'stats', 'empty', 1)
+    return false
+  end
+  local p = top[1]
+  redis.call('ZADD', lease, now + lease_ms, p)
+  redis.call('HSET', held, p, token .. '|' .. top[2] .. '|' .. strategy)
+  redis.call('HINCRBY', prefix .. 'stats', 'acquired', 1)
+  return {p, redis.call('HGET', prefix .. 'url', p) or p}
+end
+-- Give back the proxy `p` leased to `token` with its outcome. 0 (and nothing changes) when the
+-- token no longer holds it (lease expired, or taken since); 0 too when it was removed meanwhile.
+local function give_back(prefix, chan, lease, held, p, token, latency, ok, greedy_ms, initial)
+  local h = redis.call('HGET', held, p)
+  if not h then return 0 end
+  local holder, base, strategy = split_held(h)
+  if holder ~= token then return 0 end
+  redis.call('HDEL', held, p)
+  redis.call('ZREM', lease, p)
+  -- Removed while leased: it stays out (remove already cleared the lease; belt and braces).
+  if not redis.call('ZSCORE', prefix .. 'global', p) then return 0 end
+  put_back(chan, p, base, strategy, strategy == 'greedy' and ok and latency < greedy_ms)
+  if ok then
+    redis.call('ZADD', prefix .. 'global', 'XX', latency, p)
+    local score = tonumber(redis.call('ZSCORE', prefix .. 'score', p) or initial)
+    redis.call('ZADD', prefix .. 'score', raised(score), p)
+    redis.call('HINCRBY', prefix .. 'ok', p, 1)
+  else
+    redis.call('HINCRBY', prefix .. 'err', p, 1)
+  end
+  redis.call('HINCRBY', prefix .. 'stats', 'released', 1)
+  return 1
+end
+"""
+
 # KEYS: chan lease held banned. ARGV: prefix channel lease_ms strategy token min_score
 # max_age_ms max_latency_ms need scan
 _ACQUIRE = (
     _LIB
+    + _LEASES
     + """
-local prefix, channel = ARGV[1], ARGV[2]
-local chan, lease, held, banned = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local strategy = ARGV[4]
-local now = now_ms()
-redis.call('SADD', prefix .. 'channels', channel)
-reap(prefix, channel, now, 100)
-if redis.call('ZCARD', chan) == 0 then
-  -- Refill from the best of the global pool: strict rule first, then relax.
-  local min_score, max_age = tonumber(ARGV[6]), tonumber(ARGV[7])
-  local max_latency, need = tonumber(ARGV[8]), tonumber(ARGV[9])
-  local members = redis.call('ZRANGE', prefix .. 'global', 0, tonumber(ARGV[10]) - 1, 'WITHSCORES')
-  local strict, recent_fast, scored = {}, {}, {}
-  for i = 1, #members, 2 do
-    local p, latency = members[i], tonumber(members[i + 1])
-    local usable = redis.call('HEXISTS', held, p) == 0
-    if usable then
-      local ban = redis.call('ZSCORE', banned, p)
-      if ban and tonumber(ban) > now then usable = false
-      elseif ban then redis.call('ZREM', banned, p) end
-    end
-    if usable then
-      local score = tonumber(redis.call('ZSCORE', prefix .. 'score', p) or '0')
-      local checked = tonumber(redis.call('ZSCORE', prefix .. 'checked', p) or '0')
-      local good = score > min_score
-      local recent_and_fast = checked >= now - max_age and latency <= max_latency
-      if good and recent_and_fast then table.insert(strict, p)
-      elseif recent_and_fast then table.insert(recent_fast, p)
-      elseif good then table.insert(scored, p) end
-    end
-  end
-  local chosen = strict
-  if #strict < need then
-    redis.call('HINCRBY', prefix .. 'stats', 'relaxed', 1)
-    redis.call('HINCRBY', prefix .. 'stats', 'relaxed:' .. channel, 1)
-    for _, tier in ipairs({recent_fast, scored}) do
-      for _, p in ipairs(tier) do table.insert(chosen, p) end
-    end
-  end
-  for i = 1, math.min(#chosen, need) do
-    -- least_used: all start unused, a fraction of a use apart so that among equally used
-    -- proxies the better tier and lower latency come first; the queues keep the same order.
-    redis.call('ZADD', chan, strategy == 'least_used' and (i - 1) / 1e6 or i, chosen[i])
-  end
-  redis.call('HINCRBY', prefix .. 'stats', 'refills', 1)
-end
-local top = redis.call('ZPOPMIN', chan)
-if #top == 0 then
-  redis.call('HINCRBY', prefix .. 'stats', 'empty', 1)
-  return false
-end
-local p = top[1]
-redis.call('ZADD', lease, now + tonumber(ARGV[3]), p)
-redis.call('HSET', held, p, ARGV[5] .. '|' .. top[2] .. '|' .. strategy)
-redis.call('HINCRBY', prefix .. 'stats', 'acquired', 1)
-return {p, redis.call('HGET', prefix .. 'url', p) or p}
+local a = ARGV
+return take(a[1], a[2], KEYS[1], KEYS[2], KEYS[3], KEYS[4], now_ms(), tonumber(a[3]), a[4],
+            a[5], tonumber(a[6]), tonumber(a[7]), tonumber(a[8]), tonumber(a[9]), tonumber(a[10]))
 """
 )
 
 # KEYS: chan lease held. ARGV: prefix proxy token latency ok greedy_ms initial_score
 _RELEASE = (
     _LIB
+    + _LEASES
     + """
-local prefix, p = ARGV[1], ARGV[2]
-local chan, lease, held = KEYS[1], KEYS[2], KEYS[3]
-local h = redis.call('HGET', held, p)
-if not h then return 0 end
-local token, base, strategy = split_held(h)
-if token ~= ARGV[3] then return 0 end
-redis.call('HDEL', held, p)
-redis.call('ZREM', lease, p)
--- Removed while leased: it stays out (remove already cleared the lease; this is belt and braces).
-if not redis.call('ZSCORE', prefix .. 'global', p) then return 0 end
-local latency, ok = tonumber(ARGV[4]), ARGV[5] == '1'
-put_back(chan, p, base, strategy, strategy == 'greedy' and ok and latency < tonumber(ARGV[6]))
-if ok then
-  redis.call('ZADD', prefix .. 'global', 'XX', latency, p)
-  local score = tonumber(redis.call('ZSCORE', prefix .. 'score', p) or ARGV[7])
-  redis.call('ZADD', prefix .. 'score', raised(score), p)
-  redis.call('HINCRBY', prefix .. 'ok', p, 1)
-else
-  redis.call('HINCRBY', prefix .. 'err', p, 1)
-end
-redis.call('HINCRBY', prefix .. 'stats', 'released', 1)
-return 1
+local a = ARGV
+return give_back(a[1], KEYS[1], KEYS[2], KEYS[3], a[2], a[3], tonumber(a[4]), a[5] == '1',
+                 tonumber(a[6]), a[7])
+"""
+)
+
+# Release then acquire, atomically: exactly what release() followed by acquire() would do, in
+# one round trip. KEYS: chan lease held banned. ARGV: the 10 of _ACQUIRE (for the new lease),
+# then proxy old_token latency ok greedy_ms initial_score (for the old one).
+# Returns {released (0/1), proxy, url} or {released} when the channel had none to give.
+_EXCHANGE = (
+    _LIB
+    + _LEASES
+    + """
+local a = ARGV
+local released = give_back(a[1], KEYS[1], KEYS[2], KEYS[3], a[11], a[12], tonumber(a[13]),
+                           a[14] == '1', tonumber(a[15]), a[16])
+local got = take(a[1], a[2], KEYS[1], KEYS[2], KEYS[3], KEYS[4], now_ms(), tonumber(a[3]), a[4],
+                 a[5], tonumber(a[6]), tonumber(a[7]), tonumber(a[8]), tonumber(a[9]),
+                 tonumber(a[10]))
+if not got then return {released} end
+return {released, got[1], got[2]}
 """
 )
 
@@ -358,6 +393,19 @@ def _settings() -> tuple:
     )
 
 
+def _acquire_args(channel: str, lease_seconds: float, strategy: str, token: str) -> list:
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
+    min_score, max_age_ms, max_latency, need = _settings()
+    return [PREFIX, channel, int(lease_seconds * 1000), strategy, token, min_score, max_age_ms,
+            max_latency, need, max(need * 20, 1000)]  # fmt: skip
+
+
+def _release_args(lease: Lease, latency_ms: float, ok: bool) -> list:
+    return [lease.proxy, lease.token, int(latency_ms), "1" if ok else "0",
+            int(settings.PROXY_GREEDY_MS), INITIAL_SCORE]  # fmt: skip
+
+
 def acquire(
     *, channel: str, lease_seconds: float = 60, strategy: str = "least_used"
 ) -> Lease | None:
@@ -365,17 +413,9 @@ def acquire(
 
     No two holders get one proxy in a channel; an expired lease returns the proxy to the pool.
     """
-    if strategy not in STRATEGIES:
-        raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
-    client = _redis()
     token = secrets.token_hex(8)
-    min_score, max_age_ms, max_latency, need = _settings()
-    found = _script("acquire", _ACQUIRE)(
-        keys=_chan(channel),
-        args=[PREFIX, channel, int(lease_seconds * 1000), strategy, token, min_score,
-              max_age_ms, max_latency, need, max(need * 20, 1000)],
-        client=client,
-    )  # fmt: skip
+    args = _acquire_args(channel, lease_seconds, strategy, token)
+    found = _script("acquire", _ACQUIRE)(keys=_chan(channel), args=args, client=_redis())
     if not found:
         return None
     return Lease(proxy=found[0].decode(), url=found[1].decode(), channel=channel, token=token)
@@ -387,10 +427,34 @@ def release(*, lease: Lease, latency_ms: float, ok: bool = True) -> None:
     no-op."""
     _script("release", _RELEASE)(
         keys=_chan(lease.channel)[:3],
-        args=[PREFIX, lease.proxy, lease.token, int(latency_ms), "1" if ok else "0",
-              int(settings.PROXY_GREEDY_MS), INITIAL_SCORE],
+        args=[PREFIX, *_release_args(lease, latency_ms, ok)],
+        client=_redis(),
+    )
+
+
+def exchange(
+    *, lease: Lease, latency_ms: float, ok: bool = True, lease_seconds: float = 60,
+    strategy: str = "least_used",
+) -> Lease | None:  # fmt: skip
+    """release(lease=...) then acquire(channel=lease.channel, ...) in one script and one round
+    trip, for a caller that goes on to its next request in the same channel.
+
+    The same checks as the two calls: a late release (stale token, proxy removed) is a no-op
+    and never hands that proxy back to this caller unless it is free again in the pool; the
+    proxy just released may come back (least_used: when it is still the least used; greedy:
+    when it was fast). Returns the new lease, or None when the channel has no proxy to give
+    (the old one was still released).
+    """
+    token = secrets.token_hex(8)
+    args = _acquire_args(lease.channel, lease_seconds, strategy, token)
+    found = _script("exchange", _EXCHANGE)(
+        keys=_chan(lease.channel), args=args + _release_args(lease, latency_ms, ok),
         client=_redis(),
     )  # fmt: skip
+    if len(found) < 3:
+        return None
+    return Lease(proxy=found[1].decode(), url=found[2].decode(), channel=lease.channel,
+                 token=token)  # fmt: skip
 
 
 def fail(*, lease: Lease, reason: str) -> str:
@@ -551,6 +615,7 @@ def health() -> dict:
         and m["latency_ms"] <= max_latency
     )
     latencies = sorted(m["latency_ms"] for m in pooled.values())
+    checked = [m["checked_at"] for m in pooled.values() if m["checked_at"] is not None]
     stats = {k.decode(): int(v) for k, v in get_redis().hgetall(STATS).items()}
     per_channel = {}
     for name in channels():
@@ -566,10 +631,31 @@ def health() -> dict:
         "selectable": strict,
         "channel_size": need,
         "median_latency_ms": latencies[len(latencies) // 2] if latencies else None,
+        "score_histogram": score_histogram(m["score"] for m in pooled.values()),
+        "last_validated_age_s": round(now - max(checked), 1) if checked else None,
         "channels": per_channel,
         "counters": {k: v for k, v in stats.items() if not k.startswith("relaxed:")},
         "validating": bool(get_redis().exists(LOCK)),
     }
+
+
+def publish_slot(ms: int) -> bool:
+    """True for the one caller, across processes, that may publish a health snapshot now."""
+    return bool(_redis().set(PUBLISH, "1", nx=True, px=max(1, ms)))
+
+
+# Score bins of the health histogram: [low, high) each, the last one open.
+SCORE_BINS = (0, 2, 4, 6, 8, 10, 15, 20)
+
+
+def score_histogram(scores) -> list[list]:
+    """[[label, count], ...] over SCORE_BINS, e.g. ["6-8", 3] and ["20+", 1]."""
+    counts = [0] * len(SCORE_BINS)
+    for score in scores:
+        i = max(n for n, low in enumerate(SCORE_BINS) if score >= low or n == 0)
+        counts[i] += 1
+    labels = [f"{low}-{high}" for low, high in zip(SCORE_BINS, SCORE_BINS[1:], strict=False)]
+    return [[label, n] for label, n in zip([*labels, f"{SCORE_BINS[-1]}+"], counts, strict=True)]
 
 
 @contextlib.contextmanager

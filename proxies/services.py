@@ -4,14 +4,17 @@ parse input and call these: one code path per action, whichever door it came in 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import django_rq
 import requests
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
 from django.db import IntegrityError, transaction
-from django.db.models import F
+from django.db.models import Count, F
 from django.utils import timezone
 
 from proxies import importer, pool
@@ -21,6 +24,9 @@ log = logging.getLogger(__name__)
 
 MAX_LIST_BYTES = 5 * 1024 * 1024
 FETCH_TIMEOUT = 15
+# The Proxies page's websocket group, and how often at most a change is pushed to it.
+HEALTH_GROUP = "proxies"
+PUBLISH_EVERY_MS = 250
 
 
 class ImportFailed(Exception):
@@ -81,6 +87,7 @@ def import_proxies(*, text: str, source: str, user=None, actor: str = "") -> Imp
             report.added.append(proxy)
         if report.added:
             request_validation(proxies=report.added)
+            _announce()
     return report
 
 
@@ -140,6 +147,7 @@ def remove_proxies(
             proxy.save(update_fields=["state", "removed_at", "removed_by", "removed_why"])
             _event(proxy, ProxyEvent.Kind.REMOVED, user=user, actor=actor, detail=why)
             done.append(proxy)
+        _announce()
     return done
 
 
@@ -157,6 +165,7 @@ def disable_proxies(
             proxy.save(update_fields=["state"])
             _event(proxy, ProxyEvent.Kind.DISABLED, user=user, actor=actor, detail=why)
             done.append(proxy)
+        _announce()
     return done
 
 
@@ -178,6 +187,7 @@ def enable_proxies(*, proxies: Iterable[Proxy], user=None, actor: str = "") -> l
             done.append(proxy)
         if done:
             request_validation(proxies=done)
+            _announce()
     return done
 
 
@@ -239,6 +249,8 @@ def record_validation(*, proxy: Proxy, result) -> Proxy:
             _event(proxy, ProxyEvent.Kind.ADMITTED, actor="validator", detail=_summary(proxy))
         elif recovered:
             _event(proxy, ProxyEvent.Kind.VALIDATED, actor="validator", detail=_summary(proxy))
+        # Many per validation pass: throttled; the page also refreshes every few seconds.
+        _announce(force=False)
     return proxy
 
 
@@ -278,6 +290,8 @@ def sync_from_pool() -> dict:
             )  # fmt: skip
             _event(proxy, ProxyEvent.Kind.REMOVED, actor="pool", detail=why)
             dropped += 1
+        if dropped:
+            _announce()
     return {"counted": len(keys), "scored": len(changed), "dropped": dropped}
 
 
@@ -311,3 +325,37 @@ def _event(proxy: Proxy, kind: str, *, user=None, actor: str = "", detail: str =
 def _chunks(items: list, size: int) -> Iterable[list]:
     for i in range(0, len(items), size):
         yield items[i : i + size]
+
+
+def health_snapshot() -> dict:
+    """What the Proxies page shows live: the pool's health (Redis) and the inventory (database):
+    known / new / active / disabled / removed, and removals in the last hour."""
+    by_state = dict(Proxy.objects.values_list("state").annotate(n=Count("pk")).order_by())
+    inventory = {state: by_state.get(state, 0) for state in ProxyState.values}
+    hour_ago = timezone.now() - timedelta(hours=1)
+    return {
+        "type": "proxies.health",
+        **pool.health(),
+        "inventory": {"known": sum(inventory.values()), **inventory},
+        "removed_last_hour": ProxyEvent.objects.filter(
+            kind=ProxyEvent.Kind.REMOVED, at__gte=hour_ago
+        ).count(),
+        "at": time.time(),
+    }
+
+
+def publish_health(*, force: bool = True) -> bool:
+    """Push health_snapshot() to the open Proxies pages; unless forced, at most once per
+    PUBLISH_EVERY_MS across processes. Never raises: the pages refresh on their own too."""
+    try:
+        if not pool.publish_slot(PUBLISH_EVERY_MS) and not force:
+            return False
+        async_to_sync(get_channel_layer().group_send)(HEALTH_GROUP, health_snapshot())
+        return True
+    except Exception:
+        log.warning("publishing proxy pool health failed", exc_info=True)
+        return False
+
+
+def _announce(*, force: bool = True) -> None:
+    transaction.on_commit(lambda: publish_health(force=force))

@@ -164,6 +164,8 @@ def proxy_import(request: HttpRequest) -> HttpResponse:
                 )
         except services.ImportFailed as exc:
             form.add_error(None, str(exc))
+    if report is not None:
+        form = ImportForm()  # imported: do not echo the pasted list (and its passwords) back
     return render(request, "proxies/proxy_import.html", {
         "nav": "proxies", "form": form, "report": report,
     }, status=200)  # fmt: skip

@@ -29,7 +29,7 @@ def use_redis(url: str) -> None:
     settings.REDIS_URL = url
     for queue in settings.RQ_QUEUES.values():
         queue["URL"] = url
-    settings.CHANNEL_LAYERS["default"]["CONFIG"]["hosts"] = [url]
+    settings.CHANNEL_LAYERS["default"]["CONFIG"]["hosts"] = launcher.channel_layer_hosts(url)
     os.environ["REDIS_URL"] = url
     reset_pools()
     channel_layers.backends.clear()

@@ -13,10 +13,11 @@ from urllib.parse import urlsplit
 from django.db import connection
 
 from crawls import services
-from crawls.frontier import canonicalize
-from crawls.jobs import after_slice, supervise
+from crawls.frontier import Frontier, canonicalize
 from crawls.models import Crawl, CrawlState
+from crawls.sample_site import SampleSite
 from crawls.slicer import run_slice
+from tests.sites import Response
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -126,4 +127,39 @@ def wait_for_state(
     raise AssertionError(f"crawl {crawl.pk} is {crawl.state}, not {states}, after {timeout} s")
 
 
-__all__ = ["drive", "fetched_paths", "WorkerFleet", "wait_for_state", "supervise", "after_slice"]
+def sample_handler(site: SampleSite, delay: float):
+    def handler(request):
+        status, headers, body = site.render(request.path)
+        headers = dict(headers)
+        content_type = headers.pop("Content-Type", "text/html; charset=utf-8")
+        headers.pop("Content-Length", None)
+        return Response(
+            status=status, body=body, headers=headers, content_type=content_type, delay=delay
+        )
+
+    return handler
+
+
+def assert_exact(crawl, site):
+    expected = site.expected()
+    done = set(fetched_paths(crawl))
+    failed = {"/" + url.split("/", 3)[-1] for url in crawl.failures.values_list("url", flat=True)}
+    got = done | failed
+    missing, extra = sorted(expected - got), sorted(got - expected)
+    assert not missing and not extra, (
+        f"{len(missing)} missing {missing[:10]}, {len(extra)} extra {extra[:10]}, stats {crawl.stats}"
+    )
+    stats = crawl.stats
+    assert stats["requests"] == len(expected)
+    assert stats["responses"] + stats["errors"] == len(expected)
+    assert stats["queued"] == stats["in_flight"] == stats["delayed"] == 0
+    assert crawl.pages.count() + crawl.failures.count() == len(expected)
+
+
+def wait_for_progress(crawl, pages: int, fleet: WorkerFleet, timeout: float = 60):
+    frontier = Frontier(crawl.pk)
+    deadline = time.monotonic() + timeout
+    while frontier.stats()["responses"] < pages:
+        assert time.monotonic() < deadline, f"no progress: {frontier.stats()}"
+        fleet.keep_alive()
+        time.sleep(0.1)

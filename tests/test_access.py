@@ -10,7 +10,7 @@ from crawlhub.asgi import application
 from crawlhub.consumers import CLOSE_FORBIDDEN
 
 # Pages reachable without a session, on purpose.
-PUBLIC = {"/login/", "/healthz", "/admin/login/", "/proxies/echo"}
+PUBLIC = {"/login/", "/healthz", "/admin/login/", "/proxies/echo", "/sample/", "/sample/x"}
 # The admin and django-rq have their own staff login: anonymous users are sent there.
 STAFF_LOGIN_PREFIXES = ("/admin/", "/rq/")
 

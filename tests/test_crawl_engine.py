@@ -209,3 +209,18 @@ def test_fetch_errors_are_recorded_per_page(user, make_site):
     errors.update(crawl.pages.exclude(error="").values_list("url", "error"))
     assert "refused" in errors[closed]
     assert "nosuch.invalid" in errors["http://nosuch.invalid/"]
+
+
+def test_a_crawl_that_fetched_nothing_ends_failed_saying_why(user):
+    from tests.conftest import free_port
+
+    crawl = services.crawl_create(
+        user=user, name="t", seeds=[f"http://127.0.0.1:{free_port()}/"], obey_robots=False,
+        max_retries=0,
+    )  # fmt: skip
+    services.crawl_start(crawl=crawl, user=user)
+    crawl = drive(crawl)
+    assert crawl.state == CrawlState.FAILED
+    assert crawl.error.startswith("no page could be fetched: connection refused")
+    assert crawl.events.filter(kind="failed").exists()
+    assert crawl.stats["errors"] == 1

@@ -13,8 +13,13 @@ from crawls import services
 from crawls.frontier import Frontier
 from crawls.models import CrawlState
 from crawls.sample_site import SampleSite
-from tests.crawling import WorkerFleet, fetched_paths, wait_for_state
-from tests.sites import Response
+from tests.crawling import (
+    WorkerFleet,
+    assert_exact,
+    sample_handler,
+    wait_for_progress,
+    wait_for_state,
+)
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -23,19 +28,6 @@ FAST = {
     "CRAWLHUB_SLICE_SECONDS": "3",
     "CRAWLHUB_SUPERVISOR_SECONDS": "1",
 }
-
-
-def sample_handler(site: SampleSite, delay: float):
-    def handler(request):
-        status, headers, body = site.render(request.path)
-        headers = dict(headers)
-        content_type = headers.pop("Content-Type", "text/html; charset=utf-8")
-        headers.pop("Content-Length", None)
-        return Response(
-            status=status, body=body, headers=headers, content_type=content_type, delay=delay
-        )
-
-    return handler
 
 
 @pytest.fixture
@@ -54,27 +46,6 @@ def start_sample_crawl(user, make_site, *, pages: int, delay: float, **options):
     )  # fmt: skip
     services.crawl_start(crawl=crawl, user=user)
     return site, server, crawl
-
-
-def assert_exact(crawl, site):
-    expected = site.expected()
-    done = set(fetched_paths(crawl))
-    failed = {"/" + url.split("/", 3)[-1] for url in crawl.failures.values_list("url", flat=True)}
-    assert done | failed == expected
-    stats = crawl.stats
-    assert stats["requests"] == len(expected)
-    assert stats["responses"] + stats["errors"] == len(expected)
-    assert stats["queued"] == stats["in_flight"] == stats["delayed"] == 0
-    assert crawl.pages.count() + crawl.failures.count() == len(expected)
-
-
-def wait_for_progress(crawl, pages: int, fleet: WorkerFleet, timeout: float = 60):
-    frontier = Frontier(crawl.pk)
-    deadline = time.monotonic() + timeout
-    while frontier.stats()["responses"] < pages:
-        assert time.monotonic() < deadline, f"no progress: {frontier.stats()}"
-        fleet.keep_alive()
-        time.sleep(0.1)
 
 
 @pytest.mark.chaos
@@ -109,6 +80,8 @@ def test_pause_stops_fetching_and_resume_finishes_exactly(user, make_site, fleet
     seen = len(server.log)
     time.sleep(2.5)
     assert len(server.log) == seen, "the site was fetched after the pause settled"
+    last_fetch = max(request.at for request in server.log)
+    assert last_fetch - paused_at < 2.0, "a fetch started more than 2 s after the pause"
     stats = Frontier(crawl.pk).stats()
     assert stats["in_flight"] == 0 and stats["queued"] > 0
 

@@ -596,3 +596,24 @@ def test_supervisor_lock_lets_one_supervisor_run():
     assert supervisor_lock(ttl=0.2) is False
     time.sleep(0.3)
     assert supervisor_lock(ttl=0.2) is True
+
+
+def test_renewing_a_lease_keeps_a_slow_request_from_going_back(redis):
+    from crawls.frontier import Frontier
+
+    frontier = Frontier(990, redis)
+    frontier.configure(max_pages=10, max_depth=3, host_delay=0)
+    frontier.set_state("running")
+    frontier.add_seeds(["http://renew.test/a", "http://renew.test/b"])
+    held = frontier.claim(2, lease_seconds=0.3)
+    assert len(held) == 2
+    time.sleep(0.2)
+    frontier.renew(held[:1], lease_seconds=0.5)  # only the first is still held
+    time.sleep(0.2)
+    assert frontier.requeue_expired() == 1  # the second expired, the renewed one did not
+    assert frontier.stats()["in_flight"] == 1
+    time.sleep(0.4)
+    assert frontier.requeue_expired() == 1
+    frontier.renew(held[:1], lease_seconds=5)  # expired and gone back: not brought back
+    assert frontier.stats()["in_flight"] == 0
+    assert frontier.stats()["queued"] == 2

@@ -153,3 +153,11 @@ def test_the_cli_imports_from_a_url(make_site):
 def test_the_cli_says_when_a_file_cannot_be_read(tmp_path):
     with pytest.raises(CommandError, match="cannot read"):
         call_command("proxies", "import", str(tmp_path / "missing.txt"))
+
+
+def test_a_pasted_list_starting_with_a_byte_order_mark_parses_its_first_line():
+    from proxies.importer import parse
+
+    result = parse("\ufeff127.0.0.1:3128\r\nhttp://127.0.0.2:8080\r\n")
+    assert result.errors == []
+    assert len(result.proxies) == 2

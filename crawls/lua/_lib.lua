@@ -3,7 +3,7 @@
 -- built from a prefix argument. All keys share the crawl's hash tag, so they live on one slot.
 local K_QUEUE, K_DELAYED, K_BACKUP, K_LEASES, K_STATS = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local K_STATE, K_CONFIG, K_HOSTS, K_HOSTDELAY, K_SEQ = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
-local K_SLICES = KEYS[11]
+local K_SLICES, K_HOSTQ, K_SERIES = KEYS[11], KEYS[12], KEYS[13]
 
 -- Queue score = (-priority) * 2^44 + depth * 2^32 + seq. Every term stays below 2^53, so the
 -- double holds it exactly; priority is clamped to +-255, depth to 4095, seq wraps at 2^32.
@@ -29,12 +29,26 @@ local function score(priority, depth, seq)
   return string.format('%.0f', -p * PRIORITY_UNIT + d * DEPTH_UNIT + seq % DEPTH_UNIT)
 end
 
+-- The host of a request JSON without decoding it all: Request.to_json writes "h" right after
+-- "f", and a host name holds no quote.
+local function host_of(member)
+  return string.match(member, '"h":"([^"]*)"') or cjson.decode(member).h or ''
+end
+
 -- Queue `member` (request JSON) behind its peers of equal priority and depth. `req` may carry
 -- the already known priority (p) and depth (d); otherwise the JSON is decoded for them.
 local function enqueue(member, req)
   req = req or cjson.decode(member)
   local seq = redis.call('INCR', K_SEQ)
-  return redis.call('ZADD', K_QUEUE, 'NX', score(req.p, req.d, seq), member)
+  local added = redis.call('ZADD', K_QUEUE, 'NX', score(req.p, req.d, seq), member)
+  if added == 1 then redis.call('HINCRBY', K_HOSTQ, req.h or host_of(member), 1) end
+  return added
+end
+
+-- A request left the queue (claimed): one fewer queued for its host; a host at 0 is dropped so
+-- the hash holds only hosts with work (and heals if it ever lagged behind the queue).
+local function dequeued(host)
+  if redis.call('HINCRBY', K_HOSTQ, host, -1) <= 0 then redis.call('HDEL', K_HOSTQ, host) end
 end
 
 -- A claimed request goes back to the queue: used by release and by expired leases.

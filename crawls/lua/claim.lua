@@ -15,7 +15,10 @@ end
 local function pop_fast()
   local popped = redis.call('ZPOPMIN', K_QUEUE, n)
   local members = {}
-  for i = 1, #popped, 2 do members[#members + 1] = popped[i] end
+  for i = 1, #popped, 2 do
+    members[#members + 1] = popped[i]
+    dequeued(host_of(popped[i]))
+  end
   return members
 end
 
@@ -37,6 +40,7 @@ local function pop_polite(default_delay)
     if delay <= 0 or ready[host] <= now then
       members[#members + 1] = member
       redis.call('ZREM', K_QUEUE, member)
+      dequeued(host)
       if delay > 0 then
         ready[host] = now + delay
         redis.call('HSET', K_HOSTS, host, ready[host])

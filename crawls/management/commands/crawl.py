@@ -10,7 +10,7 @@ from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
-from crawls import services
+from crawls import exports, services
 from crawls.models import Channel, Crawl, CrawlState
 
 DONE_STATES = (CrawlState.FINISHED, CrawlState.CANCELLED, CrawlState.FAILED)
@@ -61,6 +61,10 @@ class Command(BaseCommand):
         status = sub.add_parser("status", help="state and every counter")
         status.add_argument("id", type=int)
         status.add_argument("--json", action="store_true")
+        export = sub.add_parser("export", help="write the crawl's pages or responses to a file")
+        export.add_argument("id", type=int)
+        export.add_argument("--format", choices=["jsonl", "csv", "warc"], default="jsonl")
+        export.add_argument("--output", required=True, help="file to write, or - for stdout")
         waiting = sub.add_parser("wait", help="wait until the crawl ends (exit 0 if finished)")
         waiting.add_argument("id", type=int)
         waiting.add_argument("--timeout", type=float, default=0, help="seconds; 0 = forever")
@@ -128,6 +132,21 @@ class Command(BaseCommand):
     def do_retry_failed(self, *, id, **_) -> None:
         count = services.crawl_retry_failed(crawl=self._crawl(id))
         self.stdout.write(f"{count} request(s) back in the queue")
+
+    def do_export(self, *, id, format: str, output: str, **_) -> None:
+        crawl = self._crawl(id)
+        exports.check(crawl, format)
+        if output == "-":
+            # Bytes, not text: the stream under Django's OutputWrapper.
+            out = getattr(self.stdout._out, "buffer", self.stdout._out)
+            for chunk in exports.iter_export(crawl, format):
+                out.write(chunk)
+            out.flush()
+            return
+        with open(output, "wb") as f:
+            for chunk in exports.iter_export(crawl, format):
+                f.write(chunk)
+        self.stdout.write(f"crawl {id} exported as {format} to {output}")
 
     def do_list(self, *, state, json: bool, **_) -> None:
         crawls = Crawl.objects.select_related("channel").order_by("id")

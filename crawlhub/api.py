@@ -1,0 +1,139 @@
+"""The JSON API under /api/: authentication, errors, the router, API tokens and the schema.
+
+Included from crawlhub/urls.py. DRF's views answer 401/403 themselves, so LoginRequiredMiddleware
+lets them through (DRF marks its views login_required = False).
+"""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import include, path
+from django.views.decorators.http import require_POST
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from drf_spectacular.utils import extend_schema, extend_schema_view
+from drf_spectacular.views import SpectacularAPIView
+from rest_framework import mixins, serializers, status, viewsets
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.routers import DefaultRouter
+
+from crawlhub import tokens
+from crawlhub.drf import JSONErrors
+from crawlhub.models import ApiToken
+from crawls.api import ChannelViewSet, CrawlViewSet
+from proxies.api import PoolHealthView, ProxyViewSet
+
+# --- Authentication ---------------------------------------------------------------------------
+
+
+class BearerTokenScheme(OpenApiAuthenticationExtension):
+    target_class = "crawlhub.drf.BearerTokenAuthentication"
+    name = "bearerAuth"
+
+    def get_security_definition(self, auto_schema) -> dict:
+        return {"type": "http", "scheme": "bearer", "description": "A token from /account/tokens/"}
+
+
+# --- Tokens -----------------------------------------------------------------------------------
+
+
+class TokenSerializer(serializers.ModelSerializer):
+    active = serializers.BooleanField(source="is_active", read_only=True)
+
+    class Meta:
+        model = ApiToken
+        fields = ["id", "name", "prefix", "created_at", "last_used_at", "revoked_at", "active"]
+        read_only_fields = ["id", "prefix", "created_at", "last_used_at", "revoked_at"]
+
+
+class NewTokenSerializer(TokenSerializer):
+    token = serializers.CharField(read_only=True, help_text="Shown once; only a hash is kept.")
+
+    class Meta(TokenSerializer.Meta):
+        fields = [*TokenSerializer.Meta.fields, "token"]
+
+
+@extend_schema_view(
+    list=extend_schema(summary="Your API tokens"),
+    create=extend_schema(
+        summary="Create a token (the response is the only time it is shown)",
+        request=TokenSerializer,
+        responses={201: NewTokenSerializer},
+    ),  # fmt: skip
+    destroy=extend_schema(summary="Revoke a token"),
+)
+class TokenViewSet(
+    mixins.ListModelMixin, mixins.CreateModelMixin, mixins.DestroyModelMixin,
+    viewsets.GenericViewSet,
+):  # fmt: skip
+    serializer_class = TokenSerializer
+    lookup_value_regex = r"\d+"
+
+    def get_queryset(self):
+        return ApiToken.objects.filter(user=self.request.user)
+
+    def create(self, request: Request, *args, **kwargs) -> Response:
+        body = TokenSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        token, raw = tokens.token_create(user=request.user, name=body.validated_data["name"])
+        data = NewTokenSerializer(token).data
+        data["token"] = raw
+        return Response(data, status=status.HTTP_201_CREATED)
+
+    def perform_destroy(self, instance: ApiToken) -> None:
+        tokens.token_revoke(token=instance)
+
+
+def token_page(request: HttpRequest) -> HttpResponse:
+    """Create and revoke your API tokens. A new token is shown on this response only."""
+    new_token, errors = None, {}
+    if request.method == "POST":
+        try:
+            _, new_token = tokens.token_create(user=request.user, name=request.POST.get("name", ""))
+        except DjangoValidationError as exc:
+            errors = exc.message_dict
+    return render(request, "crawlhub/tokens.html", {
+        "nav": "tokens", "tokens": ApiToken.objects.filter(user=request.user),
+        "new_token": new_token, "errors": errors, "name": request.POST.get("name", ""),
+    }, status=400 if errors else 200)  # fmt: skip
+
+
+@require_POST
+def token_revoke_page(request: HttpRequest, pk: int) -> HttpResponse:
+    token = get_object_or_404(ApiToken, pk=pk, user=request.user)
+    if tokens.token_revoke(token=token):
+        messages.success(request, f"Token “{token.name}” revoked; it no longer works.")
+    return redirect("api_tokens")
+
+
+# --- Routes -----------------------------------------------------------------------------------
+
+
+class Router(DefaultRouter):
+    # JSON only: no ".json" twins of every route (exports choose with ?format=).
+    include_format_suffixes = False
+    # JSON only (exports choose with ?format=): suffix routes like /crawls/1/cancel.json would
+    # pass a `format` argument the actions do not take, a 500.
+    include_format_suffixes = False
+
+
+router = Router()
+router.register("crawls", CrawlViewSet, basename="api-crawl")
+router.register("channels", ChannelViewSet, basename="api-channel")
+router.register("proxies", ProxyViewSet, basename="api-proxy")
+router.register("tokens", TokenViewSet, basename="api-token")
+
+
+class SchemaView(JSONErrors, SpectacularAPIView):
+    pass
+
+
+urlpatterns = [
+    path("pool/health/", PoolHealthView.as_view(), name="api-pool-health"),
+    # Signed-in users only (the default permission): the schema describes the whole API.
+    path("schema/", SchemaView.as_view(), name="api-schema"),
+    path("", include(router.urls)),
+]

@@ -1,0 +1,294 @@
+"""The crawl and channel endpoints of the JSON API. They parse input and call crawls/services.py
+(and crawls/exports.py), like the pages and the CLI do."""
+
+from __future__ import annotations
+
+from django.db.models import QuerySet
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
+from rest_framework import mixins, permissions, renderers, serializers, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from crawlhub.access import visible_crawls
+from crawlhub.drf import JSONErrors
+from crawls import exports, services
+from crawls.data_views import export_response
+from crawls.models import Channel, Crawl, FailedRequest, Page
+
+
+class ChannelSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Channel
+        fields = [
+            "id", "slug", "name", "description", "proxy_use", "proxy_strategy", "host_delay",
+            "host_concurrency", "user_agent_mode", "created_at",
+        ]  # fmt: skip
+        read_only_fields = ["id", "created_at"]
+
+
+class CrawlSerializer(serializers.ModelSerializer):
+    channel = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    stats = serializers.SerializerMethodField(help_text="Live counters; the final ones once over.")
+    page_url = serializers.CharField(source="get_absolute_url", read_only=True)
+
+    class Meta:
+        model = Crawl
+        fields = [
+            "id", "name", "channel", "seeds", *services.CRAWL_OPTIONS, "state", "created_by",
+            "created_at", "started_at", "finished_at", "error", "schedule", "stats", "page_url",
+        ]  # fmt: skip
+        read_only_fields = fields
+
+    def get_stats(self, crawl: Crawl) -> dict:
+        stats = self.context.get("stats")
+        if stats is not None and crawl.pk in stats:
+            return stats[crawl.pk]
+        return services.crawl_stats_safe(crawl)
+
+
+class CrawlCreateSerializer(serializers.ModelSerializer):
+    """A new crawl: name and seeds, any option of the crawl form; `start` starts it at once."""
+
+    channel = serializers.SlugRelatedField(
+        slug_field="slug", queryset=Channel.objects.all(), required=False,
+        help_text="Channel slug; the default channel when left out.",
+    )  # fmt: skip
+    seeds = serializers.ListField(child=serializers.CharField(), allow_empty=False)
+    allowed_domains = serializers.ListField(child=serializers.CharField(), required=False)
+    include_patterns = serializers.ListField(child=serializers.CharField(), required=False)
+    exclude_patterns = serializers.ListField(child=serializers.CharField(), required=False)
+    start = serializers.BooleanField(default=False, write_only=True)
+
+    class Meta:
+        model = Crawl
+        fields = ["name", "channel", "seeds", *services.CRAWL_OPTIONS, "start"]
+
+    def create(self, validated_data: dict) -> Crawl:
+        data = dict(validated_data)
+        start = data.pop("start", False)
+        user = self.context["request"].user
+        crawl = services.crawl_create(
+            user=user, name=data.pop("name"), seeds=data.pop("seeds"),
+            channel=data.pop("channel", None), **data,
+        )  # fmt: skip
+        if start:
+            services.crawl_start(crawl=crawl, user=user)
+        return crawl
+
+
+class PageSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Page
+        fields = list(exports.COLUMNS)
+
+
+class FailureSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = FailedRequest
+        fields = [
+            "id", "url", "depth", "referrer", "attempts", "last_error", "last_status",
+            "failed_at",
+        ]  # fmt: skip
+
+
+class SeedsSerializer(serializers.Serializer):
+    urls = serializers.ListField(child=serializers.CharField(), allow_empty=False)
+
+
+class SeedsResultSerializer(serializers.Serializer):
+    added = serializers.IntegerField()
+    already_seen = serializers.IntegerField()
+
+
+class RetrySerializer(serializers.Serializer):
+    ids = serializers.ListField(
+        child=serializers.IntegerField(), required=False,
+        help_text="Failure ids to retry; all of the crawl's failures when left out.",
+    )  # fmt: skip
+
+
+class RetryResultSerializer(serializers.Serializer):
+    retried = serializers.IntegerField()
+
+
+class _ExportRenderer(renderers.BaseRenderer):
+    """Selects an export format (?format= or Accept); the view streams the bytes itself."""
+
+    charset = None
+
+    def render(self, data, accepted_media_type=None, renderer_context=None) -> bytes:
+        return renderers.JSONRenderer().render(data)
+
+
+class JSONLRenderer(_ExportRenderer):
+    media_type, format = "application/x-ndjson", "jsonl"
+
+
+class CSVRenderer(_ExportRenderer):
+    media_type, format = "text/csv", "csv"
+
+
+class WARCRenderer(_ExportRenderer):
+    media_type, format = "application/warc", "warc"
+
+
+class IsStaffOrReadOnly(permissions.BasePermission):
+    def has_permission(self, request: Request, view) -> bool:
+        return request.method in permissions.SAFE_METHODS or bool(request.user.is_staff)
+
+
+def _action_schema(summary: str, **kwargs):
+    return extend_schema(summary=summary, request=None, responses=CrawlSerializer, **kwargs)
+
+
+@extend_schema_view(
+    list=extend_schema(
+        summary="Crawls you may see (staff: all)",
+        parameters=[
+            OpenApiParameter("state", str, description="Only crawls in this state."),
+            OpenApiParameter("channel", str, description="Only crawls of this channel (slug)."),
+        ],
+    ),
+    retrieve=extend_schema(summary="A crawl with its counters"),
+    create=extend_schema(
+        summary="Create a crawl (and start it with start=true)",
+        request=CrawlCreateSerializer,
+        responses={201: CrawlSerializer},
+    ),
+)
+class CrawlViewSet(
+    JSONErrors, mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
+    viewsets.GenericViewSet,
+):  # fmt: skip
+    serializer_class = CrawlSerializer
+    lookup_value_regex = r"\d+"
+
+    def get_queryset(self) -> QuerySet[Crawl]:
+        crawls = visible_crawls(self.request.user).select_related("channel", "created_by")
+        if state := self.request.query_params.get("state"):
+            crawls = crawls.filter(state=state)
+        if channel := self.request.query_params.get("channel"):
+            crawls = crawls.filter(channel__slug=channel)
+        return crawls
+
+    def get_serializer_class(self):
+        return CrawlCreateSerializer if self.action == "create" else super().get_serializer_class()
+
+    def list(self, request: Request, *args, **kwargs) -> Response:
+        page = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
+        stats = services.crawls_stats_safe(page)
+        context = {**self.get_serializer_context(), "stats": stats}
+        serializer = CrawlSerializer(page, many=True, context=context)
+        return self.get_paginated_response(serializer.data)
+
+    def create(self, request: Request, *args, **kwargs) -> Response:
+        serializer = self.get_serializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        crawl = serializer.save()
+        return Response(
+            CrawlSerializer(crawl, context=self.get_serializer_context()).data,
+            status=status.HTTP_201_CREATED,
+        )
+
+    def _act(self, fn) -> Response:
+        crawl = self.get_object()
+        fn(crawl=crawl, user=self.request.user)
+        return Response(CrawlSerializer(crawl, context=self.get_serializer_context()).data)
+
+    @_action_schema("Start a draft crawl")
+    @action(detail=True, methods=["post"])
+    def start(self, request: Request, pk=None) -> Response:
+        return self._act(services.crawl_start)
+
+    @_action_schema("Pause: workers stop fetching within seconds")
+    @action(detail=True, methods=["post"])
+    def pause(self, request: Request, pk=None) -> Response:
+        return self._act(services.crawl_pause)
+
+    @_action_schema("Resume a paused crawl")
+    @action(detail=True, methods=["post"])
+    def resume(self, request: Request, pk=None) -> Response:
+        return self._act(services.crawl_resume)
+
+    @_action_schema("Cancel for good; fetched pages are kept")
+    @action(detail=True, methods=["post"])
+    def cancel(self, request: Request, pk=None) -> Response:
+        return self._act(services.crawl_cancel)
+
+    @extend_schema(summary="Add start URLs", request=SeedsSerializer,
+                   responses=SeedsResultSerializer)  # fmt: skip
+    @action(detail=True, methods=["post"])
+    def seeds(self, request: Request, pk=None) -> Response:
+        crawl = self.get_object()
+        body = SeedsSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        added, seen = services.crawl_add_seeds(
+            crawl=crawl, urls=body.validated_data["urls"], user=request.user
+        )
+        return Response({"added": added, "already_seen": seen})
+
+    @extend_schema(summary="Put failed requests back in the queue", request=RetrySerializer,
+                   responses=RetryResultSerializer)  # fmt: skip
+    @action(detail=True, methods=["post"])
+    def retry(self, request: Request, pk=None) -> Response:
+        crawl = self.get_object()
+        body = RetrySerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        count = services.crawl_retry_failed(
+            crawl=crawl, user=request.user, ids=body.validated_data.get("ids")
+        )
+        return Response({"retried": count})
+
+    @extend_schema(summary="Fetched pages, in fetch order", responses=PageSerializer(many=True))
+    @action(detail=True, methods=["get"])
+    def pages(self, request: Request, pk=None) -> Response:
+        crawl = self.get_object()
+        page = self.paginate_queryset(crawl.pages.order_by("id").defer("body"))
+        return self.get_paginated_response(PageSerializer(page, many=True).data)
+
+    @extend_schema(summary="The failure queue", responses=FailureSerializer(many=True))
+    @action(detail=True, methods=["get"])
+    def failures(self, request: Request, pk=None) -> Response:
+        crawl = self.get_object()
+        page = self.paginate_queryset(crawl.failures.all())
+        return self.get_paginated_response(FailureSerializer(page, many=True).data)
+
+    @extend_schema(
+        summary="Download the crawl's pages (JSONL, CSV) or kept responses (WARC)",
+        parameters=[OpenApiParameter("format", str, enum=[*exports.FORMATS],
+                                     description="Export format; jsonl when left out.")],
+        responses={
+            (200, "application/x-ndjson"): OpenApiTypes.BINARY,
+            (200, "text/csv"): OpenApiTypes.BINARY,
+            (200, "application/warc"): OpenApiTypes.BINARY,
+        },
+    )  # fmt: skip
+    @action(
+        detail=True, methods=["get"], pagination_class=None,
+        renderer_classes=[JSONLRenderer, CSVRenderer, WARCRenderer],
+    )  # fmt: skip
+    def export(self, request: Request, pk=None):
+        crawl = self.get_object()
+        return export_response(request._request, crawl, request.accepted_renderer.format)
+
+
+@extend_schema_view(
+    list=extend_schema(summary="Channels"),
+    retrieve=extend_schema(summary="A channel"),
+    create=extend_schema(summary="Create a channel (staff)"),
+    update=extend_schema(summary="Change a channel (staff)"),
+    partial_update=extend_schema(summary="Change some of a channel's fields (staff)"),
+)
+class ChannelViewSet(
+    mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
+    mixins.UpdateModelMixin, viewsets.GenericViewSet,
+):  # fmt: skip
+    """Everyone signed in reads channels; staff create and change them."""
+
+    queryset = Channel.objects.all()
+    serializer_class = ChannelSerializer
+    permission_classes = [permissions.IsAuthenticated, IsStaffOrReadOnly]
+    lookup_field = "slug"

@@ -1,0 +1,55 @@
+"""Websockets of the crawl pages: the current snapshot on connect, then what workers publish."""
+
+from __future__ import annotations
+
+from channels.db import database_sync_to_async
+
+from crawlhub.access import visible_crawls
+from crawlhub.consumers import LoginRequiredConsumer
+from crawls import live
+
+
+class CrawlConsumer(LoginRequiredConsumer):
+    """/ws/crawls/<id>/: one crawl's live page."""
+
+    async def authorize(self) -> bool:
+        """Only a crawl this user may see; the first snapshot is read here, sent on accept."""
+        self.crawl_id = int(self.scope["url_route"]["kwargs"]["pk"])
+        self.first = await database_sync_to_async(_first_snapshot)(
+            self.crawl_id, self.scope["user"]
+        )
+        return self.first is not None
+
+    async def on_accepted(self) -> None:
+        self.group = live.crawl_group(self.crawl_id)
+        await self.channel_layer.group_add(self.group, self.channel_name)
+        await self.send_json(self.first)
+
+    async def crawl_stats(self, event: dict) -> None:
+        await self.send_json(event)
+
+    async def disconnect(self, code: int) -> None:
+        if getattr(self, "group", None):
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+
+
+class CrawlListConsumer(LoginRequiredConsumer):
+    """/ws/crawls/: compact snapshots of the crawls that change and this user may see (their
+    own; staff, all), for the list page."""
+
+    async def on_accepted(self) -> None:
+        await self.channel_layer.group_add(live.LIST_GROUP, self.channel_name)
+
+    async def crawl_stats(self, event: dict) -> None:
+        user = self.scope["user"]
+        if user.is_staff or event.get("owner") == user.pk:
+            await self.send_json(event)
+
+    async def disconnect(self, code: int) -> None:
+        await self.channel_layer.group_discard(live.LIST_GROUP, self.channel_name)
+
+
+def _first_snapshot(crawl_id: int, user) -> dict | None:
+    """None for a crawl that does not exist or that the user may not see (closed alike)."""
+    crawl = visible_crawls(user).filter(pk=crawl_id).first()
+    return None if crawl is None else live.snapshot(crawl)

@@ -1,0 +1,219 @@
+"""A crawl's results as files: JSONL and CSV of its pages, WARC of the responses it kept.
+
+Every export reads the pages with `.iterator()` over `.values_list()` of the columns it needs, a
+chunk of rows at a time, and hands out bytes in buffers of about BUFFER_BYTES: memory stays flat
+whether the crawl has a hundred pages or millions. The download views, the API and
+`manage.py crawl export` all call these functions.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import AsyncIterator, Iterable, Iterator
+from datetime import UTC
+from http import HTTPStatus
+from io import BytesIO
+from typing import BinaryIO
+
+from asgiref.sync import sync_to_async
+from warcio.statusandheaders import StatusAndHeaders
+from warcio.warcwriter import WARCWriter
+
+from crawls.models import Crawl
+from crawls.services import CrawlActionError
+
+FORMATS = {
+    # format: (media type, file extension)
+    "jsonl": ("application/x-ndjson; charset=utf-8", "jsonl"),
+    "csv": ("text/csv; charset=utf-8", "csv"),
+    "warc": ("application/warc", "warc.gz"),
+}
+COLUMNS = (
+    "id", "url", "final_url", "status", "content_type", "bytes", "elapsed_ms", "depth",
+    "referrer", "fetched_at", "title", "error", "redirects",
+)  # fmt: skip
+CHUNK_ROWS = 2000
+# Bodies can be megabytes each: fewer rows per database round trip for WARC.
+WARC_CHUNK_ROWS = 20
+BUFFER_BYTES = 64 * 1024
+WARC_DATE = "%Y-%m-%dT%H:%M:%SZ"
+
+
+class ExportError(CrawlActionError):
+    """This crawl cannot be exported in this format; the message says why."""
+
+
+def check(crawl: Crawl, fmt: str) -> None:
+    if fmt not in FORMATS:
+        raise ExportError(f"Unknown export format {fmt!r}; use one of: {', '.join(FORMATS)}.")
+    if fmt == "warc" and not crawl.keep_bodies:
+        raise ExportError(
+            "This crawl does not keep response bodies, so there is nothing to put in a WARC "
+            "file. Export JSONL or CSV, or run a crawl with “keep bodies” on."
+        )
+
+
+def filename(crawl: Crawl, fmt: str) -> str:
+    return f"crawl-{crawl.pk}.{FORMATS[fmt][1]}"
+
+
+def _rows(crawl: Crawl) -> Iterator[dict]:
+    pages = crawl.pages.order_by("id").values_list(*COLUMNS)
+    for values in pages.iterator(chunk_size=CHUNK_ROWS):
+        row = dict(zip(COLUMNS, values, strict=True))
+        row["fetched_at"] = row["fetched_at"].isoformat() if row["fetched_at"] else None
+        yield row
+
+
+def _buffered(pieces: Iterable[bytes]) -> Iterator[bytes]:
+    """Join small pieces into buffers of about BUFFER_BYTES: fewer, larger writes."""
+    buffer: list[bytes] = []
+    size = 0
+    for piece in pieces:
+        buffer.append(piece)
+        size += len(piece)
+        if size >= BUFFER_BYTES:
+            yield b"".join(buffer)
+            buffer, size = [], 0
+    if buffer:
+        yield b"".join(buffer)
+
+
+def iter_jsonl(crawl: Crawl) -> Iterator[bytes]:
+    """One JSON object per page and line, in fetch order."""
+    return _buffered((json.dumps(row, ensure_ascii=False) + "\n").encode() for row in _rows(crawl))
+
+
+class _Line:
+    """A file that hands back what csv.writer writes, so each row becomes one string."""
+
+    def write(self, value: str) -> str:
+        return value
+
+
+def iter_csv(crawl: Crawl) -> Iterator[bytes]:
+    """A header row, then one row per page; redirects as a JSON list. Values are written as
+    fetched (no spreadsheet-formula escaping): this is data, not a report."""
+    writer = csv.writer(_Line())
+
+    def lines() -> Iterator[bytes]:
+        yield writer.writerow(COLUMNS).encode()
+        for row in _rows(crawl):
+            row["redirects"] = json.dumps(row["redirects"]) if row["redirects"] else ""
+            yield writer.writerow([row[c] for c in COLUMNS]).encode()
+
+    return _buffered(lines())
+
+
+def _http_headers(status: int, content_type: str, length: int) -> StatusAndHeaders:
+    try:
+        reason = HTTPStatus(status).phrase
+    except ValueError:
+        reason = ""
+    headers = [("Content-Length", str(length))]
+    if content_type:
+        headers.insert(0, ("Content-Type", content_type))
+    return StatusAndHeaders(f"{status} {reason}".strip(), headers, protocol="HTTP/1.1")
+
+
+def _warc_steps(crawl: Crawl, fileobj: BinaryIO) -> Iterator[int]:
+    """Write the WARC record by record; yield the number of responses after each record."""
+    check(crawl, "warc")
+    writer = WARCWriter(fileobj, gzip=True)
+    writer.write_record(
+        writer.create_warcinfo_record(
+            filename(crawl, "warc"),
+            {
+                "software": "crawlhub",
+                "format": "WARC File Format 1.1",
+                "crawl": f"{crawl.pk} {crawl.name}",
+                "seeds": " ".join(crawl.seeds),
+            },
+        )  # fmt: skip
+    )
+    count = 0
+    yield count
+    pages = (
+        crawl.pages.filter(body__isnull=False, status__isnull=False)
+        .order_by("id")
+        .values_list("url", "final_url", "status", "content_type", "fetched_at", "body")
+    )
+    for url, final_url, status, content_type, fetched_at, body in pages.iterator(
+        chunk_size=WARC_CHUNK_ROWS
+    ):
+        body = bytes(body)
+        record = writer.create_warc_record(
+            final_url or url,
+            "response",
+            payload=BytesIO(body),
+            length=len(body),
+            http_headers=_http_headers(status, content_type, len(body)),
+            warc_headers_dict={"WARC-Date": fetched_at.astimezone(UTC).strftime(WARC_DATE)},
+        )
+        writer.write_record(record)
+        count += 1
+        yield count
+
+
+def write_warc(crawl: Crawl, fileobj: BinaryIO) -> int:
+    """Write a gzipped WARC (one gzip member per record) of every page with a kept body:
+    a warcinfo record, then one response record per page. Returns the number of responses.
+
+    crawlhub keeps the status and content type of a response, not its full header block, so
+    the HTTP headers in each record are rebuilt from those two plus Content-Length. The body
+    is the one the fetcher kept: already decoded (no Content-Encoding) and cut at the crawl's
+    max_bytes. WARC-Target-URI is the final URL after redirects; WARC-Date the fetch time.
+    """
+    count = 0
+    for count in _warc_steps(crawl, fileobj):  # noqa: B007
+        pass
+    return count
+
+
+class _Pipe:
+    """A write-only file whose content is taken out piece by piece."""
+
+    def __init__(self) -> None:
+        self.pieces: list[bytes] = []
+
+    def write(self, data: bytes) -> int:
+        self.pieces.append(bytes(data))
+        return len(data)
+
+    def flush(self) -> None:
+        pass
+
+    def take(self) -> bytes:
+        data, self.pieces = b"".join(self.pieces), []
+        return data
+
+
+def iter_warc(crawl: Crawl) -> Iterator[bytes]:
+    """write_warc as a stream: what each record wrote, as soon as it is written."""
+    check(crawl, "warc")
+    pipe = _Pipe()
+
+    def pieces() -> Iterator[bytes]:
+        for _ in _warc_steps(crawl, pipe):  # type: ignore[arg-type]
+            if data := pipe.take():
+                yield data
+
+    return _buffered(pieces())
+
+
+def iter_export(crawl: Crawl, fmt: str) -> Iterator[bytes]:
+    check(crawl, fmt)
+    return {"jsonl": iter_jsonl, "csv": iter_csv, "warc": iter_warc}[fmt](crawl)
+
+
+async def aiter_export(chunks: Iterator[bytes]) -> AsyncIterator[bytes]:
+    """A sync export as an async stream, for ASGI: Django would otherwise read a sync
+    streaming iterator to the end into memory before sending. Each step runs in the thread
+    that owns the request's database connection."""
+    step = sync_to_async(next, thread_sensitive=True)
+    while True:
+        chunk = await step(chunks, None)
+        if chunk is None:
+            return
+        yield chunk

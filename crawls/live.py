@@ -1,0 +1,143 @@
+"""Live crawl snapshots: what the crawl pages show, built from one Redis read, and the
+throttled publisher that pushes them to the pages' websocket groups.
+
+Snapshots, never deltas: channels-redis drops messages silently past a channel's capacity, and
+a page that missed one is right again with the next. Every snapshot is
+``{"type": "crawl.stats", ...}``; the list page gets a compact one.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+
+from crawls import services
+from crawls.frontier import SERIES_POINTS, Frontier
+from crawls.models import Crawl
+
+log = logging.getLogger(__name__)
+
+LIST_GROUP = "crawls"
+# At most this often per crawl, across every worker process (a Redis SET NX PX slot).
+PUBLISH_EVERY_MS = 250
+# Pushed snapshots carry the last minute of the chart; the first one (connect, JSON) ten.
+PUSH_POINTS = 60
+RATE_WINDOW_SECONDS = 5
+HOSTS_SHOWN = 20
+# The list page needs only these.
+LIST_COUNTERS = ("requests", "responses", "errors", "failed", "queued", "in_flight")
+
+
+def crawl_group(crawl_id: int) -> str:
+    return f"crawl.{crawl_id}"
+
+
+def rate(series: list[tuple[int, int]], *, window: int = RATE_WINDOW_SECONDS) -> float:
+    """Pages per second over about the last `window` seconds of the series."""
+    if len(series) < 2:
+        return 0.0
+    end_t, end_n = series[-1]
+    start_t, start_n = series[0]
+    for t, n in reversed(series[:-1]):
+        start_t, start_n = t, n
+        if end_t - t >= window:
+            break
+    if end_t <= start_t:
+        return 0.0
+    return round(max(0, end_n - start_n) / (end_t - start_t), 1)
+
+
+def snapshot(crawl: Crawl, *, points: int = SERIES_POINTS, record: bool = False) -> dict:
+    """services.crawl_snapshot plus what the live page needs: rate, chart series, queue size
+    per host. One Redis round trip; when Redis is away, the saved counters and the error."""
+    base = {
+        "type": "crawl.stats",
+        "id": crawl.pk,
+        "owner": crawl.created_by_id,
+        "state": crawl.state,
+        "state_label": crawl.get_state_display(),
+        "max_pages": crawl.max_pages,
+        "started_at": crawl.started_at.isoformat() if crawl.started_at else None,
+        "finished_at": crawl.finished_at.isoformat() if crawl.finished_at else None,
+        "actions": actions(crawl),
+        "at": time.time(),
+    }
+    try:
+        view = Frontier(crawl.pk).live_view(points=points, record=record and crawl.is_active())
+    except services.REDIS_ERRORS as exc:
+        return {**base, "stats": {**crawl.stats, "redis_error": str(exc)}, "rate": 0.0,
+                "series": [], "hosts": []}  # fmt: skip
+    # A crawl that ended shows what was saved when it ended (cancel drops the queue).
+    stats = crawl.stats if crawl.is_over() and crawl.stats else view["stats"]
+    hosts = sorted(view["hosts"].items(), key=lambda item: (-item[1], item[0]))
+    series = view["series"]
+    return {
+        **base,
+        "stats": stats,
+        "rate": rate(series) if crawl.is_active() else 0.0,
+        "series": series,
+        "hosts": hosts[:HOSTS_SHOWN],
+        "hosts_total": len(hosts),
+    }
+
+
+def actions(crawl: Crawl) -> list[str]:
+    """The buttons the page should offer in this state."""
+    allowed = {
+        "start": crawl.can_start(),
+        "pause": crawl.can_pause(),
+        "resume": crawl.can_resume(),
+        "cancel": crawl.can_cancel(),
+    }
+    return [name for name, ok in allowed.items() if ok]
+
+
+def compact(full: dict) -> dict:
+    """The list page's row of a snapshot."""
+    stats = full["stats"]
+    return {
+        "type": "crawl.stats",
+        "id": full["id"],
+        "owner": full["owner"],
+        "state": full["state"],
+        "state_label": full["state_label"],
+        "max_pages": full["max_pages"],
+        "rate": full["rate"],
+        "started_at": full["started_at"],
+        "finished_at": full["finished_at"],
+        "actions": full["actions"],
+        "at": full["at"],
+        "stats": {name: stats.get(name, 0) for name in LIST_COUNTERS},
+    }
+
+
+def publish_crawl(crawl_id: int, *, force: bool = False) -> bool:
+    """Send the crawl's snapshot to its page group and a compact one to the list group.
+
+    At most one every PUBLISH_EVERY_MS per crawl across all processes; force (a state change)
+    always sends and takes the slot. Never raises: a page missing a snapshot catches up with the
+    next one, and a slice must not fail for it. True when a snapshot went out.
+    """
+    try:
+        frontier = Frontier(crawl_id)
+        if not frontier.publish_slot(PUBLISH_EVERY_MS) and not force:
+            return False
+        crawl = Crawl.objects.filter(pk=crawl_id).first()
+        if crawl is None:
+            return False
+        full = snapshot(crawl, points=PUSH_POINTS, record=True)
+        # One event loop, so one channel-layer connection for both sends.
+        async_to_sync(_send)(crawl_id, full)
+        return True
+    except Exception:
+        log.warning("publishing crawl %s failed", crawl_id, exc_info=True)
+        return False
+
+
+async def _send(crawl_id: int, full: dict) -> None:
+    layer = get_channel_layer()
+    await layer.group_send(crawl_group(crawl_id), full)
+    await layer.group_send(LIST_GROUP, compact(full))

@@ -1,0 +1,151 @@
+"""Scheduled crawls: a template crawl re-run on a cron expression.
+
+Each run is a new crawl copied from the template (channel, seeds, every option), linked to its
+schedule, created and started through crawls/services.py like any other crawl. The periodic job
+run_due_schedules (registered in crawlhub/cron.py, run by RQ's cron scheduler) starts every
+due schedule once: a conditional UPDATE on next_run_at claims each run, so two schedulers
+running at once never start one twice. Cron expressions are read in settings.TIME_ZONE.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from zoneinfo import ZoneInfo
+
+from croniter import croniter
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import close_old_connections, transaction
+from django.utils import timezone
+
+from crawls import services
+from crawls.models import Crawl, CrawlSchedule
+
+log = logging.getLogger(__name__)
+
+# A run is named "<template name> <time>"; the name column holds 200 characters.
+RUN_NAME_TIME = "%Y-%m-%d %H:%M"
+
+
+def clean_cron(expression: str) -> str:
+    expression = " ".join((expression or "").split())
+    fields = expression.split(" ")
+    if expression.startswith("@"):
+        ok = croniter.is_valid(expression)
+    else:
+        ok = len(fields) == 5 and croniter.is_valid(expression)
+    if not ok:
+        raise ValidationError({"cron": [
+            f"{expression!r} is not a cron expression: give five fields, minute hour "
+            "day-of-month month day-of-week (e.g. '0 3 * * *' for 03:00 every day), or "
+            "@hourly, @daily, @weekly, @monthly."
+        ]})  # fmt: skip
+    return expression
+
+
+def next_run(expression: str, after: datetime) -> datetime:
+    """The first time strictly after `after` that matches, in settings.TIME_ZONE."""
+    local = after.astimezone(ZoneInfo(settings.TIME_ZONE))
+    return croniter(expression, local).get_next(datetime)
+
+
+def upcoming(schedule: CrawlSchedule, count: int = 5) -> list[datetime]:
+    if not schedule.enabled or schedule.next_run_at is None:
+        return []
+    times = [schedule.next_run_at]
+    while len(times) < count:
+        times.append(next_run(schedule.cron, times[-1]))
+    return times
+
+
+def schedule_create(
+    *, user, template: Crawl, cron: str, enabled: bool = True, now: datetime | None = None
+) -> CrawlSchedule:
+    cron = clean_cron(cron)
+    now = now or timezone.now()
+    return CrawlSchedule.objects.create(
+        template=template, cron=cron, enabled=enabled, created_by=user,
+        next_run_at=next_run(cron, now) if enabled else None,
+    )  # fmt: skip
+
+
+def schedule_update(
+    *, schedule: CrawlSchedule, cron: str | None = None, enabled: bool | None = None,
+    now: datetime | None = None,
+) -> CrawlSchedule:  # fmt: skip
+    now = now or timezone.now()
+    if cron is not None:
+        schedule.cron = clean_cron(cron)
+    if enabled is not None:
+        schedule.enabled = enabled
+    schedule.next_run_at = next_run(schedule.cron, now) if schedule.enabled else None
+    schedule.save(update_fields=["cron", "enabled", "next_run_at"])
+    return schedule
+
+
+def schedule_delete(*, schedule: CrawlSchedule) -> None:
+    """The runs stay (their link is cleared); the template stays."""
+    schedule.delete()
+
+
+def schedule_run(*, schedule: CrawlSchedule, now: datetime | None = None, user=None) -> Crawl:
+    """A new crawl copied from the template, linked to the schedule, and started."""
+    now = now or timezone.now()
+    template = schedule.template
+    stamp = timezone.localtime(now).strftime(RUN_NAME_TIME)
+    options = {name: getattr(template, name) for name in services.CRAWL_OPTIONS}
+    with transaction.atomic():
+        crawl = services.crawl_create(
+            user=schedule.created_by, name=f"{template.name[:180]} {stamp}",
+            seeds=template.seeds, channel=template.channel, **options,
+        )  # fmt: skip
+        crawl.schedule = schedule
+        crawl.save(update_fields=["schedule"])
+    services.crawl_start(crawl=crawl, user=user or schedule.created_by)
+    return crawl
+
+
+def _claim(schedule: CrawlSchedule, now: datetime) -> bool:
+    """Move next_run_at on, if nobody else did since we read it: then this run is ours."""
+    return bool(
+        CrawlSchedule.objects.filter(
+            pk=schedule.pk, enabled=True, next_run_at=schedule.next_run_at
+        ).update(next_run_at=next_run(schedule.cron, now), last_run_at=now)
+    )
+
+
+def run_due_schedules(now: datetime | None = None) -> dict:
+    """Start every enabled schedule whose time has come, once. The periodic job's step."""
+    now = now or timezone.now()
+    report = {"started": [], "errors": 0}
+    due = CrawlSchedule.objects.select_related("template__channel", "created_by").filter(
+        enabled=True, next_run_at__lte=now
+    )
+    for schedule in due:
+        if not _claim(schedule, now):
+            continue
+        try:
+            crawl = schedule_run(schedule=schedule, now=now)
+        except (ValidationError, services.CrawlActionError, *services.REDIS_ERRORS) as exc:
+            text = "; ".join(getattr(exc, "messages", None) or [str(exc)])
+            CrawlSchedule.objects.filter(pk=schedule.pk).update(
+                last_error=f"{now:%Y-%m-%d %H:%M:%S} {text}"[:2000]
+            )
+            log.warning("schedule %s: run not started: %s", schedule.pk, text)
+            report["errors"] += 1
+            continue
+        CrawlSchedule.objects.filter(pk=schedule.pk).update(last_error="")
+        report["started"].append(crawl.pk)
+    if report["started"] or report["errors"]:
+        log.info("schedules: %s", report)
+    return report
+
+
+def run_due_schedules_job() -> dict:
+    """The periodic RQ job (crawlhub/cron.py)."""
+    close_old_connections()
+    try:
+        return run_due_schedules()
+    finally:
+        close_old_connections()

@@ -1,0 +1,318 @@
+"""Webhooks: a signed POST to a URL when a crawl finishes, fails or is cancelled.
+
+crawls/services.py calls crawl_ended() after the crawl's row is committed. That writes one
+WebhookDelivery per matching webhook (the crawl's own, and its channel's) and enqueues a
+delivery job on the control queue. A delivery is tried up to MAX_ATTEMPTS times with BACKOFF
+between tries; every attempt is logged on its row. Retries are scheduled with RQ's enqueue_in
+(run by the worker started with --with-scheduler) and, should that scheduler be down, picked
+up by the periodic sweep deliver_overdue(). A conditional UPDATE claims each attempt, so two
+jobs for one delivery never both send it.
+
+The receiver checks `X-Crawlhub-Signature: sha256=<hex>`: the HMAC-SHA256 of the raw request
+body with the webhook's secret (see verify_signature).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+import secrets
+import time
+from datetime import datetime, timedelta
+
+import django_rq
+import redis
+import requests
+from django.conf import settings
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.validators import URLValidator
+from django.db import close_old_connections, transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from crawls.models import Channel, Crawl, Webhook, WebhookDelivery, WebhookEvent
+
+log = logging.getLogger(__name__)
+
+BACKOFF = (10, 30, 60, 300, 900)  # seconds before retry 1, 2, ...
+MAX_ATTEMPTS = len(BACKOFF) + 1
+TIMEOUT = 10  # seconds per attempt
+# An attempt in progress holds its delivery this long (longer than TIMEOUT plus a margin).
+ATTEMPT_LEASE = timedelta(seconds=60)
+# The sweep re-enqueues deliveries this late: RQ's scheduler should have run them.
+OVERDUE = timedelta(seconds=60)
+SNIPPET_BYTES = 1000
+USER_AGENT = "crawlhub-webhook/1"
+Status = WebhookDelivery.Status
+
+
+# --- Signing ----------------------------------------------------------------------------------
+
+
+def new_secret() -> str:
+    return "whsec_" + secrets.token_urlsafe(32)
+
+
+def sign(secret: str, body: bytes) -> str:
+    """The X-Crawlhub-Signature header value for this body."""
+    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+
+
+def verify_signature(secret: str, body: bytes, header: str | None) -> bool:
+    """What a receiver does: recompute the HMAC of the raw body and compare in constant time."""
+    if not header or not header.startswith("sha256="):
+        return False
+    return hmac.compare_digest(sign(secret, body), header.strip())
+
+
+def encode(payload: dict) -> bytes:
+    """The exact bytes sent (and signed); the same on every attempt."""
+    return json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()
+
+
+# --- Managing webhooks ------------------------------------------------------------------------
+
+
+def _clean_url(url: str) -> str:
+    url = (url or "").strip()
+    try:
+        URLValidator(schemes=["http", "https"])(url)
+    except ValidationError:
+        raise ValidationError({"url": ["Enter an http:// or https:// URL."]}) from None
+    if getattr(settings, "CRAWLHUB_BLOCK_PRIVATE_NETWORKS", False):
+        from crawls.netguard import BlockedAddress, check_url
+
+        try:
+            check_url(url)
+        except BlockedAddress as exc:
+            raise ValidationError(
+                {"url": [f"Webhooks may not call private networks: {exc}"]}
+            ) from None
+    return url
+
+
+def webhook_create(
+    *, user, url: str, events: list[str], channel: Channel | None = None,
+    crawl: Crawl | None = None,
+) -> tuple[Webhook, str]:  # fmt: skip
+    """A webhook on a channel (staff) or on one crawl. Returns it and its secret."""
+    errors: dict[str, list[str]] = {}
+    if (channel is None) == (crawl is None):
+        errors["channel"] = ["Choose a channel or a crawl, not both."]
+    if channel is not None and not user.is_staff:
+        raise PermissionDenied("Only staff add webhooks to a channel.")
+    try:
+        url = _clean_url(url)
+    except ValidationError as exc:
+        errors.update(exc.message_dict)
+    events = list(dict.fromkeys(events or []))
+    if not events or set(events) - set(WebhookEvent.values):
+        errors["events"] = [f"Choose one or more of: {', '.join(WebhookEvent.values)}."]
+    if errors:
+        raise ValidationError(errors)
+    secret = new_secret()
+    webhook = Webhook.objects.create(
+        channel=channel, crawl=crawl, url=url, events=events, secret=secret, created_by=user
+    )
+    return webhook, secret
+
+
+def webhooks_visible_to(user):
+    """Staff: every webhook. Others: the webhooks of their own crawls, and channel webhooks."""
+    hooks = Webhook.objects.select_related("channel", "crawl")
+    if user.is_staff:
+        return hooks
+    return hooks.filter(Q(crawl__created_by=user) | Q(channel__isnull=False))
+
+
+def can_change(user, webhook: Webhook) -> bool:
+    if user.is_staff:
+        return True
+    return webhook.crawl_id is not None and webhook.crawl.created_by_id == user.pk
+
+
+def webhook_set_active(*, webhook: Webhook, active: bool) -> None:
+    webhook.active = active
+    webhook.save(update_fields=["active"])
+
+
+def webhook_delete(*, webhook: Webhook) -> None:
+    webhook.delete()
+
+
+# --- Events -----------------------------------------------------------------------------------
+
+
+def payload_for(crawl: Crawl, event: str, delivery_id: int) -> dict:
+    return {
+        "event": f"crawl.{event}",
+        "delivery": delivery_id,
+        "crawl": {
+            "id": crawl.pk,
+            "name": crawl.name,
+            "state": crawl.state,
+            "channel": crawl.channel.slug,
+            "seeds": crawl.seeds,
+            "created_by": crawl.created_by.get_username() if crawl.created_by else None,
+            "created_at": _iso(crawl.created_at),
+            "started_at": _iso(crawl.started_at),
+            "finished_at": _iso(crawl.finished_at),
+            "stats": crawl.stats,
+            "error": crawl.error,
+            "page": crawl.get_absolute_url(),
+            "api": f"/api/crawls/{crawl.pk}/",
+        },
+    }
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value else None
+
+
+def crawl_ended(crawl_id: int, event: str) -> list[int]:
+    """Record and send a delivery to every active webhook of the crawl and of its channel
+    that wants this event. Called after the crawl's row is committed. Returns delivery ids."""
+    crawl = Crawl.objects.select_related("channel", "created_by").filter(pk=crawl_id).first()
+    if crawl is None:
+        return []
+    hooks = Webhook.objects.filter(
+        Q(crawl_id=crawl.pk) | Q(channel_id=crawl.channel_id), active=True
+    )
+    ids = []
+    with transaction.atomic():
+        for hook in hooks:
+            if event not in hook.events:
+                continue
+            delivery = WebhookDelivery.objects.create(
+                webhook=hook, crawl=crawl, event=event, payload={},
+                next_attempt_at=timezone.now(),
+            )  # fmt: skip
+            delivery.payload = payload_for(crawl, event, delivery.pk)
+            delivery.save(update_fields=["payload"])
+            ids.append(delivery.pk)
+        transaction.on_commit(lambda: [enqueue(delivery_id) for delivery_id in ids])
+    return ids
+
+
+# --- Delivery ---------------------------------------------------------------------------------
+
+
+def enqueue(delivery_id: int, *, delay: float = 0) -> None:
+    """Send (again) on the control queue, now or after `delay` seconds."""
+    queue = django_rq.get_queue("control")
+    options = {"job_timeout": TIMEOUT * 3, "result_ttl": 600, "failure_ttl": 7 * 24 * 3600,
+               "description": f"webhook delivery {delivery_id}"}  # fmt: skip
+    try:
+        if delay:
+            queue.enqueue_in(timedelta(seconds=delay), deliver_job, delivery_id, **options)
+        else:
+            queue.enqueue(deliver_job, delivery_id, **options)
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        # The row is pending with its next attempt time: the sweep sends it later.
+        log.warning("webhook delivery %s not enqueued: %s", delivery_id, exc)
+
+
+def deliver_job(delivery_id: int) -> str:
+    close_old_connections()
+    try:
+        return deliver(delivery_id)
+    finally:
+        close_old_connections()
+
+
+def _claim(delivery_id: int, now: datetime) -> bool:
+    """Take the next attempt of a due, pending delivery; False when not due or taken."""
+    return bool(
+        WebhookDelivery.objects.filter(
+            pk=delivery_id, status=Status.PENDING, next_attempt_at__lte=now
+        ).update(attempts=F("attempts") + 1, next_attempt_at=now + ATTEMPT_LEASE)
+    )
+
+
+def _post(webhook: Webhook, delivery: WebhookDelivery) -> tuple[int | None, str, str]:
+    """(status code, response snippet, error) of one POST."""
+    body = encode(delivery.payload)
+    headers = {
+        "Content-Type": "application/json",
+        "User-Agent": USER_AGENT,
+        "X-Crawlhub-Event": delivery.payload.get("event", f"crawl.{delivery.event}"),
+        "X-Crawlhub-Delivery": str(delivery.pk),
+        "X-Crawlhub-Signature": sign(webhook.secret, body),
+    }
+    try:
+        if getattr(settings, "CRAWLHUB_BLOCK_PRIVATE_NETWORKS", False):
+            from crawls.netguard import check_url
+
+            check_url(webhook.url)
+        with requests.post(webhook.url, data=body, headers=headers, timeout=TIMEOUT,
+                           allow_redirects=False, stream=True) as response:  # fmt: skip
+            snippet = response.raw.read(SNIPPET_BYTES, decode_content=True)
+            text = snippet.decode(response.encoding or "utf-8", errors="replace")
+            error = "" if 200 <= response.status_code < 300 else f"HTTP {response.status_code}"
+            return response.status_code, text, error
+    except (requests.RequestException, ValueError) as exc:
+        return None, "", f"{type(exc).__name__}: {exc}"[:2000]
+
+
+def deliver(delivery_id: int, *, now: datetime | None = None) -> str:
+    """One attempt of a delivery if it is due; schedules the next one when it failed.
+    Returns the delivery's status after the attempt, or "skipped"."""
+    now = now or timezone.now()
+    if not _claim(delivery_id, now):
+        return "skipped"
+    delivery = WebhookDelivery.objects.select_related("webhook").get(pk=delivery_id)
+    started = time.monotonic()
+    status_code, snippet, error = _post(delivery.webhook, delivery)
+    elapsed_ms = round((time.monotonic() - started) * 1000)
+    finished = now + timedelta(milliseconds=elapsed_ms)
+    delivery.log = [*delivery.log, {"at": now.isoformat(), "status_code": status_code,
+                                    "error": error, "ms": elapsed_ms}]  # fmt: skip
+    delivery.response_status, delivery.response_snippet, delivery.error = (
+        status_code,
+        snippet,
+        error,
+    )
+    delay = None
+    if not error:
+        delivery.status, delivery.delivered_at, delivery.next_attempt_at = (
+            Status.DELIVERED,
+            finished,
+            None,
+        )
+    elif delivery.attempts >= MAX_ATTEMPTS:
+        delivery.status, delivery.next_attempt_at = Status.FAILED, None
+    else:
+        delay = BACKOFF[delivery.attempts - 1]
+        delivery.next_attempt_at = finished + timedelta(seconds=delay)
+    delivery.save(update_fields=[
+        "log", "response_status", "response_snippet", "error", "status", "delivered_at",
+        "next_attempt_at",
+    ])  # fmt: skip
+    if delay is not None:
+        enqueue(delivery_id, delay=delay)
+    return delivery.status
+
+
+def deliver_overdue(now: datetime | None = None) -> int:
+    """Periodic sweep: re-enqueue pending deliveries well past their time (scheduler down,
+    Redis away when they were due, a worker killed mid-attempt)."""
+    now = now or timezone.now()
+    ids = list(
+        WebhookDelivery.objects.filter(
+            status=Status.PENDING, next_attempt_at__lte=now - OVERDUE
+        ).values_list("pk", flat=True)[:500]
+    )
+    for delivery_id in ids:
+        enqueue(delivery_id)
+    return len(ids)
+
+
+def deliver_overdue_job() -> int:
+    """The periodic RQ job (crawlhub/cron.py)."""
+    close_old_connections()
+    try:
+        return deliver_overdue()
+    finally:
+        close_old_connections()

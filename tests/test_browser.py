@@ -1,0 +1,311 @@
+"""The dashboard in a real browser: headless Chromium (Debian's) driven by Playwright, against a
+real daphne and real RQ workers. Each page is saved as a screenshot, 1280 px and 390 px wide, in
+test-artifacts/."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+
+from crawls.models import Crawl, CrawlState
+from crawls.sample_site import SampleSite
+from proxies import pool
+from proxies import services as proxy_services
+from proxies.models import Proxy, ProxyState
+from tests.conftest import PASSWORD, free_port
+from tests.crawling import ROOT, WorkerFleet, database_url, sample_handler
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]  # fmt: skip
+ARTIFACTS = ROOT / "test-artifacts"
+FAST = {
+    "CRAWLHUB_LEASE_SECONDS": "5",
+    "CRAWLHUB_SLICE_SECONDS": "3",
+    "CRAWLHUB_SUPERVISOR_SECONDS": "1",
+}
+WIDE, PHONE = {"width": 1280, "height": 900}, {"width": 390, "height": 844}
+
+
+def _browser_missing() -> str:
+    if not Path(CHROMIUM).exists() and not shutil.which("chromium"):
+        return f"Chromium is not installed ({CHROMIUM}); .ci/run installs it"
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return "Playwright for Python is not installed"
+    return ""
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator:
+    missing = _browser_missing()
+    if missing:
+        if os.environ.get("CRAWLHUB_REQUIRE_BROWSER") == "1":
+            pytest.fail(missing + " (CRAWLHUB_REQUIRE_BROWSER=1)")
+        pytest.skip(missing)
+    from playwright.sync_api import sync_playwright
+
+    # Playwright's sync API keeps an event loop on this thread for as long as it runs; the
+    # tests' own ORM calls (and the database flush after each) are still plain sync code.
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    try:
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            yield browser
+            browser.close()
+    finally:
+        del os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"]
+
+
+@pytest.fixture
+def dashboard(redis_server, browser) -> Iterator[str]:
+    """daphne serving crawlhub on a free port, plus two RQ workers and the cron supervisor."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    port = free_port()
+    env = {
+        **os.environ,
+        **FAST,
+        "DATABASE_URL": database_url(),
+        # redis-py 8's default 5 s read timeout races channels-redis' 5 s BZPOPMIN: see the report.
+        "REDIS_URL": redis_server.url,
+        "CRAWLHUB_DATA_DIR": os.environ.get("CRAWLHUB_DATA_DIR", str(ROOT / "var")),
+    }
+    log = open(ARTIFACTS / "daphne.log", "w")  # noqa: SIM115
+    daphne = subprocess.Popen(
+        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+         "crawlhub.asgi:application"],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    fleet = WorkerFleet(env={k: env[k] for k in (*FAST, "REDIS_URL", "CRAWLHUB_DATA_DIR")})
+    fleet.start_worker()
+    fleet.start_worker()
+    fleet.start_cron()
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            requests.get(base + "/healthz", timeout=2)
+            break
+        except requests.ConnectionError:
+            assert daphne.poll() is None, (ARTIFACTS / "daphne.log").read_text()
+            assert time.monotonic() < deadline, "daphne did not start"
+            time.sleep(0.2)
+    yield base
+    fleet.stop()
+    daphne.terminate()
+    daphne.wait(20)
+    log.close()
+
+
+@pytest.fixture
+def page(browser, dashboard) -> Iterator:
+    context = browser.new_context(viewport=WIDE)
+    page = context.new_page()
+    page.set_default_timeout(15_000)
+    page.on("dialog", lambda dialog: dialog.accept())
+    yield page
+    context.close()
+
+
+def shoot(page, name: str) -> None:
+    """Screenshots of the current page at desktop and phone width."""
+    for label, size in (("1280", WIDE), ("390", PHONE)):
+        page.set_viewport_size(size)
+        page.wait_for_timeout(300)  # the chart resizes on the resize event
+        page.screenshot(path=str(ARTIFACTS / f"{name}-{label}.png"), full_page=True)
+    page.set_viewport_size(WIDE)
+
+
+def log_in(page, base: str, username: str) -> None:
+    page.goto(base + "/login/")
+    page.fill("#id_username", username)
+    page.fill("#id_password", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url(re.compile(r"^(?!.*/login/)"))
+
+
+def counter(page, name: str) -> int:
+    text = page.locator(f'#counters [data-counter="{name}"]').inner_text()
+    return int(text.replace(",", ""))
+
+
+def wait_until(predicate, *, timeout: float, what: str, step: float = 0.1):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(step)
+
+
+def test_a_user_creates_a_crawl_and_watches_it_live_through_pause_and_resume(
+    page, dashboard, user, make_site
+):
+    site = SampleSite(pages=400, seed=7)
+    server = make_site(sample_handler(site, 0.08))
+    log_in(page, dashboard, "alice")
+    assert page.get_by_role("button", name="Try a demo crawl").is_visible()
+    shoot(page, "crawls-empty")
+
+    # The form names what is wrong next to the field.
+    page.goto(dashboard + "/crawls/new/")
+    page.fill("#id_name", "browser crawl")
+    page.fill("#id_seeds", "ftp://nope.example/")
+    page.get_by_role("button", name="Create crawl").click()
+    assert "http" in page.locator("#id_seeds-errors").inner_text()
+    shoot(page, "crawl-new-errors")
+    page.fill("#id_seeds", server.url + "/")
+    page.fill("#id_max_depth", "100")
+    page.fill("#id_max_pages", "1000")
+    page.fill("#id_threads", "2")
+    page.fill("#id_slices", "1")
+    assert page.is_checked("#id_start_now")
+    page.get_by_role("button", name="Create crawl").click()
+    page.wait_for_url(re.compile(r"/crawls/\d+/$"))
+    crawl = Crawl.objects.get(name="browser crawl")
+
+    # Counters rise on the open page, without a reload.
+    page.evaluate("window.__sameDocument = true")
+    page.wait_for_selector("#live.ok")
+    seen = [counter(page, "responses")]
+    wait_until(lambda: seen.append(counter(page, "responses")) or len(set(seen)) >= 4,
+               timeout=30, what="the responses counter to rise")  # fmt: skip
+    assert seen == sorted(seen)
+    page.wait_for_function("document.querySelectorAll('#hosts tr td.url').length > 0 "
+                           "|| document.querySelector('#chart canvas')")  # fmt: skip
+    shoot(page, "crawl-live-running")
+
+    # Pause: the state changes on the page, then the counters stand still.
+    page.locator('#actions form[data-action="pause"] button').click()
+    page.wait_for_function("document.getElementById('state').textContent.trim() === 'Paused'")
+    paused_at = counter(page, "responses")
+    time.sleep(2.5)
+    assert counter(page, "responses") == paused_at
+    assert page.locator('#actions form[data-action="resume"]').is_visible()
+    assert not page.locator('#actions form[data-action="pause"]').is_visible()
+    crawl.refresh_from_db()
+    assert crawl.state == CrawlState.PAUSED
+    shoot(page, "crawl-live-paused")
+
+    # Resume: it runs on and finishes, still on the same page.
+    page.locator('#actions form[data-action="resume"] button').click()
+    page.wait_for_function(
+        "document.getElementById('state').textContent.trim() === 'Finished'", timeout=120_000
+    )
+    assert page.evaluate("window.__sameDocument") is True
+    crawl.refresh_from_db()
+    assert crawl.state == CrawlState.FINISHED
+    assert counter(page, "responses") == crawl.stats["responses"] > paused_at
+    assert counter(page, "requests") == len(site.expected())
+    page.wait_for_function("document.querySelector('#h-audit').parentElement.textContent"
+                           ".includes('Finished')")  # fmt: skip
+    shoot(page, "crawl-live-finished")
+
+    page.goto(dashboard + "/")
+    row = page.locator(f'tr[data-crawl="{crawl.pk}"]')
+    assert "Finished" in row.inner_text()
+    shoot(page, "crawls-list")
+    page.goto(dashboard + "/workers/")
+    assert page.locator("h1", has_text="Workers").is_visible()
+    page.wait_for_selector("#live.ok")  # the tables refresh in place
+    shoot(page, "workers")
+
+
+def test_the_demo_crawl_runs_on_the_sample_site_crawlhub_serves(page, dashboard, user):
+    log_in(page, dashboard, "alice")
+    page.get_by_role("button", name="Try a demo crawl").click()
+    page.wait_for_url(re.compile(r"/crawls/\d+/$"))
+    page.wait_for_function(
+        "document.getElementById('state').textContent.trim() === 'Finished'", timeout=120_000
+    )
+    crawl = Crawl.objects.get()
+    assert crawl.stats["requests"] == len(SampleSite(pages=300).expected())
+    assert counter(page, "responses") == crawl.stats["responses"]
+
+
+def pooled_proxy(n: int) -> Proxy:
+    proxy = Proxy.objects.create(scheme="http", host=f"10.0.0.{n}", port=80, state="active")
+    pool.record_check(proxy=proxy.key, url=proxy.url, ok=True, latency_ms=100 * n)
+    return proxy
+
+
+def health_number(page, key: str) -> int:
+    return int(page.locator(f'#pool-health [data-h="{key}"]').inner_text().replace(",", ""))
+
+
+def test_a_staff_user_removes_a_proxy_and_it_leaves_the_pool_and_the_health_numbers(
+    page, dashboard, staff
+):
+    proxies = [pooled_proxy(n) for n in (1, 2, 3)]
+    log_in(page, dashboard, "sam")
+    page.goto(dashboard + "/proxies/")
+    page.wait_for_selector("#pool-health #live.ok")
+    wait_until(lambda: health_number(page, "inventory.known") == 3, timeout=5, what="health")
+    assert health_number(page, "pooled") == 3
+    shoot(page, "proxies")
+
+    page.get_by_label("select http://10.0.0.1:80").check()
+    page.select_option("select[name=action]", "remove")
+    page.fill("input[name=why]", "leaks our address")
+    page.get_by_role("button", name="Apply to selected").click()
+    page.wait_for_selector(".messages")
+    page.wait_for_selector("#pool-health #live.ok")
+    wait_until(lambda: health_number(page, "pooled") == 2, timeout=5, what="pooled == 2")
+    assert health_number(page, "inventory.removed") == 1
+    assert health_number(page, "removed_last_hour") == 1
+    assert "10.0.0.1:80" not in page.locator("table").last.inner_text()
+    assert proxies[0].key not in pool.members()
+    assert Proxy.objects.get(pk=proxies[0].pk).state == ProxyState.REMOVED
+
+    # A removal made elsewhere (CLI, admin, another staff user) shows up without a reload.
+    page.evaluate("window.__sameDocument = true")
+    proxy_services.remove_proxies(proxies=proxies[1:2], why="elsewhere", user=staff)
+    wait_until(lambda: health_number(page, "pooled") == 1, timeout=3, what="a live update")
+    assert health_number(page, "inventory.removed") == 2
+    assert page.evaluate("window.__sameDocument") is True
+    shoot(page, "proxies-after-removal")
+
+
+def test_a_user_who_is_not_staff_gets_neither_the_proxies_page_nor_its_websocket(
+    page, dashboard, user
+):
+    log_in(page, dashboard, "alice")
+    assert page.locator('nav a[href="/proxies/"]').count() == 0
+    response = page.goto(dashboard + "/proxies/")
+    assert response.status == 403
+    assert "Only staff" in page.content()
+    shoot(page, "proxies-forbidden")
+    outcome = page.evaluate(
+        """() => new Promise(resolve => {
+             const ws = new WebSocket("ws://" + location.host + "/ws/proxies/");
+             let messages = 0;
+             ws.onmessage = () => { messages += 1; };
+             ws.onclose = (event) => resolve({code: event.code, messages: messages});
+           })"""
+    )
+    assert outcome["messages"] == 0
+    assert outcome["code"] in (1006, 4403), outcome
+    # The same browser session does get a websocket it may have.
+    health = page.evaluate(
+        """() => new Promise(resolve => {
+             const ws = new WebSocket("ws://" + location.host + "/ws/health/");
+             ws.onmessage = (event) => { resolve(JSON.parse(event.data).type); ws.close(); };
+             ws.onclose = () => resolve("closed");
+           })"""
+    )
+    assert health == "health"

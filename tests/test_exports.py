@@ -1,0 +1,196 @@
+"""Exports of a crawl's pages: JSONL and CSV, streamed in constant memory, from the crawl page,
+the API and the CLI."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import tracemalloc
+from datetime import timedelta
+
+import pytest
+from asgiref.sync import async_to_sync
+from django.core.management import CommandError, call_command
+from django.test import AsyncClient
+from django.utils import timezone
+
+from crawlhub import tokens
+from crawls import services
+from crawls.models import Page
+
+pytestmark = pytest.mark.django_db
+
+ROWS = 100_000
+MEMORY_BOUND = 30 * 1024 * 1024
+
+
+def make_crawl(user, **options):
+    return services.crawl_create(
+        user=user, name="export", seeds=["http://127.0.0.1:9/"], obey_robots=False, **options
+    )
+
+
+def add_pages(crawl, count: int, *, batch: int = 5000) -> None:
+    start = timezone.now() - timedelta(hours=1)
+    for first in range(0, count, batch):
+        Page.objects.bulk_create(
+            Page(
+                crawl=crawl,
+                url=f"http://127.0.0.1:9/page/{n}?q={n}",
+                final_url="",
+                status=200 if n % 10 else 404,
+                content_type="text/html",
+                bytes=1000 + n,
+                elapsed_ms=n % 500,
+                depth=n % 5,
+                referrer="http://127.0.0.1:9/",
+                fetched_at=start + timedelta(milliseconds=n),
+                url_hash=f"{n:040d}",
+                title=f'Page {n}, with a comma and "quotes" — ' + "x" * 60,
+                redirects=["http://127.0.0.1:9/old"] if n % 7 == 0 else [],
+            )
+            for n in range(first, min(first + batch, count))
+        )
+
+
+def consume(chunks) -> tuple[int, int, bytes, bytes]:
+    """(bytes, newlines, first chunk, last chunk) without keeping the stream."""
+    size = lines = 0
+    first = last = b""
+    for chunk in chunks:
+        first = first or chunk
+        last = chunk
+        size += len(chunk)
+        lines += chunk.count(b"\n")
+    return size, lines, first, last
+
+
+def peak_while(fn):
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        base = tracemalloc.get_traced_memory()[0]
+        result = fn()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    return result, peak - base
+
+
+def test_a_100k_page_export_streams_in_bounded_memory(user, user_client, client):
+    crawl = make_crawl(user)
+    add_pages(crawl, ROWS)
+
+    response = user_client.get(f"/crawls/{crawl.pk}/export.jsonl")
+    assert response.status_code == 200 and response.streaming
+    assert response["Content-Disposition"] == f'attachment; filename="crawl-{crawl.pk}.jsonl"'
+    (size, lines, first, last), peak = peak_while(lambda: consume(response.streaming_content))
+    assert lines == ROWS
+    assert size > 20 * 1024 * 1024, "the export is larger than the memory bound"
+    assert peak < MEMORY_BOUND, f"peak {peak / 1e6:.1f} MB"
+    assert json.loads(first.split(b"\n")[0])["url"] == "http://127.0.0.1:9/page/0?q=0"
+    assert json.loads(last.rstrip(b"\n").split(b"\n")[-1])["id"] == crawl.pages.last().pk
+
+    _, raw = tokens.token_create(user=user, name="t")
+    response = client.get(
+        f"/api/crawls/{crawl.pk}/export/?format=csv", HTTP_AUTHORIZATION=f"Bearer {raw}"
+    )
+    assert response.status_code == 200
+    assert response["Content-Type"] == "text/csv; charset=utf-8"
+    (size, lines, first, _), peak = peak_while(lambda: consume(response.streaming_content))
+    assert lines == ROWS + 1  # the header, and no newline inside a value here
+    assert peak < MEMORY_BOUND, f"peak {peak / 1e6:.1f} MB"
+    assert first.startswith(b"id,url,final_url,status,")
+
+
+def test_under_asgi_the_export_is_an_async_stream(user):
+    """Django would read a sync iterator to its end before sending it under ASGI."""
+    crawl = make_crawl(user)
+    add_pages(crawl, 5000)
+    client = AsyncClient()
+    client.force_login(user)
+
+    async def fetch() -> tuple[bool, bytes]:
+        response = await client.get(f"/crawls/{crawl.pk}/export.jsonl")
+        assert response.status_code == 200
+        return response.is_async, b"".join([c async for c in response.streaming_content])
+
+    is_async, body = async_to_sync(fetch)()
+    assert is_async
+    assert body.count(b"\n") == 5000
+
+
+def test_jsonl_has_every_column_of_every_page(user, user_client):
+    crawl = make_crawl(user)
+    add_pages(crawl, 8)
+    body = b"".join(user_client.get(f"/crawls/{crawl.pk}/export.jsonl").streaming_content)
+    rows = [json.loads(line) for line in body.decode().splitlines()]
+    assert [r["url"] for r in rows] == [f"http://127.0.0.1:9/page/{n}?q={n}" for n in range(8)]
+    assert rows[7]["redirects"] == ["http://127.0.0.1:9/old"]
+    assert rows[0]["status"] == 404 and rows[1]["status"] == 200
+    assert rows[3]["title"].startswith('Page 3, with a comma and "quotes" —')
+    page = crawl.pages.get(url_hash=f"{2:040d}")
+    assert rows[2]["fetched_at"] == page.fetched_at.isoformat()
+    assert "body" not in rows[0]
+
+
+def test_csv_quotes_values_and_reads_back(user, user_client):
+    crawl = make_crawl(user)
+    add_pages(crawl, 8)
+    Page.objects.filter(crawl=crawl, url_hash=f"{1:040d}").update(title='two\nlines, "quoted"')
+    body = b"".join(user_client.get(f"/crawls/{crawl.pk}/export.csv").streaming_content)
+    rows = list(csv.DictReader(io.StringIO(body.decode())))
+    assert len(rows) == 8
+    assert rows[1]["title"] == 'two\nlines, "quoted"'
+    assert json.loads(rows[7]["redirects"]) == ["http://127.0.0.1:9/old"]
+    assert rows[1]["redirects"] == ""
+    assert rows[0]["status"] == "404"
+
+
+def test_another_users_crawl_cannot_be_exported(user, other_user, client, staff_client):
+    crawl = make_crawl(other_user)
+    add_pages(crawl, 3)
+    client.force_login(user)
+    assert client.get(f"/crawls/{crawl.pk}/export.jsonl").status_code == 404
+    assert staff_client.get(f"/crawls/{crawl.pk}/export.jsonl").status_code == 200
+
+
+def test_an_unknown_format_is_refused(user, user_client):
+    crawl = make_crawl(user)
+    response = user_client.get(f"/crawls/{crawl.pk}/export.xml")
+    assert response.status_code == 409
+    assert "Unknown export format 'xml'" in response.content.decode()
+
+
+def test_the_cli_exports_to_a_file_and_to_stdout(user, tmp_path):
+    crawl = make_crawl(user)
+    add_pages(crawl, 50)
+    target = tmp_path / "pages.csv"
+    out = io.StringIO()
+    call_command(
+        "crawl", "export", str(crawl.pk), "--format", "csv", "--output", str(target), stdout=out
+    )
+    assert f"to {target}" in out.getvalue()
+    assert len(list(csv.DictReader(target.open()))) == 50
+    stdout = io.BytesIO()
+    call_command("crawl", "export", str(crawl.pk), "--output", "-", stdout=stdout)
+    lines = stdout.getvalue().decode().splitlines()
+    assert len(lines) == 50 and json.loads(lines[0])["depth"] == 0
+
+
+def test_the_cli_says_why_a_crawl_without_bodies_has_no_warc(user, tmp_path):
+    crawl = make_crawl(user)
+    with pytest.raises(CommandError, match="does not keep response bodies"):
+        call_command(
+            "crawl",
+            "export",
+            str(crawl.pk),
+            "--format",
+            "warc",
+            "--output",
+            str(tmp_path / "x.warc.gz"),
+        )
+    assert not (tmp_path / "x.warc.gz").exists()
+    with pytest.raises(CommandError, match="no crawl with id 999"):
+        call_command("crawl", "export", "999", "--output", str(tmp_path / "x"))
