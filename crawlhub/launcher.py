@@ -84,7 +84,10 @@ def _die_with_parent() -> None:
 
 
 def spawn(args: list[str], *, env: dict[str, str] | None = None, **kwargs) -> subprocess.Popen:
-    """Start a child in its own session that dies with us; Ctrl-C reaches only us."""
+    """Start a child in its own session that dies with us; Ctrl-C reaches only us.
+
+    "With us" means with the calling *thread* (that is how PR_SET_PDEATHSIG works): spawn from
+    a thread that lives as long as the child should, such as the main thread."""
     return subprocess.Popen(
         args, env=env, start_new_session=True, preexec_fn=_die_with_parent, **kwargs
     )

@@ -8,6 +8,7 @@ URL) is kept once; a completion that Redis already applied is ignored the second
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import queue
@@ -41,6 +42,8 @@ EMPTY_CLAIM_BACKOFF = 0.1
 MAX_RETRY_DELAY = 60.0
 REDIS_RETRY_SECONDS = 300.0
 UNREACHABLE_ROBOTS_SECONDS = 60.0
+# BusyLoadingError (Redis restarting) is a ConnectionError too.
+REDIS_ERRORS = (redis.ConnectionError, redis.TimeoutError)
 
 
 def url_hash(url: str) -> str:
@@ -112,7 +115,7 @@ def with_redis_retry(fn, *, stop_after: float = REDIS_RETRY_SECONDS):
     while True:
         try:
             return fn()
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
+        except REDIS_ERRORS as exc:
             if time.monotonic() > deadline:
                 raise
             log.warning("Redis unavailable (%s); retrying in %.1f s", exc, delay)
@@ -169,7 +172,7 @@ class Slice:
                 if now - last_state >= STATE_CHECK_SECONDS:
                     last_state = now
                     self._check_state()
-                    self.frontier.slice_beat(self.slice_id)
+                    self._beat()
                 if now - last_renew >= self.lease / 3:
                     last_renew = now
                     held = list(running.values()) + [r.request for r in done]
@@ -233,10 +236,15 @@ class Slice:
         else:
             done.append(result)
 
+    def _beat(self) -> None:
+        """Tell the supervisor this slice lives; a missed beat while Redis is away is fine."""
+        with contextlib.suppress(*REDIS_ERRORS):
+            self.frontier.slice_beat(self.slice_id)
+
     def _check_state(self) -> None:
         try:
             state = self.frontier.state()
-        except (redis.ConnectionError, redis.TimeoutError):
+        except REDIS_ERRORS:
             return  # claim/complete wait for Redis themselves
         if state != "running":
             self.stop.set(state or "gone")
@@ -261,6 +269,11 @@ class Slice:
         except BlockedAddress as exc:
             return Result(request=request, blocked=f"blocked: {exc}")
         except Stopped:
+            return Result(request=request, handed_back=True)
+        except REDIS_ERRORS:
+            # Redis went away mid-fetch (the proxy pool, the robots.txt cache): the page is
+            # not recorded as an error, it goes back to the queue once Redis is back.
+            log.warning("Redis unavailable while fetching %s: handed back", request.url)
             return Result(request=request, handed_back=True)
         except Exception as exc:  # a bug in one page must not lose the others
             log.exception("fetching %s failed", request.url)

@@ -147,7 +147,8 @@ def assert_exact(crawl, site):
     got = done | failed
     missing, extra = sorted(expected - got), sorted(got - expected)
     assert not missing and not extra, (
-        f"{len(missing)} missing {missing[:10]}, {len(extra)} extra {extra[:10]}, stats {crawl.stats}"
+        f"{len(missing)} missing {missing[:10]}, {len(extra)} extra {extra[:10]}, "
+        f"stats {crawl.stats}"
     )
     stats = crawl.stats
     assert stats["requests"] == len(expected)
