@@ -14,7 +14,6 @@ Target (issue): p95 page time < 300 ms while the crawls run.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import re
@@ -146,9 +145,10 @@ def main() -> None:
                 last_check = time.monotonic()
                 for crawl_id in crawl_ids:
                     if crawl_id not in ended:
-                        status = json.loads(manage(env, "crawl", "status", str(crawl_id), "--json"))
-                        if status["state"] in ("finished", "cancelled", "failed"):
-                            ended[crawl_id] = status
+                        url = f"{base}/crawls/{crawl_id}/snapshot.json"
+                        snapshot = session.get(url, timeout=30).json()
+                        if snapshot["state"] in ("finished", "cancelled", "failed"):
+                            ended[crawl_id] = {"state": snapshot["state"], **snapshot["stats"]}
             if time.monotonic() - started > 1800:
                 raise SystemExit("crawls did not end within 30 minutes")
             time.sleep(0.05)
