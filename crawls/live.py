@@ -51,8 +51,9 @@ def rate(series: list[tuple[int, int]], *, window: int = RATE_WINDOW_SECONDS) ->
 
 
 def snapshot(crawl: Crawl, *, points: int = SERIES_POINTS, record: bool = False) -> dict:
-    """services.crawl_snapshot plus what the live page needs: rate, chart series, queue size
-    per host. One Redis round trip; when Redis is away, the saved counters and the error."""
+    """The one snapshot shape pages poll and websockets push: counters, rate, chart series,
+    queue size per host. One Redis round trip; when Redis is away, the saved counters and the
+    error."""
     base = {
         "type": "crawl.stats",
         "id": crawl.pk,

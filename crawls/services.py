@@ -358,17 +358,3 @@ def crawls_stats_safe(crawls: list[Crawl]) -> dict[int, dict]:
     except REDIS_ERRORS as exc:
         stats = {pk: {"redis_error": str(exc)} for pk in live}
     return {c.pk: {**c.stats, **stats[c.pk]} if c.pk in stats else c.stats for c in crawls}
-
-
-def crawl_snapshot(crawl: Crawl) -> dict:
-    """The one shape pages poll and websockets push: {"type": "crawl.stats", ...}."""
-    stats = crawl_stats_safe(crawl)
-    return {
-        "type": "crawl.stats",
-        "id": crawl.pk,
-        "state": crawl.state,
-        "stats": stats,
-        "max_pages": crawl.max_pages,
-        "started_at": crawl.started_at.isoformat() if crawl.started_at else None,
-        "finished_at": crawl.finished_at.isoformat() if crawl.finished_at else None,
-    }
