@@ -76,6 +76,17 @@ class CrawlAdmin(admin.ModelAdmin):
         _crawl_action(services.crawl_cancel, "Cancel", "Cancelled"),
     ]
 
+    def delete_model(self, request, obj) -> None:
+        """Through crawl_delete, so the crawl's Redis keys go with it."""
+        try:
+            services.crawl_delete(crawl=obj, user=request.user)
+        except services.CrawlActionError as exc:
+            self.message_user(request, f"#{obj.pk}: {exc}", messages.ERROR)
+
+    def delete_queryset(self, request, queryset) -> None:
+        for crawl in queryset:
+            self.delete_model(request, crawl)
+
     def save_model(self, request, obj, form, change) -> None:
         """New crawls go through crawl_create, like every other door."""
         if change:

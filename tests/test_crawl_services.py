@@ -142,3 +142,30 @@ def test_the_admin_creates_and_starts_crawls_through_the_services(staff_client, 
     crawl = Crawl.objects.get()
     assert crawl.created_by == staff
     assert list(crawl.events.values_list("kind", flat=True)) == ["created"]
+
+
+def test_deleting_a_crawl_in_the_admin_removes_its_redis_keys(
+    staff_client, django_user_model, redis
+):
+    staff = django_user_model.objects.get(username="sam")
+    staff.is_superuser = True
+    staff.save()
+    crawl = create(staff)
+    services.crawl_start(crawl=crawl, user=staff)
+    services.crawl_cancel(crawl=crawl, user=staff)
+    assert redis.keys(f"ch:{{c{crawl.pk}}}:*")
+    response = staff_client.post(f"/admin/crawls/crawl/{crawl.pk}/delete/", {"post": "yes"})
+    assert response.status_code == 302
+    assert not type(crawl).objects.filter(pk=crawl.pk).exists()
+    assert redis.keys(f"ch:{{c{crawl.pk}}}:*") == []
+
+
+def test_a_running_crawl_is_not_deleted_from_the_admin(staff_client, django_user_model, redis):
+    staff = django_user_model.objects.get(username="sam")
+    staff.is_superuser = True
+    staff.save()
+    crawl = create(staff)
+    services.crawl_start(crawl=crawl, user=staff)
+    staff_client.post(f"/admin/crawls/crawl/{crawl.pk}/delete/", {"post": "yes"})
+    assert type(crawl).objects.filter(pk=crawl.pk).exists()
+    assert redis.keys(f"ch:{{c{crawl.pk}}}:*")
