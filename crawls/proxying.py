@@ -2,8 +2,7 @@
 
 Each request leases a proxy, goes through it, and returns it with the outcome. When the proxy
 was at fault (it failed, timed out, or the site banned it) the page is tried again through
-another proxy right away, without using up the page's own retries. A thread fetching several
-pages in a row (fetch_all_via_pool) swaps one page's proxy for the next page's in one call.
+another proxy right away, without using up the page's own retries.
 """
 
 from __future__ import annotations
@@ -73,50 +72,19 @@ def fetch_via_pool(
     """Fetch url through up to PROXY_TRIES proxies of the channel; the last result if all
     failed (a retryable proxy error, or the ban status the site kept answering). Raises
     Stopped when `stop` is set before a proxy came free."""
-    return fetch_all_via_pool(
-        fetcher, [url], channel=channel, strategy=strategy, lease_seconds=lease_seconds,
-        wait_seconds=wait_seconds, stop=stop,
-    )[0]  # fmt: skip
-
-
-def fetch_all_via_pool(
-    fetcher: Fetcher, urls: list[str], *, channel: str, strategy: str, lease_seconds: float,
-    wait_seconds: float = 0.0, stop: threading.Event | None = None,
-) -> list[FetchResult]:  # fmt: skip
-    """Fetch several pages one after another in this thread, each as fetch_via_pool would.
-
-    Between two pages the proxy that served the first goes back and the one for the next
-    comes in a single round trip (pool.exchange: the release and the acquire with all their
-    checks, in one script). No proxy is held between pages longer than that call, and the
-    last one is released as soon as its page is done.
-    """
     bans = frozenset(settings.PROXY_BAN_STATUSES)
-    results: list[FetchResult] = []
-    lease = None  # a proxy already leased for the next page (came with the last release)
-    for index, url in enumerate(urls):
-        result = None
-        for _ in range(PROXY_TRIES):
-            if lease is None:
-                lease = acquire_waiting(
-                    channel=channel, strategy=strategy, lease_seconds=lease_seconds,
-                    wait_seconds=wait_seconds, stop=stop,
-                )  # fmt: skip
-                if lease is None:
-                    break
-            result = fetcher.fetch(url, proxy=lease.url)
-            fault = proxy_fault(result, bans)
-            if fault is None:
-                if index + 1 < len(urls):
-                    lease = pool.exchange(
-                        lease=lease, latency_ms=result.elapsed_ms, ok=True,
-                        lease_seconds=lease_seconds, strategy=strategy,
-                    )  # fmt: skip
-                else:
-                    pool.release(lease=lease, latency_ms=result.elapsed_ms, ok=True)
-                    lease = None
-                break
-            pool.fail(lease=lease, reason=fault)
-            lease = None
-        results.append(result or no_proxy(url, channel))
-    # No lease is left here: the last page's proxy was released (or failed), never exchanged.
-    return results
+    result = None
+    for _ in range(PROXY_TRIES):
+        lease = acquire_waiting(
+            channel=channel, strategy=strategy, lease_seconds=lease_seconds,
+            wait_seconds=wait_seconds, stop=stop,
+        )  # fmt: skip
+        if lease is None:
+            break
+        result = fetcher.fetch(url, proxy=lease.url)
+        fault = proxy_fault(result, bans)
+        if fault is None:
+            pool.release(lease=lease, latency_ms=result.elapsed_ms, ok=True)
+            return result
+        pool.fail(lease=lease, reason=fault)
+    return result or no_proxy(url, channel)

@@ -3,9 +3,7 @@
 import pytest
 
 from crawls import services
-from crawls.fetcher import Fetcher
 from crawls.models import Channel, ProxyUse
-from crawls.proxying import fetch_all_via_pool
 from proxies import pool
 from tests.crawling import drive
 from tests.forward_proxy import ForwardProxy, refused_port
@@ -121,48 +119,6 @@ def counting(monkeypatch) -> dict[str, int]:
 
         monkeypatch.setattr(pool, name, wrapped)
     return calls
-
-
-def test_pages_in_a_row_swap_proxies_in_one_call_each(forward_proxy, make_site, monkeypatch):
-    site = make_site(pages_site({f"/p{n}": f"<title>{n}</title>" for n in range(3)}))
-    admit(forward_proxy.url)
-    calls = counting(monkeypatch)
-    urls = [f"{site.url}/p{n}" for n in range(3)]
-    with Fetcher(timeout=2, max_bytes=100_000) as fetcher:
-        results = fetch_all_via_pool(
-            fetcher, urls, channel="shop", strategy="least_used", lease_seconds=30
-        )
-    assert [r.status for r in results] == [200, 200, 200]
-    assert {relay.target for relay in forward_proxy.relays} == set(urls)
-    # One acquire, then an exchange between pages, and the last page's proxy released.
-    assert calls == {"acquire": 1, "exchange": 2, "release": 1, "fail": 0}
-    counters = pool.health()["counters"]
-    assert counters["acquired"] == 3 and counters["released"] == 3
-    assert pool.channel_members(channel="shop")["leased"] == set()
-
-
-def test_pages_in_a_row_drop_a_dead_proxy_and_hold_no_lease_after(
-    forward_proxy, make_site, monkeypatch
-):
-    site = make_site(pages_site({f"/p{n}": "<p>x</p>" for n in range(4)}))
-    dead = admit(f"http://127.0.0.1:{refused_port()}")
-    admit(forward_proxy.url)
-    urls = [f"{site.url}/p{n}" for n in range(4)]
-    with Fetcher(timeout=2, max_bytes=100_000) as fetcher:
-        results = fetch_all_via_pool(
-            fetcher, urls, channel="shop", strategy="least_used", lease_seconds=30
-        )
-    assert [r.status for r in results] == [200] * 4
-    assert dead not in pool.members()
-    assert pool.channel_members(channel="shop")["leased"] == set()
-    # With no proxy left, every page says so (and no lease is left behind).
-    pool.remove(proxy=next(iter(pool.members())))
-    with Fetcher(timeout=2, max_bytes=100_000) as fetcher:
-        results = fetch_all_via_pool(
-            fetcher, urls[:2], channel="shop", strategy="least_used", lease_seconds=30
-        )
-    assert [r.error for r in results] == ["no usable proxy in channel 'shop'"] * 2
-    assert pool.channel_members(channel="shop")["leased"] == set()
 
 
 def test_more_threads_than_proxies_wait_their_turn_instead_of_failing(
