@@ -74,7 +74,7 @@ COUNTERS = (
 _LUA_DIR = Path(__file__).resolve().parent / "lua"
 _SCRIPTS = (
     "add", "claim", "complete", "release", "requeue_expired", "retry_failed", "pending", "cancel",
-    "slice_beat", "live_slices", "mark_seen", "series", "renew",
+    "slice_beat", "live_slices", "series", "renew",
 )  # fmt: skip
 
 # The pages/s chart: one point a second at most, kept for 10 minutes.
@@ -291,18 +291,6 @@ class Frontier:
             args += [_bucket(request.fp), request.fp, request.to_json()]
         added, repeats = self._run("add", args)
         return int(added), int(repeats)
-
-    def mark_seen(self, urls: list[str]) -> list[bool]:
-        """Atomically test-and-add URLs to dedup without scheduling them or touching counters:
-        True for each URL not seen before. For a slice about to follow a redirect: follow it
-        only when the target was new, so a target is fetched once, by redirect or by link."""
-        if not urls:
-            return []
-        args: list = [self._key("seen:")]
-        for url in urls:
-            fp = fingerprint(url)
-            args += [_bucket(fp), fp]
-        return [bool(added) for added in self._run("mark_seen", args)]
 
     def claim(self, n: int, *, lease_seconds: float) -> list[Request]:
         """Up to n requests, in queue order and honouring host delays; [] unless running."""

@@ -100,15 +100,6 @@ def test_seeds_are_deduplicated_and_repeats_counted(frontier):
     assert_invariant(stats)
 
 
-def test_mark_seen_tests_and_adds_without_scheduling(frontier):
-    frontier.add_seeds(["http://a.test/linked"])
-    assert frontier.mark_seen(["http://a.test/target", "http://a.test/linked#x"]) == [True, False]
-    assert frontier.mark_seen(["http://a.test/target"]) == [False]
-    stats = frontier.stats()
-    assert (stats["requests"], stats["repeats"], stats["queued"]) == (1, 0, 1)
-    assert frontier.add_seeds(["http://a.test/target"]) == (0, 1)
-
-
 def test_seen_fingerprints_are_stored_in_compact_intsets(frontier, redis):
     frontier.add_seeds(urls("a.test", 2000))
     buckets = list(redis.scan_iter(match="ch:{c1}:seen:*"))
