@@ -36,12 +36,12 @@ def acquire_waiting(
     while True:
         if stop is not None and stop.is_set():
             raise Stopped
-        lease = pool.acquire(channel=channel, lease_seconds=lease_seconds, strategy=strategy)
-        if lease is not None or time.monotonic() >= deadline:
+        lease, leased = pool.acquire_or_count(
+            channel=channel, lease_seconds=lease_seconds, strategy=strategy
+        )  # fmt: skip
+        # Wait only while another holder has one of the channel's proxies: it comes back.
+        if lease is not None or not leased or time.monotonic() >= deadline:
             return lease
-        # Wait only while another thread holds one of the channel's proxies: it comes back.
-        if not pool.channel_members(channel=channel)["leased"]:
-            return None
         time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
         delay = min(delay * 2, 0.5)
 

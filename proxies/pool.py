@@ -221,8 +221,11 @@ _ACQUIRE = (
     + _LEASES
     + """
 local a = ARGV
-return take(a[1], a[2], KEYS[1], KEYS[2], KEYS[3], KEYS[4], now_ms(), tonumber(a[3]), a[4],
-            a[5], tonumber(a[6]), tonumber(a[7]), tonumber(a[8]), tonumber(a[9]), tonumber(a[10]))
+local got = take(a[1], a[2], KEYS[1], KEYS[2], KEYS[3], KEYS[4], now_ms(), tonumber(a[3]), a[4],
+                 a[5], tonumber(a[6]), tonumber(a[7]), tonumber(a[8]), tonumber(a[9]),
+                 tonumber(a[10]))
+if not got then return redis.call('ZCARD', KEYS[2]) end
+return got
 """
 )
 
@@ -413,12 +416,22 @@ def acquire(
 
     No two holders get one proxy in a channel; an expired lease returns the proxy to the pool.
     """
+    return acquire_or_count(channel=channel, lease_seconds=lease_seconds, strategy=strategy)[0]
+
+
+def acquire_or_count(
+    *, channel: str, lease_seconds: float = 60, strategy: str = "least_used"
+) -> tuple[Lease | None, int]:
+    """acquire(), and when it found none, how many of the channel's proxies other holders
+    have leased at that moment (0 with a lease). Counted in the same script, so a caller
+    deciding whether to wait for a proxy to come back never misses a release in between."""
     token = secrets.token_hex(8)
     args = _acquire_args(channel, lease_seconds, strategy, token)
     found = _script("acquire", _ACQUIRE)(keys=_chan(channel), args=args, client=_redis())
-    if not found:
-        return None
-    return Lease(proxy=found[0].decode(), url=found[1].decode(), channel=channel, token=token)
+    if isinstance(found, int):
+        return None, found
+    lease = Lease(proxy=found[0].decode(), url=found[1].decode(), channel=channel, token=token)
+    return lease, 0
 
 
 def release(*, lease: Lease, latency_ms: float, ok: bool = True) -> None:

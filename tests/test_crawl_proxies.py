@@ -108,19 +108,6 @@ def test_no_usable_proxy_is_a_clear_retryable_error(user, channel, make_site):
     assert site.log == []
 
 
-def counting(monkeypatch) -> dict[str, int]:
-    calls = {"acquire": 0, "exchange": 0, "release": 0, "fail": 0}
-    for name in calls:
-        real = getattr(pool, name)
-
-        def wrapped(*args, _real=real, _name=name, **kwargs):
-            calls[_name] += 1
-            return _real(*args, **kwargs)
-
-        monkeypatch.setattr(pool, name, wrapped)
-    return calls
-
-
 def test_more_threads_than_proxies_wait_their_turn_instead_of_failing(
     user, channel, forward_proxy, make_site
 ):

@@ -127,6 +127,21 @@ def test_an_empty_pool_gives_none():
     assert pool.health()["counters"]["empty"] == 1
 
 
+def test_acquire_or_count_says_how_many_are_leased_when_none_is_free():
+    admit("http://a:1")
+    admit("http://b:1")
+    held = [pool.acquire(channel="c"), pool.acquire(channel="c")]
+    assert pool.acquire_or_count(channel="c") == (None, 2)
+    pool.release(lease=held[0], latency_ms=1)
+    lease, leased = pool.acquire_or_count(channel="c")
+    assert (lease.proxy, leased) == (held[0].proxy, 0)
+    pool.release(lease=lease, latency_ms=1)
+    pool.release(lease=held[1], latency_ms=1)
+    pool.remove(proxy="http://a:1")
+    pool.remove(proxy="http://b:1")
+    assert pool.acquire_or_count(channel="c") == (None, 0)
+
+
 def test_channels_are_independent_pools():
     admit("http://p:1")
     a = pool.acquire(channel="a")
