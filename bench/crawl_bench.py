@@ -317,8 +317,8 @@ def run_crawlhub(site: SampleSite, origin: str, folder: Path, args) -> Result:
             create = (
                 f"crawl create --name bench-{site.pages} --seed {origin}/ --max-pages "
                 f"{len(expected) + 1000} --max-depth 1000 --threads {args.threads} --slices "
-                f"{args.slices} --host-delay 0 --no-robots --start"
-            )
+                f"{args.slices} --host-delay 0 --no-robots --max-retries 0 --start"
+            )  # no retries: like the Scrapy run (RETRY_ENABLED off), each URL is fetched once
             crawl = manage_py(*create.split()).split()[-1]
             sampler = FingerprintSampler(server.url, crawl)
             sampler.start()

@@ -196,6 +196,9 @@ class Slice:
                         future.add_done_callback(completed.put)
                     if claimed:
                         last_work = now
+                    elif not running and not done and self._crawl_done():
+                        self.stop.set("done")
+                        break
                     else:
                         next_claim = now + EMPTY_CLAIM_BACKOFF
                 if running:
@@ -240,6 +243,14 @@ class Slice:
         """Tell the supervisor this slice lives; a missed beat while Redis is away is fine."""
         with contextlib.suppress(*REDIS_ERRORS):
             self.frontier.slice_beat(self.slice_id)
+
+    def _crawl_done(self) -> bool:
+        """Queue, retries and backup all empty: no slice has anything left, so waiting out
+        IDLE_EXIT_SECONDS would only delay the crawl's end (after_slice finishes it)."""
+        try:
+            return self.frontier.is_done()
+        except REDIS_ERRORS:
+            return False
 
     def _check_state(self) -> None:
         try:

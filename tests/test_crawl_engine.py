@@ -7,6 +7,7 @@ import pytest
 from crawls import services
 from crawls.models import CrawlState
 from crawls.sample_site import SampleSite, serve
+from crawls.slicer import IDLE_EXIT_SECONDS, run_slice
 from crawls.useragents import USER_AGENTS
 from tests.crawling import drive, fetched_paths
 from tests.sites import Response, pages_site
@@ -224,3 +225,29 @@ def test_a_crawl_that_fetched_nothing_ends_failed_saying_why(user):
     assert crawl.error.startswith("no page could be fetched: connection refused")
     assert crawl.events.filter(kind="failed").exists()
     assert crawl.stats["errors"] == 1
+
+
+def test_a_slice_ends_as_soon_as_the_crawl_has_nothing_left(user, make_site):
+    site = make_site(pages_site({"/": page("/a"), "/a": page("/")}))
+    crawl = start(user, site)
+    report = run_slice(crawl.pk, "only", budget_seconds=30)
+    assert report["reason"] == "done"
+    assert report["pages"] == 2
+    assert report["seconds"] < IDLE_EXIT_SECONDS  # not the idle wait
+    assert services.crawl_finish_if_done(crawl.pk)
+
+
+def test_a_slice_waits_while_a_retry_is_pending(user, make_site):
+    calls = Counter()
+
+    def handler(request):
+        calls[request.path] += 1
+        if calls[request.path] == 1:
+            return Response(status=503, body="busy")
+        return pages_site({"/": page()})(request)
+
+    site = make_site(handler)
+    crawl = start(user, site, max_retries=1)
+    report = run_slice(crawl.pk, "only", budget_seconds=30)
+    # The retry was due a second later: the slice stayed for it, then ended once it was done.
+    assert (report["reason"], report["pages"], calls["/"]) == ("done", 1, 2)

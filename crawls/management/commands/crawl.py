@@ -184,7 +184,7 @@ class Command(BaseCommand):
                 break
             if deadline and time.monotonic() > deadline:
                 raise CommandError(f"crawl {id} is still {crawl.state} after {timeout:g} s")
-            time.sleep(0.5)
+            time.sleep(0.2)
         self.stdout.write(_json(self._status(crawl)))
         if crawl.state != CrawlState.FINISHED:
             raise CommandError(f"crawl {id} ended {crawl.state}")
