@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import time
 from urllib.parse import urljoin
 
@@ -87,6 +88,34 @@ def test_resolver_agrees_with_urljoin(base):
     resolver = Resolver(base)
     for href in ["/a", "b/c?d=1", "//h.org/x", "https://h.org/", "../u", "./s", ".", "/./x", "y"]:
         assert resolver.absolute(href) == urljoin(base, href)
+
+
+def generated_hrefs(count: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    segments = ["..", ".", "", "a", "b.html", "c;p=1", "%2e%2e", "...", "d.", ".e"]
+    starts = ["", "/", "./", "../", "mailto:", "javascript:", "HTTP:", "x:y/", "1a:"]
+    tails = ["", "?", "?q=1", "?a=../b", "??x", "?x=:y"]
+    hrefs = []
+    while len(hrefs) < count:
+        href = rng.choice(starts) + "/".join(rng.choices(segments, k=rng.randint(1, 5)))
+        path = href.partition("?")[0]
+        # The hrefs a Resolver once sent to urljoin: dot segments, or a colon (a scheme).
+        if not href.startswith("//") and ("/." in f"/{path}" or ":" in path):
+            hrefs.append(href + rng.choice(tails))
+    return hrefs
+
+
+@pytest.mark.parametrize(
+    "base",
+    [
+        "http://a.com/d1/d2/p.html?x=1", "https://a.com:8443/dir/", "http://a.com/",
+        "http://a.com", "http://a.com/d1//d2/", "http://a.com/p;v=1/q", "http://a.com/..",
+    ],
+)  # fmt: skip
+def test_resolver_joins_thousands_of_generated_hrefs_like_urljoin(base):
+    resolver = Resolver(base)
+    for href in generated_hrefs(3000, seed=len(base)):
+        assert resolver.join(href) == urljoin(base, href), href
 
 
 def test_base_href_is_honoured():
