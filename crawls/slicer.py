@@ -29,6 +29,7 @@ from crawls.models import Crawl, FailedRequest, Page, ProxyUse
 from crawls.netguard import BlockedAddress, check_url
 from crawls.proxying import Stopped, fetch_via_pool
 from crawls.robots import RobotsPolicy, policy_from_response, robots_url
+from crawls.rows import BulkInsert
 from crawls.scope import Scope
 from crawls.useragents import DEFAULT_USER_AGENT
 
@@ -44,6 +45,9 @@ REDIS_RETRY_SECONDS = 300.0
 UNREACHABLE_ROBOTS_SECONDS = 60.0
 # BusyLoadingError (Redis restarting) is a ConnectionError too.
 REDIS_ERRORS = (redis.ConnectionError, redis.TimeoutError)
+
+
+PAGE_ROWS = BulkInsert(Page)
 
 
 def url_hash(url: str) -> str:
@@ -65,7 +69,7 @@ class Result:
     fetch: FetchResult | None = None
     blocked: str = ""  # why the request was not fetched (robots.txt)
     handed_back: bool = False  # not fetched because the slice is stopping: back to the queue
-    page: Page | None = None
+    page: tuple | None = None  # the Page row, as PAGE_ROWS writes it
     failure: FailedRequest | None = None
     outcome: Outcome | None = None
 
@@ -372,6 +376,7 @@ class Slice:
         )
 
     def _page(self, request: Request, now, *, fetch: FetchResult | None = None, error=""):
+        """The page's row, ready for PAGE_ROWS.write."""
         page = Page(
             crawl_id=self.crawl.pk,
             url=request.url,
@@ -393,7 +398,7 @@ class Slice:
             page.truncated = fetch.truncated
             if self.crawl.keep_bodies and fetch.status is not None:
                 page.body = fetch.body
-        return page
+        return PAGE_ROWS.row(page)
 
     def _flush(self, results: list[Result]) -> None:
         """Rows first, then one completion call: see the module docstring for why."""
@@ -403,8 +408,7 @@ class Slice:
             self._decide(result)
         pages = [r.page for r in results if r.page is not None]
         failures = [r.failure for r in results if r.failure is not None]
-        if pages:
-            Page.objects.bulk_create(pages, batch_size=500, ignore_conflicts=True)
+        PAGE_ROWS.write(pages)
         if failures:
             FailedRequest.objects.bulk_create(failures, batch_size=500, ignore_conflicts=True)
         outcomes = [r.outcome for r in results]
