@@ -9,6 +9,7 @@ from argparse import ArgumentParser
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
+from django.utils import timezone
 
 from crawls import exports, services
 from crawls.models import Channel, Crawl, CrawlState
@@ -165,7 +166,13 @@ class Command(BaseCommand):
             )
 
     def _status(self, crawl: Crawl) -> dict:
+        started, finished = crawl.started_at, crawl.finished_at
+        # From its first start to its end (or to now), paused time included; None if unstarted.
+        seconds = None
+        if started is not None:
+            seconds = round(((finished or timezone.now()) - started).total_seconds(), 3)
         return {"id": crawl.pk, "name": crawl.name, "state": crawl.state,
+                "started_at": started, "finished_at": finished, "seconds": seconds,
                 **services.crawl_stats(crawl)}  # fmt: skip
 
     def do_status(self, *, id, json: bool, **_) -> None:
