@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import http.client
+import os
 import socket
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,6 +20,8 @@ from email.utils import parsedate_to_datetime
 from urllib.parse import urljoin, urlsplit
 
 import requests
+import urllib3
+import urllib3.connection
 import urllib3.exceptions
 from requests.adapters import HTTPAdapter
 from requests.cookies import extract_cookies_to_jar
@@ -235,6 +239,7 @@ class Fetcher:
             prepared.prepare(
                 method="GET", url=url, headers=headers, cookies=session.cookies, hooks={}
             )
+            _deadlines.value = deadline
             response = session.get_adapter(prepared.url).send(
                 prepared,
                 stream=True,
@@ -246,20 +251,29 @@ class Fetcher:
             extract_cookies_to_jar(session.cookies, prepared, response.raw)
             return response
         except (requests.RequestException, urllib3.exceptions.HTTPError) as exc:
+            if time.monotonic() >= deadline:  # the watchdog cut a response head short
+                raise self._deadline_error() from None
             raise self._classify(exc, url, timeout) from None
         except (OSError, ValueError, http.client.HTTPException) as exc:
+            if time.monotonic() >= deadline:
+                raise self._deadline_error() from None
             raise FetchError(f"request failed: {_describe(exc)}", "connection") from None
+        finally:
+            _deadlines.value = None
 
     def _io_timeout(self, deadline: float) -> float:
         """The socket timeout for the next step: the usual one, or less near the deadline."""
         remaining = deadline - time.monotonic()
         if remaining <= 0.001:
-            raise FetchError(f"timeout after {self.total_timeout:g} s (whole fetch)", "timeout")
+            raise self._deadline_error()
         return min(self.timeout, remaining)
+
+    def _deadline_error(self) -> FetchError:
+        return FetchError(f"timeout after {self.total_timeout:g} s (whole fetch)", "timeout")
 
     def _timeout_error(self, used: float, phase: str) -> FetchError:
         if used < self.timeout:
-            return FetchError(f"timeout after {self.total_timeout:g} s (whole fetch)", "timeout")
+            return self._deadline_error()
         return FetchError(f"timeout after {used:g} s ({phase})", "timeout")
 
     def _classify(self, exc: Exception, url: str, timeout: float) -> FetchError:
@@ -318,12 +332,112 @@ class Fetcher:
         return body
 
 
+class _Watchdog:
+    """Shuts the socket of a fetch still waiting for its response head after its deadline.
+
+    The read timeout restarts on every byte, so a server that trickles its status line and
+    headers would otherwise hold a fetch thread (and the slice waiting for it) for as long as
+    it liked; the body is bounded by Fetcher._read_body itself. One thread per process, started
+    when first needed (and again in a forked worker, which does not inherit it).
+    """
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.watched: dict[int, tuple[float, urllib3.connection.HTTPConnection]] = {}
+        self.wake_at = 0.0  # when the thread next looks; woken early only for a sooner deadline
+        self.pid = 0
+
+    def watch(self, conn: urllib3.connection.HTTPConnection, deadline: float) -> None:
+        with self.cond:
+            if self.pid != os.getpid():
+                self.pid = os.getpid()
+                self.watched.clear()
+                threading.Thread(target=self._run, name="fetch-watchdog", daemon=True).start()
+            self.watched[id(conn)] = (deadline, conn)
+            if deadline < self.wake_at:
+                self.cond.notify()
+
+    def unwatch(self, conn: urllib3.connection.HTTPConnection) -> None:
+        with self.cond:
+            self.watched.pop(id(conn), None)
+
+    def _run(self) -> None:
+        with self.cond:
+            while True:
+                now = time.monotonic()
+                for key, (deadline, conn) in list(self.watched.items()):
+                    if deadline <= now:
+                        del self.watched[key]
+                        _shut(conn)
+                self.wake_at = min((d for d, _ in self.watched.values()), default=now + 60)
+                self.cond.wait(timeout=max(0.01, self.wake_at - now))
+
+
+def _shut(conn: urllib3.connection.HTTPConnection) -> None:
+    """Wake a thread blocked reading conn: its recv returns as if the server had closed."""
+    sock = getattr(conn, "sock", None)
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+
+
+_WATCHDOG = _Watchdog()
+_deadlines = threading.local()  # .value: the running fetch's deadline, in this thread
+
+
+class _Watched:
+    """An HTTP(S) connection whose wait for a response head ends at the fetch's deadline."""
+
+    def getresponse(self, *args, **kwargs):
+        deadline = getattr(_deadlines, "value", None)
+        if deadline is None:
+            return super().getresponse(*args, **kwargs)
+        _WATCHDOG.watch(self, deadline)
+        try:
+            return super().getresponse(*args, **kwargs)
+        finally:
+            _WATCHDOG.unwatch(self)
+
+
+class _WatchedHTTPConnection(_Watched, urllib3.connection.HTTPConnection):
+    pass
+
+
+class _WatchedHTTPSConnection(_Watched, urllib3.connection.HTTPSConnection):
+    pass
+
+
+class _WatchedHTTPPool(urllib3.HTTPConnectionPool):
+    ConnectionCls = _WatchedHTTPConnection
+
+
+class _WatchedHTTPSPool(urllib3.HTTPSConnectionPool):
+    ConnectionCls = _WatchedHTTPSConnection
+
+
+_WATCHED_POOLS = {"http": _WatchedHTTPPool, "https": _WatchedHTTPSPool}
+
+
+class _Adapter(HTTPAdapter):
+    """requests' adapter with connections that honour the whole-fetch deadline (_Watchdog),
+    direct and through proxies."""
+
+    def init_poolmanager(self, *args, **kwargs) -> None:
+        super().init_poolmanager(*args, **kwargs)
+        self.poolmanager.pool_classes_by_scheme = _WATCHED_POOLS
+
+    def proxy_manager_for(self, proxy, **proxy_kwargs):
+        manager = super().proxy_manager_for(proxy, **proxy_kwargs)
+        manager.pool_classes_by_scheme = _WATCHED_POOLS
+        return manager
+
+
 def _session(pool_size: int) -> requests.Session:
     session = requests.Session()
     # No proxies, .netrc or CA bundle from the environment: a crawl's behaviour must not
     # depend on the shell the worker happened to start in; proxies come per request.
     session.trust_env = False
-    adapter = HTTPAdapter(pool_connections=pool_size, pool_maxsize=pool_size, max_retries=0)
+    adapter = _Adapter(pool_connections=pool_size, pool_maxsize=pool_size, max_retries=0)
     session.mount("http://", adapter)
     session.mount("https://", adapter)
     session.headers.update({"Accept": ACCEPT, "Accept-Encoding": ACCEPT_ENCODING})

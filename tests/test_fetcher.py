@@ -352,6 +352,38 @@ def test_trickling_server_hits_the_fetch_deadline(raw_server):
     assert result.status == 200 and 0 < len(result.body) < 20
 
 
+def _trickle_head(conn: socket.socket, server: RawServer) -> None:
+    """A status line and then headers, one byte every 0.1 s, for as long as the test runs."""
+    head = _head(Content_Type="text/html") + b"".join(
+        f"X-Filler-{n}: {'y' * 60}\r\n".encode() for n in range(90)
+    )
+    for byte in head:
+        if not server.alive():
+            return
+        conn.sendall(bytes([byte]))
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize("via", ["direct", "proxy"])
+def test_a_server_trickling_its_headers_hits_the_fetch_deadline(raw_server, via):
+    # Each byte comes well inside the read timeout: only the whole-fetch deadline stops it.
+    server = raw_server(_trickle_head)
+    # Through a proxy, it is the proxy that trickles the head back.
+    proxy = server.url if via == "proxy" else None
+    url = server.url + "/" if via == "direct" else "http://example.invalid/"
+    with Fetcher(timeout=0.5, max_bytes=MB, total_timeout=1.0) as f:
+        started = time.monotonic()
+        result = f.fetch(url, proxy=proxy)
+        took = time.monotonic() - started
+        # The connection was dropped, not handed back to the pool half-read.
+        again = f.fetch(url, proxy=proxy)
+    assert 0.9 <= took < 1.6, took
+    assert (result.error, result.error_kind) == ("timeout after 1 s (whole fetch)", "timeout")
+    assert result.retryable and result.status is None
+    assert again.error == result.error
+    assert len(server.heads) == 2
+
+
 def test_silent_server_times_out(raw_server, fetcher):
     def play(conn: socket.socket, server: RawServer) -> None:
         while server.alive():
