@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 from collections.abc import Callable, Iterator
 
 import pytest
+from asgiref.sync import sync_to_async
 from channels.layers import channel_layers
 from django.conf import settings
+from django.db import connections
 from django.test import Client
 
 from crawlhub import launcher
@@ -33,6 +36,15 @@ def use_redis(url: str) -> None:
     os.environ["REDIS_URL"] = url
     reset_pools()
     channel_layers.backends.clear()
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup):
+    """pytest-django's test databases; before they are dropped, close the connections that
+    websocket consumers opened in asgiref's sync thread (PostgreSQL will not drop a database
+    someone is still connected to)."""
+    yield
+    asyncio.run(sync_to_async(connections.close_all)())
 
 
 @pytest.fixture(scope="session", autouse=True)
