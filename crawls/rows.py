@@ -43,6 +43,5 @@ class BulkInsert:
             f"{ops.quote_name(self.model._meta.db_table)} ({columns}) VALUES ({values}) "
             f"{ops.on_conflict_suffix_sql(self.fields, OnConflict.IGNORE, None, None) or ''}"
         ).rstrip()
-        with transaction.atomic(using=self.using, savepoint=False):
-            with connection.cursor() as cursor:
-                cursor.executemany(sql, rows)
+        with transaction.atomic(using=self.using, savepoint=False), connection.cursor() as cur:
+            cur.executemany(sql, rows)
