@@ -13,7 +13,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 
 from crawlhub.access import visible_crawls
 from crawls import exports, schedules, webhooks
-from crawls.models import Channel, Crawl, CrawlSchedule, Webhook, WebhookEvent
+from crawls.models import Channel, Crawl, Webhook, WebhookEvent
 from crawls.services import REDIS_ERRORS, CrawlActionError
 
 
@@ -40,12 +40,6 @@ def crawl_export(request: HttpRequest, pk: int, fmt: str) -> HttpResponse:
 # --- Schedules --------------------------------------------------------------------------------
 
 
-def _schedules(user):
-    return CrawlSchedule.objects.select_related("template", "created_by").filter(
-        template__in=visible_crawls(user)
-    )
-
-
 class ScheduleForm(forms.Form):
     template = forms.ModelChoiceField(
         queryset=Crawl.objects.none(), help_text="Each run copies this crawl's seeds and options."
@@ -59,7 +53,7 @@ class ScheduleForm(forms.Form):
 
     def __init__(self, *args, user, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["template"].queryset = visible_crawls(user).filter(schedule=None)
+        self.fields["template"].queryset = schedules.template_choices(user)
 
 
 def _form_errors(form: forms.Form, exc: ValidationError) -> None:
@@ -71,7 +65,9 @@ def _form_errors(form: forms.Form, exc: ValidationError) -> None:
 def schedule_list(request: HttpRequest) -> HttpResponse:
     return render(request, "crawls/schedule_list.html", {
         "nav": "schedules", "time_zone": settings.TIME_ZONE,
-        "schedules": _schedules(request.user).annotate(run_count=Count("runs")),
+        "schedules": schedules.schedules_visible_to(request.user).annotate(
+            run_count=Count("runs")
+        ),
     })  # fmt: skip
 
 
@@ -96,7 +92,7 @@ def schedule_new(request: HttpRequest) -> HttpResponse:
 
 
 def schedule_detail(request: HttpRequest, pk: int) -> HttpResponse:
-    schedule = get_object_or_404(_schedules(request.user), pk=pk)
+    schedule = get_object_or_404(schedules.schedules_visible_to(request.user), pk=pk)
     if request.method == "POST":
         action = request.POST.get("action")
         try:

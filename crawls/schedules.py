@@ -19,6 +19,7 @@ from django.core.exceptions import ValidationError
 from django.db import close_old_connections, transaction
 from django.utils import timezone
 
+from crawlhub.access import visible_crawls
 from crawls import services
 from crawls.models import Crawl, CrawlSchedule
 
@@ -57,6 +58,18 @@ def upcoming(schedule: CrawlSchedule, count: int = 5) -> list[datetime]:
     while len(times) < count:
         times.append(next_run(schedule.cron, times[-1]))
     return times
+
+
+def schedules_visible_to(user):
+    """The schedules of the crawls this user may see (staff: all); any other answers 404."""
+    return CrawlSchedule.objects.select_related("template", "created_by").filter(
+        template__in=visible_crawls(user)
+    )
+
+
+def template_choices(user):
+    """The crawls this user may schedule: ones they can see that are not runs themselves."""
+    return visible_crawls(user).filter(schedule=None)
 
 
 def schedule_create(

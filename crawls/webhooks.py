@@ -93,23 +93,38 @@ def _clean_url(url: str) -> str:
     return url
 
 
+def _clean_events(events: list[str] | None) -> list[str]:
+    events = list(dict.fromkeys(events or []))
+    if not events or set(events) - set(WebhookEvent.values):
+        raise ValidationError(
+            {"events": [f"Choose one or more of: {', '.join(WebhookEvent.values)}."]}
+        )
+    return events
+
+
+def _checked(errors: dict[str, list[str]], clean, value):
+    """clean(value); when it is refused, the value as given and the reason added to errors."""
+    try:
+        return clean(value)
+    except ValidationError as exc:
+        errors.update(exc.message_dict)
+        return value
+
+
 def webhook_create(
     *, user, url: str, events: list[str], channel: Channel | None = None,
     crawl: Crawl | None = None,
 ) -> tuple[Webhook, str]:  # fmt: skip
     """A webhook on a channel (staff) or on one crawl. Returns it and its secret."""
     errors: dict[str, list[str]] = {}
-    if (channel is None) == (crawl is None):
+    if channel is not None and crawl is not None:
         errors["channel"] = ["Choose a channel or a crawl, not both."]
+    elif channel is None and crawl is None:
+        errors["channel"] = ["Choose a channel or a crawl."]
     if channel is not None and not user.is_staff:
         raise PermissionDenied("Only staff add webhooks to a channel.")
-    try:
-        url = _clean_url(url)
-    except ValidationError as exc:
-        errors.update(exc.message_dict)
-    events = list(dict.fromkeys(events or []))
-    if not events or set(events) - set(WebhookEvent.values):
-        errors["events"] = [f"Choose one or more of: {', '.join(WebhookEvent.values)}."]
+    url = _checked(errors, _clean_url, url)
+    events = _checked(errors, _clean_events, events)
     if errors:
         raise ValidationError(errors)
     secret = new_secret()
@@ -136,6 +151,25 @@ def can_change(user, webhook: Webhook) -> bool:
 def webhook_set_active(*, webhook: Webhook, active: bool) -> None:
     webhook.active = active
     webhook.save(update_fields=["active"])
+
+
+def webhook_update(
+    *, webhook: Webhook, url: str | None = None, events: list[str] | None = None,
+    active: bool | None = None,
+) -> Webhook:  # fmt: skip
+    """Change what was given, checked as at creation; the secret and the target stay."""
+    errors: dict[str, list[str]] = {}
+    if url is not None:
+        url = _checked(errors, _clean_url, url)
+    if events is not None:
+        events = _checked(errors, _clean_events, events)
+    if errors:
+        raise ValidationError(errors)
+    for name, value in (("url", url), ("events", events), ("active", active)):
+        if value is not None:
+            setattr(webhook, name, value)
+    webhook.save(update_fields=["url", "events", "active"])
+    return webhook
 
 
 def webhook_delete(*, webhook: Webhook) -> None:
