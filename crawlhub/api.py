@@ -24,6 +24,7 @@ from crawlhub import tokens
 from crawlhub.drf import JSONErrors
 from crawlhub.models import ApiToken
 from crawls.api import ChannelViewSet, CrawlViewSet
+from crawls.data_api import ScheduleViewSet, WebhookViewSet
 from proxies.api import PoolHealthView, ProxyViewSet
 
 # --- Authentication ---------------------------------------------------------------------------
@@ -123,6 +124,8 @@ class Router(DefaultRouter):
 router = Router()
 router.register("crawls", CrawlViewSet, basename="api-crawl")
 router.register("channels", ChannelViewSet, basename="api-channel")
+router.register("schedules", ScheduleViewSet, basename="api-schedule")
+router.register("webhooks", WebhookViewSet, basename="api-webhook")
 router.register("proxies", ProxyViewSet, basename="api-proxy")
 router.register("tokens", TokenViewSet, basename="api-token")
 

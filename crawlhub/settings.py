@@ -243,12 +243,14 @@ REST_FRAMEWORK = {
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "crawlhub API",
-    "DESCRIPTION": "Crawls, channels, proxies and exports. Authenticate with "
+    "DESCRIPTION": "Crawls, channels, schedules, webhooks, proxies and exports. Authenticate with "
     "`Authorization: Bearer <token>` (tokens at /account/tokens/) or a session.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
     "COMPONENT_SPLIT_REQUEST": True,
+    # A crawl's state appears in several components (crawls, a schedule's runs): one name.
+    "ENUM_NAME_OVERRIDES": {"CrawlStateEnum": "crawls.models.CrawlState"},
 }
 
 CHANNEL_LAYERS = {

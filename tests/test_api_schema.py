@@ -24,6 +24,10 @@ ENDPOINTS = {
     "/api/crawls/{id}/export/": {"get"},
     "/api/channels/": {"get", "post"},
     "/api/channels/{slug}/": {"get", "put", "patch"},
+    "/api/schedules/": {"get", "post"},
+    "/api/schedules/{id}/": {"get", "put", "patch", "delete"},
+    "/api/webhooks/": {"get", "post"},
+    "/api/webhooks/{id}/": {"get", "put", "patch", "delete"},
     "/api/proxies/": {"get"},
     "/api/proxies/{id}/": {"get"},
     "/api/proxies/import/": {"post"},
@@ -94,3 +98,13 @@ def test_the_schema_says_how_to_authenticate(schema):
 def test_export_is_described_as_files(schema):
     content = schema["paths"]["/api/crawls/{id}/export/"]["get"]["responses"]["200"]["content"]
     assert set(content) == {"application/x-ndjson", "text/csv", "application/warc"}
+
+
+def test_no_webhook_secret_is_described_outside_the_creation_answer(schema):
+    components = schema["components"]["schemas"]
+    with_secret = {
+        name for name, body in components.items() if "secret" in body.get("properties", {})
+    }
+    assert with_secret == {"NewWebhook"}
+    created = schema["paths"]["/api/webhooks/"]["post"]["responses"]["201"]
+    assert created["content"]["application/json"]["schema"]["$ref"].endswith("/NewWebhook")
