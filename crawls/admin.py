@@ -2,8 +2,17 @@ from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
 
-from crawls import services
-from crawls.models import Channel, Crawl, CrawlEvent, FailedRequest, Page
+from crawls import schedules, services, webhooks
+from crawls.models import (
+    Channel,
+    Crawl,
+    CrawlEvent,
+    CrawlSchedule,
+    FailedRequest,
+    Page,
+    Webhook,
+    WebhookDelivery,
+)
 
 
 @admin.register(Channel)
@@ -114,3 +123,92 @@ class FailedRequestAdmin(admin.ModelAdmin):
     list_display = ["url", "crawl", "attempts", "last_status", "last_error", "failed_at"]
     search_fields = ["url"]
     raw_id_fields = ["crawl"]
+
+
+class ScheduleAdminForm(forms.ModelForm):
+    class Meta:
+        model = CrawlSchedule
+        fields = ["cron", "enabled"]
+
+    def clean_cron(self) -> str:
+        """The check every door makes: schedules.clean_cron."""
+        try:
+            return schedules.clean_cron(self.cleaned_data["cron"])
+        except ValidationError as exc:
+            raise ValidationError(exc.message_dict["cron"]) from None
+
+
+@admin.register(CrawlSchedule)
+class CrawlScheduleAdmin(admin.ModelAdmin):
+    """Made on the Schedules page or the API; here cron and enabled change, through
+    schedule_update (which also moves next_run_at)."""
+
+    form = ScheduleAdminForm
+
+    list_display = ["id", "template", "cron", "enabled", "next_run_at", "last_run_at", "created_by"]
+    list_filter = ["enabled"]
+    search_fields = ["template__name", "cron"]
+    fields = ["template", "cron", "enabled", "next_run_at", "last_run_at", "last_error",
+              "created_by", "created_at"]  # fmt: skip
+    readonly_fields = ["template", "next_run_at", "last_run_at", "last_error", "created_by",
+                       "created_at"]  # fmt: skip
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def save_model(self, request, obj, form, change) -> None:
+        schedules.schedule_update(schedule=obj, cron=obj.cron, enabled=obj.enabled)
+
+    def delete_model(self, request, obj) -> None:
+        schedules.schedule_delete(schedule=obj)
+
+
+class DeliveryInline(admin.TabularInline):
+    model = WebhookDelivery
+    extra = 0
+    can_delete = False
+    fields = ["event", "crawl", "status", "attempts", "response_status", "error", "created_at"]
+    readonly_fields = fields
+    ordering = ["-created_at"]
+    show_change_link = True
+
+    def has_add_permission(self, request, obj=None) -> bool:
+        return False
+
+
+@admin.register(Webhook)
+class WebhookAdmin(admin.ModelAdmin):
+    """Made on the Webhooks page or the API, where the secret is shown once; never here."""
+
+    list_display = ["id", "url", "channel", "crawl", "events", "active", "created_by"]
+    list_filter = ["active", "channel"]
+    search_fields = ["url"]
+    fields = ["channel", "crawl", "url", "events", "active", "created_by", "created_at"]
+    readonly_fields = ["channel", "crawl", "url", "events", "created_by", "created_at"]
+    inlines = [DeliveryInline]
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def save_model(self, request, obj, form, change) -> None:
+        webhooks.webhook_update(webhook=obj, active=obj.active)
+
+    def delete_model(self, request, obj) -> None:
+        webhooks.webhook_delete(webhook=obj)
+
+
+@admin.register(WebhookDelivery)
+class WebhookDeliveryAdmin(admin.ModelAdmin):
+    """A record of what was sent and how it went: read only."""
+
+    list_display = ["id", "webhook", "event", "crawl", "status", "attempts", "response_status",
+                    "created_at", "delivered_at"]  # fmt: skip
+    list_filter = ["status", "event"]
+    search_fields = ["webhook__url"]
+    list_select_related = ["webhook", "crawl"]
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False

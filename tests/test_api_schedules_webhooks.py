@@ -257,3 +257,41 @@ def test_another_users_webhook_is_404_and_channel_webhooks_are_staffs_to_change(
     as_staff = bearer(staff)
     assert client.get(path, **as_staff).status_code == 200
     assert client.delete(channel_path, **as_staff).status_code == 204
+
+
+# --- Admin ------------------------------------------------------------------------------------
+
+
+def test_the_admin_never_shows_a_secret_and_deliveries_are_read_only(admin_client, user):
+    webhook = hook_on(user)
+    delivery = WebhookDelivery.objects.create(
+        webhook=webhook, crawl=webhook.crawl, event="finished", payload={}
+    )
+    for path in [
+        "/admin/crawls/webhook/",
+        f"/admin/crawls/webhook/{webhook.pk}/change/",
+        "/admin/crawls/webhookdelivery/",
+    ]:
+        page = admin_client.get(path)
+        assert page.status_code == 200, path
+        assert webhook.secret not in page.content.decode(), path
+    delivery_page = admin_client.get(f"/admin/crawls/webhookdelivery/{delivery.pk}/change/")
+    assert delivery_page.status_code == 200 and b'name="_save"' not in delivery_page.content
+    off = admin_client.post(f"/admin/crawls/webhook/{webhook.pk}/change/", {
+        "deliveries-TOTAL_FORMS": "1", "deliveries-INITIAL_FORMS": "1",
+        "deliveries-0-id": delivery.pk, "deliveries-0-webhook": webhook.pk,
+    })  # fmt: skip
+    assert off.status_code == 302, off.content.decode()[:2000]
+    webhook.refresh_from_db()
+    assert webhook.active is False and webhook.url == "http://127.0.0.1:9/hook"
+
+
+def test_the_admin_changes_a_schedule_through_the_service(admin_client, user):
+    schedule = schedules.schedule_create(user=user, template=make_crawl(user), cron="0 3 * * *")
+    path = f"/admin/crawls/crawlschedule/{schedule.pk}/change/"
+    assert admin_client.get(path).status_code == 200
+    bad = admin_client.post(path, {"cron": "61 * * * *", "enabled": "on"})
+    assert bad.status_code == 200 and "is not a cron expression" in bad.content.decode()
+    assert admin_client.post(path, {"cron": "@hourly"}).status_code == 302
+    schedule.refresh_from_db()
+    assert (schedule.cron, schedule.enabled, schedule.next_run_at) == ("@hourly", False, None)
