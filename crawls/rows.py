@@ -10,6 +10,8 @@ driver repeats per row. Rows that break a unique constraint are skipped, as with
 
 from __future__ import annotations
 
+import functools
+
 from django.db import connections, models, transaction
 from django.db.models.constants import OnConflict
 
@@ -35,13 +37,16 @@ class BulkInsert:
         if not rows:
             return
         connection = connections[self.using]
-        ops = connection.ops
+        with transaction.atomic(using=self.using, savepoint=False), connection.cursor() as cur:
+            cur.executemany(self._sql(connection.vendor), rows)
+
+    @functools.cache  # noqa: B019 - one per model and database vendor, kept for the process
+    def _sql(self, vendor: str) -> str:
+        ops = connections[self.using].ops
         columns = ", ".join(ops.quote_name(field.column) for field in self.fields)
         values = ", ".join(["%s"] * len(self.fields))
-        sql = (
+        return (
             f"{ops.insert_statement(on_conflict=OnConflict.IGNORE)} "
             f"{ops.quote_name(self.model._meta.db_table)} ({columns}) VALUES ({values}) "
             f"{ops.on_conflict_suffix_sql(self.fields, OnConflict.IGNORE, None, None) or ''}"
         ).rstrip()
-        with transaction.atomic(using=self.using, savepoint=False), connection.cursor() as cur:
-            cur.executemany(sql, rows)
