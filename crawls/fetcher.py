@@ -338,20 +338,24 @@ class _Watchdog:
     The read timeout restarts on every byte, so a server that trickles its status line and
     headers would otherwise hold a fetch thread (and the slice waiting for it) for as long as
     it liked; the body is bounded by Fetcher._read_body itself. One thread per process, started
-    when first needed (and again in a forked worker, which does not inherit it).
+    when first needed; a forked worker starts afresh (it inherits neither the thread nor,
+    safely, a lock another thread held at the fork).
     """
 
     def __init__(self) -> None:
+        self._reset()
+        os.register_at_fork(after_in_child=self._reset)
+
+    def _reset(self) -> None:
         self.cond = threading.Condition()
         self.watched: dict[int, tuple[float, urllib3.connection.HTTPConnection]] = {}
         self.wake_at = 0.0  # when the thread next looks; woken early only for a sooner deadline
-        self.pid = 0
+        self.started = False
 
     def watch(self, conn: urllib3.connection.HTTPConnection, deadline: float) -> None:
         with self.cond:
-            if self.pid != os.getpid():
-                self.pid = os.getpid()
-                self.watched.clear()
+            if not self.started:
+                self.started = True
                 threading.Thread(target=self._run, name="fetch-watchdog", daemon=True).start()
             self.watched[id(conn)] = (deadline, conn)
             if deadline < self.wake_at:

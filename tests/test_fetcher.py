@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import gzip
+import os
 import random
 import socket
 import threading
@@ -382,6 +383,25 @@ def test_a_server_trickling_its_headers_hits_the_fetch_deadline(raw_server, via)
     assert result.retryable and result.status is None
     assert again.error == result.error
     assert len(server.heads) == 2
+
+
+def test_the_header_deadline_holds_in_a_forked_worker(raw_server):
+    # RQ forks a work horse for each job: the watchdog thread of the parent is not there.
+    server = raw_server(_trickle_head)
+    with Fetcher(timeout=0.5, max_bytes=MB, total_timeout=1.0) as f:
+        assert f.fetch(server.url + "/").error == "timeout after 1 s (whole fetch)"
+    pid = os.fork()
+    if pid == 0:  # the child: exit 0 only if its own fetch was cut at the deadline
+        ok = False
+        try:
+            with Fetcher(timeout=0.5, max_bytes=MB, total_timeout=1.0) as f:
+                started = time.monotonic()
+                result = f.fetch(server.url + "/")
+                ok = result.error_kind == "timeout" and time.monotonic() - started < 1.6
+        finally:
+            os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
 
 
 def test_silent_server_times_out(raw_server, fetcher):
