@@ -207,3 +207,24 @@ async def test_the_proxies_websocket_sends_a_health_snapshot_to_staff_only(
     message = await communicator.receive_json_from(timeout=5)
     assert message["type"] == "proxies.health" and message["pooled"] == 0
     await communicator.disconnect()
+
+
+def test_removing_or_disabling_many_proxies_takes_a_few_statements_not_a_few_per_proxy(
+    staff, django_assert_max_num_queries
+):
+    proxies = [pooled(f"10.0.{n // 250}.{n % 250}:8080") for n in range(60)]
+    with django_assert_max_num_queries(6):
+        done = services.disable_proxies(proxies=proxies[:30], user=staff, why="batch")
+    with django_assert_max_num_queries(6):
+        done += services.remove_proxies(proxies=proxies[30:], user=staff, why="batch")
+    assert len(done) == 60
+    assert not set(pool.members()) & {p.key for p in proxies}
+    states = dict(Proxy.objects.values_list("pk", "state"))
+    assert {states[p.pk] for p in proxies[:30]} == {ProxyState.DISABLED}
+    assert {states[p.pk] for p in proxies[30:]} == {ProxyState.REMOVED}
+    events = ProxyEvent.objects.filter(detail="batch")
+    assert events.filter(kind=ProxyEvent.Kind.DISABLED, user=staff).count() == 30
+    assert events.filter(kind=ProxyEvent.Kind.REMOVED, user=staff).count() == 30
+    removed = Proxy.objects.get(pk=proxies[-1].pk)
+    assert (removed.removed_by, removed.removed_why) == (staff, "batch")
+    assert removed.removed_at is not None
