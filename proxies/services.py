@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -260,11 +261,15 @@ def sync_from_pool() -> dict:
     keys = set(drained.successes) | set(drained.failures) | {d[0] for d in drained.dropped}
     pooled = pool.members()
     by_key = {p.key: p for p in Proxy.objects.exclude(state=ProxyState.REMOVED)}
+    # One UPDATE per distinct (successes, failures) step, not one per proxy: steps repeat.
+    steps: dict[tuple[int, int], list[int]] = defaultdict(list)
+    for key in keys & by_key.keys():
+        step = (drained.successes.get(key, 0), drained.failures.get(key, 0))
+        steps[step].append(by_key[key].pk)
     with transaction.atomic():
-        for key in keys & by_key.keys():
-            Proxy.objects.filter(pk=by_key[key].pk).update(
-                successes=F("successes") + drained.successes.get(key, 0),
-                failures=F("failures") + drained.failures.get(key, 0),
+        for (successes, failures), ids in steps.items():
+            Proxy.objects.filter(pk__in=ids).update(
+                successes=F("successes") + successes, failures=F("failures") + failures
             )
         changed = []
         for key, live in pooled.items():

@@ -201,6 +201,23 @@ def test_a_pass_brings_crawl_outcomes_into_the_inventory(echo):
     assert dropped.removed_why == "connection refused (channel c)"
 
 
+def test_counting_crawl_outcomes_takes_a_statement_per_distinct_step_not_per_proxy(
+    echo, django_assert_max_num_queries
+):
+    # As many proxies as a channel takes (PROXY_CHANNEL_SIZE, 20), used 2 or 3 times each.
+    proxies = [add(f"http://10.0.1.{n}:1", state=ProxyState.ACTIVE) for n in range(20)]
+    for p in proxies:
+        pool.record_check(proxy=p.key, url=p.url, ok=True, latency_ms=50)
+    for _ in range(50):
+        pool.release(lease=pool.acquire(channel="c"), latency_ms=40)
+    with django_assert_max_num_queries(8):
+        synced = services.sync_from_pool()
+    assert synced["counted"] == 20
+    successes = sorted(Proxy.objects.filter(pk__in=[p.pk for p in proxies])
+                       .values_list("successes", flat=True))  # fmt: skip
+    assert successes == [2] * 10 + [3] * 10
+
+
 def test_classify_tells_transparent_anonymous_and_elite_apart():
     own = "203.0.113.5"
     assert validation.classify(origin=own, headers={}, own_ip=own) == Anonymity.TRANSPARENT
