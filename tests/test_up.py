@@ -117,3 +117,24 @@ def test_up_refuses_a_port_in_use(tmp_path):
         )
     assert result.returncode != 0
     assert f"127.0.0.1:{port} is already in use" in result.stderr
+
+
+@pytest.mark.skipif(not (ROOT / ".venv/bin/python").exists(), reason="./run has not set up .venv")
+def test_run_migrates_a_fresh_database_before_a_management_command(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL")}
+    env["CRAWLHUB_DATA_DIR"] = str(tmp_path / "data")
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [str(ROOT / "run"), *args], cwd=ROOT, env=env, capture_output=True, text=True,
+            timeout=120,
+        )  # fmt: skip
+
+    listed = run("crawl", "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert json.loads(listed.stdout) == []
+    stamp = (tmp_path / "data" / ".migrated").read_text()
+    created = run("crawl", "create", "--name", "x", "--seed", "http://a.test/")
+    assert created.returncode == 0, created.stderr
+    assert json.loads(run("crawl", "list", "--json").stdout)[0]["name"] == "x"
+    assert (tmp_path / "data" / ".migrated").read_text() == stamp  # migrated once
