@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -61,6 +62,7 @@ class WorkerFleet:
         self.env = {**os.environ, "DATABASE_URL": database_url(), **env}
         self.workers: list[subprocess.Popen] = []
         self.cron: subprocess.Popen | None = None
+        self.killed_horses = 0
 
     def start_worker(self) -> subprocess.Popen:
         proc = subprocess.Popen(
@@ -97,9 +99,16 @@ class WorkerFleet:
             self.start_cron()
 
     def kill9(self, proc: subprocess.Popen) -> None:
-        """kill -9 the worker and the job process it forked."""
+        """kill -9 the worker and the work horse running its job. RQ puts the horse in a
+        process group of its own (os.setpgrp), so killing the worker's group alone would leave
+        the horse to finish its slice."""
+        horses = children(proc.pid)
         os.killpg(proc.pid, signal.SIGKILL)
+        for pid in horses:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
         proc.wait()
+        self.killed_horses += len(horses)
 
     def stop(self) -> None:
         for proc in [*self.workers, *([self.cron] if self.cron else [])]:
@@ -111,6 +120,22 @@ class WorkerFleet:
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
+
+
+def children(pid: int) -> list[int]:
+    """The pids of a process's direct children (Linux /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # pid (comm) state ppid ...: comm may hold spaces and parentheses, so split after ")".
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            found.append(int(entry.name))
+    return found
 
 
 def wait_for_state(
@@ -140,21 +165,42 @@ def sample_handler(site: SampleSite, delay: float):
     return handler
 
 
-def assert_exact(crawl, site):
+def assert_exact(crawl, site: SampleSite, *, max_retries: int = 1):
+    """The crawl ended with exactly the site's URLs: every page fetched once into a row, the
+    site's designed 500s (and only they) in the failure queue after their retries, and every
+    counter equal to what the site implies."""
     expected = site.expected()
-    done = set(fetched_paths(crawl))
+    broken = {path for path in expected if path.startswith("/broken/")}
+    done = fetched_paths(crawl)
     failed = {"/" + url.split("/", 3)[-1] for url in crawl.failures.values_list("url", flat=True)}
-    got = done | failed
+    got = set(done) | failed
     missing, extra = sorted(expected - got), sorted(got - expected)
     assert not missing and not extra, (
         f"{len(missing)} missing {missing[:10]}, {len(extra)} extra {extra[:10]}, "
         f"stats {crawl.stats}"
     )
+    assert failed == broken, f"failed but not broken: {sorted(failed - broken)[:10]}"
+    assert len(done) == len(set(done)) == len(expected) - len(broken)
     stats = crawl.stats
     assert stats["requests"] == len(expected)
-    assert stats["responses"] + stats["errors"] == len(expected)
+    assert stats["responses"] == len(expected) - len(broken)
+    assert stats["errors"] == stats["failed"] == len(broken)
+    assert stats["retries"] == len(broken) * max_retries
     assert stats["queued"] == stats["in_flight"] == stats["delayed"] == 0
+    classes = ("status_2xx", "status_3xx", "status_4xx", "status_5xx")
+    assert sum(stats[name] for name in classes) == stats["responses"]
     assert crawl.pages.count() + crawl.failures.count() == len(expected)
+    assert Frontier(crawl.pk).is_done()
+
+
+def refetched(crawl, site: SampleSite, server) -> int:
+    """Fetches the site served beyond one per URL (a redirect's target is fetched once through
+    the redirect and once as its own URL; a 500, once more per retry): the work a dead worker
+    held and did again."""
+    expected = site.expected()
+    moved = sum(1 for path in expected if path.startswith("/moved/"))
+    fetches = [path for path in server.paths() if path != "/robots.txt"]
+    return len(fetches) - len(expected) - moved - crawl.stats["retries"]
 
 
 def wait_for_progress(crawl, pages: int, fleet: WorkerFleet, timeout: float = 60):
