@@ -144,12 +144,10 @@ class Stack:
         time.sleep(2)  # workers registered
 
     def cookie(self) -> str:
-        from django.contrib.auth import get_user_model
         from django.test import Client
 
-        user, _ = get_user_model().objects.get_or_create(username="bench")
         client = Client()
-        client.force_login(user)
+        client.force_login(_bench_user())
         return f"sessionid={client.cookies['sessionid'].value}"
 
     def stop(self) -> None:
@@ -181,7 +179,7 @@ async def latency(stack: Stack, cookie: str, *, changes: int, every: float, forc
     from crawls.models import Crawl, CrawlState
 
     crawl = Crawl.objects.create(name="latency", channel_id=_channel(), seeds=["x"],
-                                 state=CrawlState.RUNNING)  # fmt: skip
+                                 state=CrawlState.RUNNING, created_by=_bench_user())  # fmt: skip
     frontier = Frontier(crawl.pk)
     # Running for the page, but with a request no worker may claim: the supervisor neither
     # finishes it (work pending) nor do slices fetch anything.
@@ -219,6 +217,14 @@ async def latency(stack: Stack, cookie: str, *, changes: int, every: float, forc
     return latencies
 
 
+def _bench_user():
+    """The signed-in user of the websocket clients; the bench's crawls are theirs (a user's
+    crawl page and its websocket are for its owner and staff only)."""
+    from django.contrib.auth import get_user_model
+
+    return get_user_model().objects.get_or_create(username="bench")[0]
+
+
 def _channel() -> int:
     from crawls.models import Channel
 
@@ -234,8 +240,9 @@ async def crawl_once(stack: Stack, cookie: str, origin: str, clients: int) -> tu
     from crawls import services
     from crawls.models import Crawl
 
+    user = await sync_to_async(_bench_user)()
     crawl = await sync_to_async(services.crawl_create)(
-        user=None, name=f"bench {clients} clients", seeds=[origin + "/"], obey_robots=False,
+        user=user, name=f"bench {clients} clients", seeds=[origin + "/"], obey_robots=False,
         max_pages=1_000_000, max_depth=1000, threads=16, slices=2, max_retries=0,
     )  # fmt: skip
     sockets = [await Socket.open(stack.port, f"/ws/crawls/{crawl.pk}/", cookie)
