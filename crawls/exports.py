@@ -137,19 +137,25 @@ def _warc_steps(crawl: Crawl, fileobj: BinaryIO) -> Iterator[int]:
     pages = (
         crawl.pages.filter(body__isnull=False, status__isnull=False)
         .order_by("id")
-        .values_list("url", "final_url", "status", "content_type", "fetched_at", "body")
+        .values_list(
+            "url", "final_url", "status", "content_type", "fetched_at", "truncated", "body"
+        )
     )
-    for url, final_url, status, content_type, fetched_at, body in pages.iterator(
+    for url, final_url, status, content_type, fetched_at, truncated, body in pages.iterator(
         chunk_size=WARC_CHUNK_ROWS
     ):
         body = bytes(body)
+        warc_headers = {"WARC-Date": fetched_at.astimezone(UTC).strftime(WARC_DATE)}
+        if truncated:
+            # WARC 1.1, 5.13: the payload was cut short because it passed a length limit.
+            warc_headers["WARC-Truncated"] = "length"
         record = writer.create_warc_record(
             final_url or url,
             "response",
             payload=BytesIO(body),
             length=len(body),
             http_headers=_http_headers(status, content_type, len(body)),
-            warc_headers_dict={"WARC-Date": fetched_at.astimezone(UTC).strftime(WARC_DATE)},
+            warc_headers_dict=warc_headers,
         )
         writer.write_record(record)
         count += 1
@@ -163,7 +169,9 @@ def write_warc(crawl: Crawl, fileobj: BinaryIO) -> int:
     crawlhub keeps the status and content type of a response, not its full header block, so
     the HTTP headers in each record are rebuilt from those two plus Content-Length. The body
     is the one the fetcher kept: already decoded (no Content-Encoding) and cut at the crawl's
-    max_bytes. WARC-Target-URI is the final URL after redirects; WARC-Date the fetch time.
+    max_bytes; a record whose body was cut says so with `WARC-Truncated: length`, and its
+    Content-Length is that of the part kept. WARC-Target-URI is the final URL after redirects;
+    WARC-Date the fetch time.
     """
     count = 0
     for count in _warc_steps(crawl, fileobj):  # noqa: B007

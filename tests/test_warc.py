@@ -35,7 +35,7 @@ def site(make_site):
     )
 
 
-def crawl_with_bodies(user, site, *, keep_bodies: bool = True):
+def crawl_with_bodies(user, site, *, keep_bodies: bool = True, **options):
     crawl = services.crawl_create(
         user=user,
         name="warc",
@@ -43,6 +43,7 @@ def crawl_with_bodies(user, site, *, keep_bodies: bool = True):
         obey_robots=False,
         keep_bodies=keep_bodies,
         max_retries=0,
+        **options,
     )
     services.crawl_start(crawl=crawl, user=user)
     return drive(crawl)
@@ -60,6 +61,7 @@ def read_warc(data: bytes) -> list:
                 "content_type": record.http_headers.get_header("Content-Type")
                 if record.http_headers
                 else None,
+                "truncated": record.rec_headers.get_header("WARC-Truncated"),
                 "body": record.content_stream().read(),
             }
         )
@@ -97,6 +99,20 @@ def test_warcio_reads_back_every_fetched_response(user, site, tmp_path):
     assert by_uri[site.url + "/logo.bin"]["content_type"] == "application/octet-stream"
     assert by_uri[site.url + "/gone"]["status"] == "404"
     assert "ünïcode body".encode() in by_uri[site.url + "/a"]["body"]
+
+
+def test_a_body_cut_at_max_bytes_is_marked_truncated(user, make_site):
+    big = "<title>Big</title>" + "y" * 5000
+    site = make_site(pages_site({"/": '<a href="/big">big</a> small', "/big": big}))
+    crawl = crawl_with_bodies(user, site, max_bytes=2048)
+    assert crawl.pages.get(url=site.url + "/big").truncated, "the site's page was not cut"
+    written = io.BytesIO()
+    exports.write_warc(crawl, written)
+    by_uri = {r["uri"]: r for r in read_warc(written.getvalue())[1:]}
+    cut = by_uri[site.url + "/big"]
+    assert cut["truncated"] == "length", "a body cut at max_bytes must say WARC-Truncated"
+    assert cut["body"] == big.encode()[:2048]
+    assert by_uri[site.url + "/"]["truncated"] is None, "a whole body is not marked truncated"
 
 
 def test_the_streamed_warc_is_the_same_file(user, site, client):
