@@ -28,7 +28,7 @@ from django.test import Client
 from django.urls import NoReverseMatch, URLPattern, URLResolver, get_resolver, reverse
 
 from crawlhub import routing
-from crawls import services
+from crawls import schedules, services, webhooks
 from crawls.models import Channel, Crawl
 from proxies import services as proxy_services
 from proxies.models import Proxy
@@ -114,6 +114,9 @@ class World:
     proxy: Proxy
     token_id: int
     channel: Channel
+    # The user's own schedule, webhook and token, and someone else's (the foreign variants).
+    own: dict[str, int]
+    foreign: dict[str, int]
 
 
 PARAMS = {
@@ -127,19 +130,21 @@ PARAMS = {
 def fill(route: Route, world: World, *, foreign: bool = False) -> str | None:
     """A concrete path for the route, parameters filled with ids of real objects."""
     crawl = world.foreign_crawl if foreign else world.own_crawl
+    objects = world.foreign if foreign else world.own
     key = route.key
 
     def value(name: str) -> str:
         if name in ("pk", "object_id"):
             if "proxy" in key or "proxies_proxy" in key:
                 return str(world.proxy.pk)
-            if "token" in key:
-                return str(world.token_id)
             if "crawls_channel" in key:
                 return str(world.channel.pk)
+            for kind in ("schedule", "webhook", "token"):
+                if kind in key and not key.startswith("admin:"):
+                    return str(objects[kind])
             if "crawl" in key:
                 return str(crawl.pk)
-            return "999999"  # schedules, webhooks, other admin models: a missing one
+            return "999999"  # other admin models: a missing one
         if name == "slug":
             return world.channel.slug
         if name == "content_type_id":
@@ -168,7 +173,18 @@ def world(user, other_user, staff) -> World:
         text=f"http://puser:{SECRET}@1.2.3.4:8080", source="test", user=staff
     )
     token, _ = tokens.token_create(user=user, name="t")
-    return World(own, foreign, Proxy.objects.get(), token.pk, Channel.default())
+    their_token, _ = tokens.token_create(user=other_user, name="theirs")
+    owned = {}
+    for who, crawl, token_id in ((user, own, token.pk), (other_user, foreign, their_token.pk)):
+        schedule = schedules.schedule_create(user=who, template=crawl, cron="0 3 * * *")
+        hook, _ = webhooks.webhook_create(
+            user=who, url="http://127.0.0.1:9/hook", events=["finished"], crawl=crawl
+        )
+        owned[who.pk] = {"schedule": schedule.pk, "webhook": hook.pk, "token": token_id}
+    return World(
+        own, foreign, Proxy.objects.get(), token.pk, Channel.default(),
+        own=owned[user.pk], foreign=owned[other_user.pk],
+    )  # fmt: skip
 
 
 def client_for(who) -> Client:
@@ -213,7 +229,9 @@ def check(kind: str, role: str, response, *, foreign: bool, method: str) -> str:
             return "" if refused else f"user got {code} from the admin, not refused"
         return "" if code == 403 else f"user got {code} from a staff-only route, not 403"
     if role == "user" and foreign:
-        return "" if code == 404 else f"user got {code} for someone else's crawl, not 404"
+        return "" if code == 404 else f"user got {code} for someone else's object, not 404"
+    if role == "user" and code == 404 and kind in ("page", "api"):
+        return "the owner got 404 for their own object"
     if refused:
         return f"{role} was refused ({code})"
     return ""
@@ -226,8 +244,10 @@ def walk(world: World, users: dict, *, skip_foreign: set[str] | None = None):
         if route.kind is None:
             yield "not classified in POLICY", route.key
             continue
-        takes_crawl = "crawl" in route.key and ("pk" in route.regex or "object_id" in route.regex)
-        variants = [False, True] if takes_crawl and route.kind in ("page", "api") else [False]
+        owned = any(kind in route.key for kind in ("crawl", "schedule", "webhook", "token"))
+        takes_id = "pk" in route.regex or "object_id" in route.regex
+        both = owned and takes_id and route.kind in ("page", "api")
+        variants = [False, True] if both else [False]
         for foreign in variants:
             if foreign and skip_foreign is not None and route.key in skip_foreign:
                 continue
@@ -304,10 +324,9 @@ def test_api_tokens_work_only_for_their_own_user(world, user, other_user):
     mine_again = client.get("/api/tokens/", **auth).json()
     assert "bob's" not in str(mine_again)
     # Revoking someone else's token through the page or the API is a 404, and it still works.
-    theirs_id = other_user.api_tokens.get().pk if hasattr(other_user, "api_tokens") else None
-    if theirs_id is not None:
-        assert client_for(user).post(f"/account/tokens/{theirs_id}/revoke").status_code == 404
-        assert client.delete(f"/api/tokens/{theirs_id}/", **auth).status_code == 404
+    theirs_id = other_user.api_tokens.get(name="bob's").pk
+    assert client_for(user).post(f"/account/tokens/{theirs_id}/revoke").status_code == 404
+    assert client.delete(f"/api/tokens/{theirs_id}/", **auth).status_code == 404
     them = {"HTTP_AUTHORIZATION": f"Bearer {theirs}"}
     assert Client().get("/api/crawls/", **them).status_code == 200
 
@@ -419,9 +438,14 @@ def test_every_post_form_carries_a_csrf_token_and_is_refused_without_it(world, s
             actions.add(urljoin(path, form.get("action") or path))
     assert missing == []
     assert forms_seen >= 5 and {"/logout/", "/crawls/new/", "/proxies/import"} <= actions
+    # Not only the forms that happened to render: every route of the app, POSTed to without a
+    # token by a signed-in staff user, is refused before its view runs.
+    routes = {fill(r, world) for r in all_routes() if r.kind in ("page", "staff_page", "logout")}
+    targets = sorted(actions | {path for path in routes if path is not None})
+    assert len(targets) > len(actions)
     strict = Client(enforce_csrf_checks=True)
     strict.force_login(staff)
-    accepted = [a for a in sorted(actions) if strict.post(a, {}).status_code != 403]
+    accepted = [a for a in targets if strict.post(a, {}).status_code != 403]
     assert accepted == []
     assert Client(enforce_csrf_checks=True).post("/login/", {}).status_code == 403
 
