@@ -1,7 +1,8 @@
 """Webhooks: a signed POST to a URL when a crawl finishes, fails or is cancelled.
 
 crawls/services.py calls crawl_ended() after the crawl's row is committed. That writes one
-WebhookDelivery per matching webhook (the crawl's own, and its channel's) and enqueues a
+WebhookDelivery per matching webhook (the crawl's own, its channel's and, for a run of a
+schedule, those of the schedule's template crawl) and enqueues a
 delivery job on the control queue. A delivery is tried up to MAX_ATTEMPTS times with BACKOFF
 between tries; every attempt is logged on its row. Retries are scheduled with RQ's enqueue_in
 (run by the worker started with --with-scheduler) and, should that scheduler be down, picked
@@ -206,14 +207,21 @@ def _iso(value: datetime | None) -> str | None:
 
 
 def crawl_ended(crawl_id: int, event: str) -> list[int]:
-    """Record and send a delivery to every active webhook of the crawl and of its channel
-    that wants this event. Called after the crawl's row is committed. Returns delivery ids."""
-    crawl = Crawl.objects.select_related("channel", "created_by").filter(pk=crawl_id).first()
+    """Record and send a delivery to every active webhook of the crawl, of its channel and,
+    for a run of a schedule, of the schedule's template that wants this event. Called after
+    the crawl's row is committed. Returns delivery ids."""
+    crawl = (
+        Crawl.objects.select_related("channel", "created_by", "schedule")
+        .filter(pk=crawl_id)
+        .first()
+    )
     if crawl is None:
         return []
-    hooks = Webhook.objects.filter(
-        Q(crawl_id=crawl.pk) | Q(channel_id=crawl.channel_id), active=True
-    )
+    targets = Q(crawl_id=crawl.pk) | Q(channel_id=crawl.channel_id)
+    if crawl.schedule is not None:
+        # Each run is a new crawl: a webhook put on the template is meant for all of them.
+        targets |= Q(crawl_id=crawl.schedule.template_id)
+    hooks = Webhook.objects.filter(targets, active=True)
     ids = []
     with transaction.atomic():
         for hook in hooks:

@@ -13,7 +13,7 @@ import pytest
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.utils import timezone
 
-from crawls import services, webhooks
+from crawls import schedules, services, webhooks
 from crawls.models import Channel, CrawlState, Webhook, WebhookDelivery
 from tests.conftest import free_port
 from tests.crawling import ROOT, database_url, drive
@@ -165,6 +165,68 @@ def test_a_finished_crawl_notifies_its_channels_webhooks_that_want_it(
     assert webhooks.deliver(delivery.pk) == Status.DELIVERED
     [(request, valid)] = receiver.received
     assert valid and request.headers["X-Crawlhub-Event"] == "crawl.finished"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_crawl_that_fetches_nothing_fails_and_posts_a_signed_failed_event(user, make_site):
+    """The crawl runs on a real worker, ends FAILED (not one answer, only errors), and the same
+    worker then sends the delivery the end enqueued."""
+    receiver = Receiver(make_site)
+    crawl = make_crawl(user, f"http://127.0.0.1:{free_port()}/", max_retries=0)
+    hook_on(receiver, user, crawl=crawl)
+    services.crawl_start(crawl=crawl, user=user)
+    worker = subprocess.run(
+        [sys.executable, "manage.py", "rqworker", "crawls", "control", "--burst"],
+        cwd=ROOT,
+        env={**os.environ, "DATABASE_URL": database_url()},
+        timeout=60,
+        capture_output=True,
+        text=True,
+    )
+    assert worker.returncode == 0, f"the worker exited {worker.returncode}: {worker.stderr[-2000:]}"
+    crawl.refresh_from_db()
+    assert crawl.state == CrawlState.FAILED, f"crawl is {crawl.state}, stats {crawl.stats}"
+    assert crawl.error.startswith("no page could be fetched")
+    delivery = WebhookDelivery.objects.get(crawl=crawl)
+    assert delivery.event == "failed"
+    assert delivery.status == Status.DELIVERED, f"{delivery.status}: {delivery.error}"
+    [(request, valid)] = receiver.received
+    assert valid, "the signature checks out with the webhook's secret"
+    assert request.headers["X-Crawlhub-Event"] == "crawl.failed"
+    body = json.loads(request.body)
+    assert body["event"] == "crawl.failed" and body["delivery"] == delivery.pk
+    assert body["crawl"]["id"] == crawl.pk and body["crawl"]["state"] == "failed"
+    assert body["crawl"]["error"] == crawl.error
+    assert body["crawl"]["stats"]["responses"] == 0 and body["crawl"]["stats"]["errors"] >= 1
+
+
+def test_a_webhook_on_a_schedules_template_fires_for_each_run(
+    user, user_client, make_site, django_capture_on_commit_callbacks
+):
+    site = make_site(pages_site({"/": "<title>home</title>"}))
+    receiver = Receiver(make_site)
+    template = make_crawl(user, site.url + "/")
+    template_hook = hook_on(receiver, user, crawl=template)
+    unrelated = make_crawl(user, site.url + "/")
+    webhooks.webhook_create(user=user, url=receiver.url, events=["finished"], crawl=unrelated)
+    schedule = schedules.schedule_create(user=user, template=template, cron="0 3 * * *")
+    runs = []
+    for _ in range(2):
+        run = schedules.schedule_run(schedule=schedule)
+        with django_capture_on_commit_callbacks(execute=True):
+            runs.append(drive(run))
+    assert [run.state for run in runs] == [CrawlState.FINISHED] * 2
+    deliveries = list(WebhookDelivery.objects.order_by("id"))
+    assert [(d.webhook, d.crawl, d.event) for d in deliveries] == [
+        (template_hook, run, "finished") for run in runs
+    ], "one delivery per run, from the template's webhook only"
+    for delivery in deliveries:
+        assert webhooks.deliver(delivery.pk) == Status.DELIVERED, delivery.error
+    assert all(valid for _, valid in receiver.received) and len(receiver.received) == 2
+    sent = [json.loads(request.body)["crawl"]["id"] for request, _ in receiver.received]
+    assert sent == [run.pk for run in runs], "each POST describes the run, not the template"
+    page = user_client.get(runs[0].get_absolute_url()).content.decode()
+    assert "fire for this run too" in page, "the run's page says its template's webhooks apply"
 
 
 def test_a_failing_endpoint_is_retried_with_backoff_and_every_attempt_logged(user, make_site):
