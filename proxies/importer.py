@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from urllib.parse import unquote, urlsplit
 
 SCHEMES = ("http", "https")
-_SECRET = re.compile(r"^(\s*(?:[a-z0-9+.-]+://)?[^:/@\s]*:)[^@\s]*@", re.I)
+_SCHEME = re.compile(r"^\s*[a-z][a-z0-9+.-]*://", re.I)
 _HOSTNAME = re.compile(
     r"^(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$",
     re.I,
@@ -45,13 +45,25 @@ class LineError:
 class ParseResult:
     proxies: list[Parsed] = field(default_factory=list)
     errors: list[LineError] = field(default_factory=list)
-    # Repeated within the same list: (line, text, line it repeats).
+    # Repeated within the same list: (line, text with its password masked, line it repeats).
     repeats: list[tuple[int, str, int]] = field(default_factory=list)
 
 
 def mask(text: str) -> str:
-    """A line as it may be shown: the password replaced by ****."""
-    return _SECRET.sub(r"\1****@", text)
+    """A line as it may be shown: the password replaced by ****.
+
+    The password runs from the first ':' of the credentials to the *last* '@' of the line: it
+    may itself hold '@', '/' or spaces, and a line that did not parse says nothing reliable
+    about where its host begins. Masking too much of a bad line is fine; too little is not.
+    """
+    at = text.rfind("@")
+    if at == -1:
+        return text
+    scheme = _SCHEME.match(text)
+    colon = text.find(":", scheme.end() if scheme else 0, at)
+    if colon == -1:
+        return text  # a user name alone is not a secret (masked_url shows it too)
+    return f"{text[: colon + 1]}****{text[at:]}"
 
 
 def parse_line(text: str, line: int = 1) -> Parsed | LineError:
@@ -109,7 +121,7 @@ def parse(text: str) -> ParseResult:
         if isinstance(parsed, LineError):
             result.errors.append(parsed)
         elif parsed.address in first_seen:
-            result.repeats.append((number, stripped, first_seen[parsed.address]))
+            result.repeats.append((number, mask(stripped), first_seen[parsed.address]))
         else:
             first_seen[parsed.address] = number
             result.proxies.append(parsed)
