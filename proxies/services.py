@@ -9,22 +9,27 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from urllib.parse import urlsplit, urlunsplit
 
 import django_rq
-import requests
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Count, F
 from django.utils import timezone
 
+from crawls import netguard
+from crawls.fetcher import Fetcher
 from proxies import importer, pool
 from proxies.models import Proxy, ProxyEvent, ProxyState, pool_key
 
 log = logging.getLogger(__name__)
 
 MAX_LIST_BYTES = 5 * 1024 * 1024
-FETCH_TIMEOUT = 15
+FETCH_TIMEOUT = 15  # seconds per connect or read
+FETCH_DEADLINE = 60  # seconds for the whole download, redirects included
+MAX_REDIRECTS = 5
 # The Proxies page's websocket group, and how often at most a change is pushed to it.
 HEALTH_GROUP = "proxies"
 PUBLISH_EVERY_MS = 250
@@ -102,21 +107,46 @@ def _existing(items: list[importer.Parsed]) -> dict[tuple[str, str, int], Proxy]
 
 
 def fetch_list(*, url: str) -> str:
-    """Download a plain-text proxy list."""
+    """Download a plain-text proxy list: with the crawls' fetcher, so through the private-network
+    guard when CRAWLHUB_BLOCK_PRIVATE_NETWORKS is on (every redirect hop is checked), within a
+    whole-fetch deadline, and never more than MAX_LIST_BYTES."""
+    shown = shown_url(url)
     if not url.startswith(("http://", "https://")):
         raise ImportFailed("the list URL must start with http:// or https://")
+    guard = netguard.check_url if settings.CRAWLHUB_BLOCK_PRIVATE_NETWORKS else None
+    with Fetcher(
+        timeout=FETCH_TIMEOUT, total_timeout=FETCH_DEADLINE, max_bytes=MAX_LIST_BYTES,
+        user_agent_mode="fixed", pool_size=1, max_redirects=MAX_REDIRECTS, guard=guard,
+    ) as fetcher:  # fmt: skip
+        result = fetcher.fetch(url)
+    if result.error_kind == "blocked":
+        hop = f" (redirected to {shown_url(result.redirects[-1])})" if result.redirects else ""
+        reason = result.error.removeprefix("blocked: ")
+        raise ImportFailed(f"refused to fetch {shown}{hop}: {reason}")
+    if result.error:
+        raise ImportFailed(f"could not fetch {shown}: {result.error}")
+    if not 200 <= (result.status or 0) < 300:
+        raise ImportFailed(f"could not fetch {shown}: HTTP {result.status}")
+    kind = (result.content_type or "text/plain").split(";")[0].strip().lower()
+    if not (kind.startswith("text/") or kind in ("application/octet-stream", "")):
+        raise ImportFailed(f"expected a plain-text list at {shown}, got {kind}")
+    if result.truncated:
+        raise ImportFailed(
+            f"the list at {shown} is larger than {MAX_LIST_BYTES // 1024 // 1024} MB"
+        )
+    return decode_list(result.body)
+
+
+def shown_url(url: str) -> str:
+    """A list's URL as it may be shown or stored as a source: any password in it masked."""
     try:
-        with requests.get(url, timeout=FETCH_TIMEOUT, stream=True) as response:
-            response.raise_for_status()
-            kind = response.headers.get("Content-Type", "text/plain").split(";")[0].strip()
-            if not (kind.startswith("text/") or kind in ("application/octet-stream", "")):
-                raise ImportFailed(f"expected a plain-text list, got {kind}")
-            body = response.raw.read(MAX_LIST_BYTES + 1, decode_content=True)
-    except requests.RequestException as exc:
-        raise ImportFailed(f"could not fetch {url}: {exc}") from None
-    if len(body) > MAX_LIST_BYTES:
-        raise ImportFailed(f"the list is larger than {MAX_LIST_BYTES // 1024 // 1024} MB")
-    return decode_list(body)
+        parts = urlsplit(url)
+    except ValueError:
+        return importer.mask(url)
+    userinfo, at, hostport = parts.netloc.rpartition("@")
+    if not at or ":" not in userinfo:
+        return url
+    return urlunsplit(parts._replace(netloc=f"{userinfo.split(':', 1)[0]}:****@{hostport}"))
 
 
 def decode_list(data: bytes) -> str:
@@ -127,7 +157,8 @@ def decode_list(data: bytes) -> str:
 
 
 def import_from_url(*, url: str, user=None, actor: str = "") -> ImportReport:
-    return import_proxies(text=fetch_list(url=url), source=url, user=user, actor=actor)
+    text = fetch_list(url=url)
+    return import_proxies(text=text, source=shown_url(url), user=user, actor=actor)
 
 
 def remove_proxies(

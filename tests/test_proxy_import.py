@@ -161,3 +161,166 @@ def test_a_pasted_list_starting_with_a_byte_order_mark_parses_its_first_line():
     result = parse("\ufeff127.0.0.1:3128\r\nhttp://127.0.0.2:8080\r\n")
     assert result.errors == []
     assert len(result.proxies) == 2
+
+
+# --- Secrets never come back in a report ------------------------------------------------------
+
+# Every password of SECRET_LIST; several hold '@', which once ended the mask early.
+SECRETS = ["Hunter2zq", "p@ssW0rd9", "s0cks@Zqw8v", "dUp@Xy7kq", "tw0@at@signs"]
+SECRET_LIST = """https://u:Hunter2zq@a.example:443
+https://u:Hunter2zq@a.example:443
+http://u:p@ssW0rd9@h.example:99999
+socks5://u:s0cks@Zqw8v@s.example:1080
+http://u:dUp@Xy7kq@d.example:80
+http://u:dUp@Xy7kq@d.example:80
+http://u:tw0@at@signs@t.example:80/path
+user:Hunter2zq@n.example:80
+"""
+
+
+def assert_no_secret(text: str, where: str) -> None:
+    for secret in SECRETS:
+        for part in [secret, *secret.split("@")]:
+            if len(part) >= 5:
+                assert part not in text, f"{where} shows {part!r} (of password {secret!r})"
+
+
+@pytest.mark.parametrize(
+    ("line", "shown"),
+    [
+        ("http://u:p@ssw0rd@h.example:99999", "http://u:****@h.example:99999"),
+        ("http://u:a@b@c@h.example:0", "http://u:****@h.example:0"),
+        ("http://u:pa/ss@h.example:80/x", "http://u:****@h.example:80/x"),
+        ("http://u:pass word@h.example:x", "http://u:****@h.example:x"),
+        ("u:p@ss@h.example:80", "u:****@h.example:80"),
+        ("http://user@h.example:80/x", "http://user@h.example:80/x"),
+    ],
+)
+def test_a_bad_line_is_masked_up_to_its_last_at_sign(line, shown):
+    [error] = parse(line).errors
+    assert error.text == shown
+
+
+def test_a_repeated_line_is_reported_with_its_password_masked():
+    result = parse("http://u:dUp@Xy7kq@d.example:80\nhttp://u:dUp@Xy7kq@d.example:80\n")
+    assert result.repeats == [(2, "http://u:****@d.example:80", 1)]
+    report = services.import_proxies(text=SECRET_LIST, source="paste")
+    assert [(d.line, d.text, d.why) for d in report.duplicates] == [
+        (2, "https://u:****@a.example:443", "repeats line 1"),
+        (6, "http://u:****@d.example:80", "repeats line 5"),
+    ]
+    assert_no_secret(str(report.as_dict()), "the import report")
+
+
+def test_no_password_appears_on_the_import_page(staff_client):
+    page = staff_client.post("/proxies/import", {"text": SECRET_LIST}).content.decode()
+    assert "2 added" in page and "2 duplicates" in page and "4 bad lines" in page
+    assert "http://u:****@h.example:99999" in page and "repeats line 5" in page
+    assert_no_secret(page, "the import page")
+    again = staff_client.post("/proxies/import", {"text": SECRET_LIST}).content.decode()
+    assert "0 added" in again and "already in the inventory" in again
+    assert_no_secret(again, "the import page, importing the list again")
+
+
+def test_no_password_appears_in_the_cli_report(tmp_path):
+    path = tmp_path / "list.txt"
+    path.write_text(SECRET_LIST)
+    for attempt in ("first", "again"):
+        out, err = io.StringIO(), io.StringIO()
+        call_command("proxies", "import", str(path), stdout=out, stderr=err)
+        assert "line 3: port must be a number from 1 to 65535: http://u:****@h.example:99999" in (
+            err.getvalue()
+        )
+        assert "line 6: duplicate, repeats line 5: http://u:****@d.example:80" in err.getvalue()
+        assert_no_secret(out.getvalue() + err.getvalue(), f"the CLI report ({attempt})")
+
+
+def test_no_password_appears_in_the_api_report(client, staff):
+    from tests.test_api import bearer, post
+
+    auth = bearer(staff)
+    for attempt in ("first", "again"):
+        response = post(client, "/api/proxies/import/", {"text": SECRET_LIST}, **auth)
+        assert response.status_code == 201, response.content
+        report = response.json()
+        assert len(report["errors"]) == 4 and {d["line"] for d in report["duplicates"]} >= {2, 6}
+        assert_no_secret(response.content.decode(), f"the API report ({attempt})")
+    listed = client.get("/api/proxies/", **auth)
+    assert "https://u:****@a.example:443" in listed.content.decode()
+    assert_no_secret(listed.content.decode(), "the API proxy list")
+
+
+def test_a_password_in_the_list_url_is_masked_in_the_source_and_errors(make_site):
+    site = make_site(lambda r: Response(body="1.2.3.4:80\n", content_type="text/plain"))
+    url = site.url.replace("http://", "http://reader:Hunter2zq@") + "/list.txt"
+    [proxy] = services.import_from_url(url=url).added
+    assert proxy.source == site.url.replace("http://", "http://reader:****@") + "/list.txt"
+    assert site.log[-1].headers["Authorization"].startswith("Basic ")  # the password was used
+    gone = make_site(lambda r: Response(status=404))
+    with pytest.raises(services.ImportFailed) as caught:
+        services.import_from_url(url=gone.url.replace("http://", "http://r:Hunter2zq@"))
+    assert (
+        str(caught.value)
+        == f"could not fetch {gone.url.replace('http://', 'http://r:****@')}: HTTP 404"
+    )
+
+
+# --- Fetching a list from a URL ---------------------------------------------------------------
+
+
+def test_the_private_network_guard_refuses_a_list_on_loopback(make_site, settings):
+    settings.CRAWLHUB_BLOCK_PRIVATE_NETWORKS = True
+    site = make_site(lambda r: Response(body="1.2.3.4:80\n", content_type="text/plain"))
+    with pytest.raises(services.ImportFailed) as caught:
+        services.import_from_url(url=site.url + "/list.txt")
+    assert str(caught.value) == (
+        f"refused to fetch {site.url}/list.txt: 127.0.0.1 is a loopback address "
+        "(CRAWLHUB_BLOCK_PRIVATE_NETWORKS)"
+    )
+    named = site.url.replace("127.0.0.1", "localhost")
+    with pytest.raises(services.ImportFailed, match=r"localhost resolves to (127\.0\.0\.1|::1)"):
+        services.import_from_url(url=named)
+    assert site.log == [] and not Proxy.objects.exists()
+
+
+def test_the_guard_refusal_is_reported_on_the_page_the_cli_and_the_api(
+    make_site, settings, staff_client, client, staff
+):
+    from tests.test_api import bearer, post
+
+    settings.CRAWLHUB_BLOCK_PRIVATE_NETWORKS = True
+    site = make_site(lambda r: Response(body="1.2.3.4:80\n", content_type="text/plain"))
+    url = site.url + "/list.txt"
+    why = f"refused to fetch {url}: 127.0.0.1 is a loopback address"
+    page = staff_client.post("/proxies/import", {"url": url})
+    assert page.status_code == 200 and why in page.content.decode()
+    with pytest.raises(CommandError, match=why):
+        call_command("proxies", "import", url)
+    api = post(client, "/api/proxies/import/", {"url": url}, **bearer(staff))
+    assert api.status_code == 400 and why in api.json()["url"][0]
+    assert site.log == [] and not Proxy.objects.exists()
+
+
+def test_a_list_behind_a_redirect_is_followed_a_few_hops_only(make_site):
+    def handler(request):
+        if request.path == "/list.txt":
+            return Response(body="1.2.3.4:80\n", content_type="text/plain; charset=utf-8")
+        if request.path == "/loop":
+            return Response(status=302, headers={"Location": "/loop"})
+        return Response(status=301, headers={"Location": "/list.txt"})
+
+    site = make_site(handler)
+    assert [p.key for p in services.import_from_url(url=site.url + "/old").added] == [
+        "http://1.2.3.4:80"
+    ]
+    with pytest.raises(services.ImportFailed, match="could not fetch .*too many redirects"):
+        services.import_from_url(url=site.url + "/loop")
+    assert len([r for r in site.log if r.path == "/loop"]) == services.MAX_REDIRECTS + 1
+
+
+def test_a_list_larger_than_the_cap_is_refused(make_site):
+    big = ("1.2.3.4:80\n" * (services.MAX_LIST_BYTES // 11 + 2)).encode()
+    site = make_site(lambda r: Response(body=big, content_type="text/plain"))
+    with pytest.raises(services.ImportFailed, match=r"the list at .* is larger than 5 MB"):
+        services.import_from_url(url=site.url)
+    assert not Proxy.objects.exists()
