@@ -3,8 +3,13 @@
 A bad value stops start-up with ImproperlyConfigured naming the variable and what was expected.
 """
 
+import contextlib
+import logging
 import os
+import re
 import secrets
+import tempfile
+import zoneinfo
 from pathlib import Path
 
 import dj_database_url
@@ -56,6 +61,48 @@ def env_list(name: str, default: list[str]) -> list[str]:
     return [item.strip() for item in raw.split(",") if item.strip()]
 
 
+# What Django accepts as a host (django.http.request.host_validation_re), without a port, plus
+# the "*" and ".example.com" forms ALLOWED_HOSTS allows.
+_HOST_PATTERN = re.compile(r"\*|\.?[a-z0-9.-]+|\[[a-f0-9]*:[a-f0-9.:]+\]")
+
+
+def env_hosts(name: str, default: list[str]) -> list[str]:
+    """A non-empty comma-separated list of host names: an empty one would answer every
+    request with 400 Bad Request."""
+    hosts = env_list(name, default)
+    if not hosts:
+        raise ImproperlyConfigured(
+            f"{name} must name at least one host, e.g. crawl.example.com,localhost (or * for any)"
+        )
+    for host in hosts:
+        if not _HOST_PATTERN.fullmatch(host.lower()):
+            raise ImproperlyConfigured(
+                f"{name} must be host names separated by commas, without scheme, port or path "
+                f"(e.g. crawl.example.com,.example.org,[::1]), got {host!r}"
+            )
+    return hosts
+
+
+def env_log_level(name: str, default: str) -> str:
+    value = env_str(name, default).strip().upper() or default
+    if value not in logging.getLevelNamesMapping() or value == "NOTSET":
+        raise ImproperlyConfigured(
+            f"{name} must be one of DEBUG, INFO, WARNING, ERROR, CRITICAL, got {value!r}"
+        )
+    return value
+
+
+def env_time_zone(name: str, default: str) -> str:
+    value = env_str(name, default).strip() or default
+    try:
+        zoneinfo.ZoneInfo(value)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise ImproperlyConfigured(
+            f"{name} must be an IANA time zone name such as UTC or Europe/Paris, got {value!r}"
+        ) from None
+    return value
+
+
 def _data_dir() -> Path:
     path = Path(env_str("CRAWLHUB_DATA_DIR", str(BASE_DIR / "var"))).expanduser().resolve()
     try:
@@ -77,14 +124,31 @@ def _secret_key(data_dir: Path) -> str:
             raise ImproperlyConfigured("SECRET_KEY must be at least 32 characters long")
         return key
     path = data_dir / "secret_key"
+    if not path.exists():
+        _publish_secret_key(path)
+    key = path.read_text().strip()
+    if len(key) < 32:
+        raise ImproperlyConfigured(
+            f"{path} holds no usable SECRET_KEY (fewer than 32 characters): delete it to have "
+            "a new one generated, or set SECRET_KEY"
+        )
+    return key
+
+
+def _publish_secret_key(path: Path) -> None:
+    """Write a new key beside path, then link it into place: the file under the final name is
+    complete from the moment it appears. When processes start at once, the first link wins and
+    every process reads that key."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".secret_key.")  # mode 0600
     try:
-        # O_EXCL: when two processes start at once, exactly one writes the key.
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return path.read_text().strip()
-    with os.fdopen(fd, "w") as f:
-        f.write(secrets.token_urlsafe(50))
-    return path.read_text().strip()
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_urlsafe(50))
+            f.flush()
+            os.fsync(f.fileno())
+        with contextlib.suppress(FileExistsError):  # another process published first
+            os.link(tmp, path)
+    finally:
+        os.unlink(tmp)
 
 
 def _database(data_dir: Path) -> dict:
@@ -129,7 +193,7 @@ def _redis_url(data_dir: Path) -> str:
 DATA_DIR = _data_dir()
 SECRET_KEY = _secret_key(DATA_DIR)
 DEBUG = env_bool("DEBUG", False)
-ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
+ALLOWED_HOSTS = env_hosts("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 REDIS_URL = _redis_url(DATA_DIR)
 # True when crawlhub starts and owns its Redis; False when REDIS_URL names an external one.
@@ -196,7 +260,7 @@ LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "login"
 
 LANGUAGE_CODE = "en-us"
-TIME_ZONE = env_str("TIME_ZONE", "UTC")
+TIME_ZONE = env_time_zone("TIME_ZONE", "UTC")
 USE_I18N = True
 USE_TZ = True
 
@@ -282,7 +346,7 @@ LOGGING = {
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+    "root": {"handlers": ["console"], "level": env_log_level("LOG_LEVEL", "INFO")},
     "loggers": {"django.channels.server": {"level": "WARNING"}},
 }
 
