@@ -5,17 +5,21 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from datetime import UTC, datetime, timedelta
 
 import django_rq
 import pytest
 from django.core.exceptions import ValidationError
 from django.utils import timezone
+from rq.cron import get_cron_job_ids
+from rq.job import Job
 
 from crawls import schedules, services
 from crawls.frontier import Frontier
 from crawls.models import Crawl, CrawlSchedule, CrawlState
-from tests.crawling import ROOT, database_url
+from tests.crawling import ROOT, WorkerFleet, database_url, fetched_paths, wait_for_state
+from tests.sites import pages_site
 
 pytestmark = pytest.mark.django_db
 
@@ -154,6 +158,77 @@ def test_a_real_worker_runs_the_periodic_job(user):
     assert run.state == CrawlState.RUNNING
     # The run's own slices were put on the crawls queue by the worker, after its commit.
     assert django_rq.get_queue("crawls").count == run.slices
+
+
+def finished_cron_passes(redis, name: str, *, at_least: int, timeout: float) -> list[Job]:
+    """The finished jobs that RQ's cron scheduler enqueued for the periodic job `name`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        jobs = Job.fetch_many(get_cron_job_ids(name, redis), connection=redis)
+        done = [job for job in jobs if job is not None and job.is_finished]
+        if len(done) >= at_least:
+            return done
+        assert time.monotonic() < deadline, f"{len(done)} {name!r} cron passes finished"
+        time.sleep(0.2)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.slow
+def test_rq_cron_starts_a_due_schedule_whose_run_crawls_the_site(user, make_site, redis):
+    """Production's path: `manage.py rqcron crawlhub.cron` enqueues the schedules job, a real
+    worker starts the run and crawls it, nothing here calls crawlhub's code in between."""
+    site = make_site(
+        pages_site(
+            {
+                "/": '<title>Home</title><a href="/a">a</a> <a href="/b">b</a>',
+                "/a": '<title>A</title><a href="/c">c</a>',
+                "/b": "<title>B</title>",
+                "/c": "<title>C</title>",
+            }
+        )
+    )
+    template = services.crawl_create(
+        user=user, name="nightly", seeds=[site.url + "/"], obey_robots=False, max_retries=0
+    )
+    schedule = schedules.schedule_create(user=user, template=template, cron="0 3 * * *")
+    CrawlSchedule.objects.filter(pk=schedule.pk).update(
+        next_run_at=timezone.now() - timedelta(seconds=1)
+    )
+    fleet = WorkerFleet(
+        env={
+            "CRAWLHUB_SCHEDULES_SECONDS": "1",
+            "CRAWLHUB_SUPERVISOR_SECONDS": "1",
+            "CRAWLHUB_SLICE_SECONDS": "3",
+        }
+    )
+    try:
+        fleet.start_worker()
+        fleet.start_cron()
+        deadline = time.monotonic() + 20
+        while not schedule.runs.exists():
+            assert fleet.cron.poll() is None, f"rqcron exited {fleet.cron.returncode}"
+            assert time.monotonic() < deadline, "rq cron started no run of the due schedule"
+            time.sleep(0.2)
+        run = wait_for_state(
+            schedule.runs.get(), {CrawlState.FINISHED, CrawlState.FAILED}, timeout=20
+        )
+        passes = finished_cron_passes(redis, "scheduled crawls", at_least=3, timeout=10)
+    finally:
+        fleet.stop()
+    started = [job.return_value()["started"] for job in passes]
+    assert sorted(started) == [[]] * (len(passes) - 1) + [[run.pk]], (
+        f"one cron pass starts the run, the later ones nothing: {started}"
+    )
+    assert schedule.runs.count() == 1
+    assert run.state == CrawlState.FINISHED, f"the run ended {run.state}: {run.error}"
+    assert sorted(fetched_paths(run)) == ["/", "/a", "/b", "/c"]
+    assert run.stats["responses"] == 4 and run.stats["errors"] == 0
+    assert set(run.pages.values_list("title", flat=True)) == {"Home", "A", "B", "C"}
+    schedule.refresh_from_db()
+    assert schedule.last_run_at is not None and schedule.last_error == ""
+    assert schedule.next_run_at > timezone.now()
+    template.refresh_from_db()
+    assert template.state == CrawlState.DRAFT and not template.pages.exists()
 
 
 def test_the_periodic_jobs_are_registered_with_rq_cron(redis):
