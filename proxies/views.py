@@ -6,7 +6,7 @@ from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_not_required
 from django.core.paginator import Paginator
-from django.db.models import Q, QuerySet
+from django.db.models import F, Q, QuerySet
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.cache import never_cache
@@ -17,9 +17,12 @@ from proxies import pool, services
 from proxies.models import Anonymity, Proxy, ProxyState
 from proxies.validation import PROXY_HEADERS
 
+# Never-measured and never-validated proxies go last on every database (SQLite and PostgreSQL
+# disagree on where NULL sorts).
 SORTS = {
-    "score": "-score", "latency": "latency_ms", "validated": "-last_validated_at",
-    "failures": "-failures", "added": "-added_at",
+    "score": F("score").desc(), "latency": F("latency_ms").asc(nulls_last=True),
+    "validated": F("last_validated_at").desc(nulls_last=True), "failures": F("failures").desc(),
+    "added": F("added_at").desc(),
 }  # fmt: skip
 SCORE_RANGES = {
     "0-5": (0, 5), "5-6": (5, 6), "6-10": (6, 10), "10+": (10, None),
@@ -63,7 +66,7 @@ def filter_proxies(params, query: QuerySet | None = None) -> QuerySet:
         query = query.filter(source__icontains=source)
     if q := params.get("q"):
         query = query.filter(Q(host__icontains=q) | Q(source__icontains=q))
-    return query.order_by(SORTS.get(params.get("sort", ""), "-score"), "pk")
+    return query.order_by(SORTS.get(params.get("sort", ""), SORTS["score"]), "pk")
 
 
 class ActionForm(forms.Form):

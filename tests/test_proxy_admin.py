@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import io
 import json
+from datetime import timedelta
 
 import django_rq
 import pytest
 from django.core.management import CommandError, call_command
+from django.utils import timezone
 
 from proxies import pool, services
 from proxies.models import Proxy, ProxyEvent, ProxyState
@@ -107,6 +109,55 @@ def test_the_list_filters_and_sorts(staff_client, settings):
     assert page.index("10.0.0.2:80") < page.index("10.0.0.1:80")
     page = staff_client.get("/proxies/?sort=latency").content.decode()
     assert page.index("10.0.0.1:80") < page.index("10.0.0.2:80")
+
+
+def in_page_order(page: str, proxies: list[Proxy]) -> list[str]:
+    """The hosts of `proxies` in the order their rows appear on `page`."""
+    for proxy in proxies:
+        assert f"{proxy.host}:80" in page, f"{proxy.host}:80 is not on the page"
+    return [p.host for p in sorted(proxies, key=lambda p: page.index(f"{p.host}:80"))]
+
+
+@pytest.fixture
+def ranked() -> list[Proxy]:
+    """Four proxies whose order by score, latency, last validated and id all differ."""
+    now = timezone.now()
+    return [
+        pooled(
+            "10.0.0.1:80", score=5.5, latency_ms=300, last_validated_at=now - timedelta(minutes=5)
+        ),
+        pooled(
+            "10.0.0.2:80", score=12, latency_ms=900, last_validated_at=now - timedelta(minutes=30)
+        ),
+        pooled("10.0.0.3:80", score=8, latency_ms=50, last_validated_at=now - timedelta(minutes=1)),
+        Proxy.objects.create(host="10.0.0.4", port=80, score=7),  # new: never validated
+    ]
+
+
+def test_the_page_sorts_by_score_and_by_last_validated(staff_client, ranked):
+    def order(query: str) -> list[str]:
+        return in_page_order(staff_client.get("/proxies/?" + query).content.decode(), ranked)
+
+    assert order("sort=score") == ["10.0.0.2", "10.0.0.3", "10.0.0.4", "10.0.0.1"]
+    assert order("") == order("sort=score")
+    # Most recently validated first; never validated last (on SQLite and PostgreSQL alike).
+    assert order("sort=validated") == ["10.0.0.3", "10.0.0.1", "10.0.0.2", "10.0.0.4"]
+    assert order("sort=latency") == ["10.0.0.3", "10.0.0.1", "10.0.0.2", "10.0.0.4"]
+
+
+def test_the_admin_changelist_sorts_by_score_and_by_last_validated(admin_client, ranked):
+    # ?o= counts list_display columns from 1: score is the 3rd, last_validated_at the 5th.
+    def order(query: str, proxies: list[Proxy] = ranked) -> list[str]:
+        page = admin_client.get("/admin/proxies/proxy/?" + query)
+        assert page.status_code == 200, query
+        return in_page_order(page.content.decode(), proxies)
+
+    assert order("o=-3") == ["10.0.0.2", "10.0.0.3", "10.0.0.4", "10.0.0.1"]
+    assert order("o=3") == ["10.0.0.1", "10.0.0.4", "10.0.0.3", "10.0.0.2"]
+    # The validated ones (where a NULL sorts differs between databases).
+    active = ranked[:3]
+    assert order("o=-5&state__exact=active", active) == ["10.0.0.3", "10.0.0.1", "10.0.0.2"]
+    assert order("o=5&state__exact=active", active) == ["10.0.0.2", "10.0.0.1", "10.0.0.3"]
 
 
 def test_the_detail_page_shows_recent_history_and_live_channels(staff, staff_client):
