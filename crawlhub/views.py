@@ -23,7 +23,16 @@ def healthz(request: HttpRequest) -> JsonResponse:
 
 
 def workers_page(request: HttpRequest) -> HttpResponse:
-    return render(request, "crawlhub/workers.html", {"nav": "workers", **workers.overview()})
+    """Live workers, queue lengths and failed jobs. A failed job's description and error name
+    other people's crawls, URLs and tracebacks: staff only; everyone else sees the counts."""
+    overview = workers.overview()
+    if not request.user.is_staff:
+        overview["failed"] = []
+    failed_count = sum(queue["failed"] for queue in overview["queues"])
+    return render(
+        request, "crawlhub/workers.html",
+        {"nav": "workers", "failed_count": failed_count, **overview},
+    )  # fmt: skip
 
 
 @login_not_required
