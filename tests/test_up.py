@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -10,7 +11,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import requests
 
+from crawlhub.management.commands.up import child_env, ensure_admin, served_url
 from tests.conftest import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,52 +54,195 @@ def get_json(url: str) -> tuple[int, dict]:
         return error.code, json.loads(error.read())
 
 
-@pytest.fixture
-def up(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL")}
-    env.update(CRAWLHUB_DATA_DIR=str(tmp_path / "data"), CRAWLHUB_ADMIN_PASSWORD="")
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "manage.py", "up", "--port", str(port), "--workers", "2"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+def child_pids(pid: int) -> list[int]:
+    """The live processes whose parent is pid."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid and alive(int(entry)):
+                found.append(int(entry))
+    return found
+
+
+def command_line(pid: int) -> list[str]:
+    return Path(f"/proc/{pid}/cmdline").read_text().rstrip("\0").split("\0")
+
+
+def environment(pid: int) -> dict[str, str]:
+    pairs = Path(f"/proc/{pid}/environ").read_bytes().decode().rstrip("\0").split("\0")
+    return dict(pair.split("=", 1) for pair in pairs if "=" in pair)
+
+
+def log_in(base: str, username: str, password: str) -> requests.Session:
+    session = requests.Session()
+    form = session.get(base + "/login/", timeout=5).text
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', form).group(1)
+    answer = session.post(
+        base + "/login/",
+        data={"username": username, "password": password, "csrfmiddlewaretoken": token},
+        timeout=5,
     )
-    yield proc, f"http://127.0.0.1:{port}"
-    if proc.poll() is None:
-        proc.kill()
-        proc.wait()
+    assert answer.status_code == 200, answer.text
+    assert answer.url == base + "/", f"{username!r} could not log in: ended at {answer.url}"
+    assert "Log out" in answer.text
+    return session
 
 
-@pytest.mark.slow
-def test_up_serves_the_dashboard_and_ctrl_c_stops_everything(up):
-    proc, base = up
+def wait_for_workers(base: str, count: int, log: Path) -> None:
     report, status = {}, 0
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
             status, report = get_json(base + "/healthz")
-            if status == 200 and report["workers"]["count"] == 2:
-                break
+            if status == 200 and report["workers"]["count"] == count:
+                return
         except OSError:
             pass
         time.sleep(0.3)
-    assert status == 200, report
-    assert report["workers"]["count"] == 2
-    with urllib.request.urlopen(base + "/login/", timeout=3) as page:
-        assert b"Log in" in page.read()
+    raise AssertionError(f"/healthz answered {status} {report}; up printed:\n{log.read_text()}")
+
+
+@pytest.fixture
+def start_up(tmp_path):
+    """Run `manage.py up` on a free port with a fresh data dir; its output goes to a file."""
+    started = []
+
+    def start(**env: str) -> tuple[subprocess.Popen, str, Path]:
+        full = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL")}
+        full.pop("PROXY_CHECK_URL", None)
+        full.update(CRAWLHUB_DATA_DIR=str(tmp_path / "data"), PYTHONUNBUFFERED="1", **env)
+        port = free_port()
+        log = tmp_path / "up.log"
+        with log.open("w") as out:
+            proc = subprocess.Popen(
+                [sys.executable, "manage.py", "up", "--port", str(port), "--workers", "2"],
+                cwd=ROOT, env=full, stdout=out, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+        started.append(proc)
+        return proc, f"http://127.0.0.1:{port}", log
+
+    yield start
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("stop_signal", "admin_password"),
+    [(signal.SIGINT, ""), (signal.SIGTERM, "chosen-in-the-environment")],
+    ids=["ctrl-c-generated-password", "sigterm-password-from-environment"],
+)
+def test_up_serves_the_dashboard_and_a_signal_stops_everything(
+    start_up, stop_signal, admin_password
+):
+    proc, base, log = start_up(CRAWLHUB_ADMIN_PASSWORD=admin_password)
+    wait_for_workers(base, 2, log)
+
+    printed = log.read_text()
+    assert f"crawlhub is up at {base}/" in printed
+    if admin_password:
+        assert "Log in as 'admin' with the password in CRAWLHUB_ADMIN_PASSWORD." in printed
+        assert "Created admin user 'admin' with password" not in printed
+        password = admin_password
+    else:
+        password = re.search(r"Created admin user 'admin' with password (\S+)", printed).group(1)
+    log_in(base, "admin", password)
+
+    workers = [pid for pid in child_pids(proc.pid) if "rqworker" in command_line(pid)]
+    assert len(workers) == 2, [command_line(pid) for pid in workers]
+    schedulers = [pid for pid in workers if "--with-scheduler" in command_line(pid)]
+    assert len(schedulers) == 1, [command_line(pid) for pid in workers]
+    # Proxy validation checks through this server's own echo endpoint, on the port it serves.
+    assert environment(workers[0])["PROXY_CHECK_URL"] == f"{base}/proxies/echo"
 
     children = descendants(proc.pid)
     assert len(children) >= 5  # redis-server, 2 workers, cron, daphne
-    proc.send_signal(signal.SIGINT)
-    output, _ = proc.communicate(timeout=60)
+    proc.send_signal(stop_signal)
+    proc.wait(timeout=60)
+    output = log.read_text()
     assert proc.returncode == 0, output
-    assert "Created admin user 'admin' with password" in output
     assert "Stopped." in output
     left = [pid for pid in children if alive(pid)]
     assert left == [], f"left behind: {left}"
+
+
+@pytest.mark.parametrize(
+    ("host", "url"),
+    [
+        ("127.0.0.1", "http://127.0.0.1:8123"),
+        ("0.0.0.0", "http://127.0.0.1:8123"),
+        ("::", "http://[::1]:8123"),
+        ("::1", "http://[::1]:8123"),
+        ("crawl.example.com", "http://crawl.example.com:8123"),
+    ],
+)
+def test_served_url_is_where_this_machine_reaches_the_server(host, url):
+    assert served_url(host, 8123) == url
+
+
+def test_the_proxy_check_url_follows_the_served_address_unless_set():
+    env = child_env({"PATH": "/bin"}, redis_url="redis://r", url="http://127.0.0.1:8123")
+    assert env["PROXY_CHECK_URL"] == "http://127.0.0.1:8123/proxies/echo"
+    assert env["REDIS_URL"] == "redis://r"
+    assert env["PATH"] == "/bin"
+    chosen = {"PROXY_CHECK_URL": "https://crawl.example.com/proxies/echo"}
+    env = child_env(chosen, redis_url="redis://r", url="http://127.0.0.1:8123")
+    assert env["PROXY_CHECK_URL"] == "https://crawl.example.com/proxies/echo"
+
+
+def test_the_proxy_check_url_reaches_the_settings(tmp_path):
+    env = child_env(
+        {k: v for k, v in os.environ.items() if k != "PROXY_CHECK_URL"},
+        redis_url="redis://127.0.0.1:1/0",
+        url="http://127.0.0.1:8123",
+    )
+    env["CRAWLHUB_DATA_DIR"] = str(tmp_path / "data")
+    show = "from crawlhub import settings; print(settings.PROXY_CHECK_URL)"
+    result = subprocess.run(
+        [sys.executable, "-c", show], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert result.stdout.strip() == "http://127.0.0.1:8123/proxies/echo", result.stderr
+
+
+@pytest.mark.django_db
+def test_later_runs_say_how_to_log_in(django_user_model, monkeypatch):
+    monkeypatch.delenv("CRAWLHUB_ADMIN_USER", raising=False)
+    monkeypatch.delenv("CRAWLHUB_ADMIN_PASSWORD", raising=False)
+    first = ensure_admin()
+    assert first.startswith("Created admin user 'admin' with password ")
+    assert django_user_model.objects.get().is_superuser
+    again = ensure_admin()
+    assert again == (
+        "Log in as an existing user; `./run changepassword admin` resets the password of the "
+        "admin 'admin'."
+    )
+    assert django_user_model.objects.count() == 1
+
+
+@pytest.mark.django_db
+def test_the_first_admin_takes_its_name_and_password_from_the_environment(
+    django_user_model, monkeypatch
+):
+    monkeypatch.setenv("CRAWLHUB_ADMIN_USER", "root")
+    monkeypatch.setenv("CRAWLHUB_ADMIN_PASSWORD", "chosen-in-the-environment")
+    said = ensure_admin()
+    assert said == "Log in as 'root' with the password in CRAWLHUB_ADMIN_PASSWORD."
+    assert "chosen-in-the-environment" not in said
+    root = django_user_model.objects.get()
+    assert (root.username, root.is_superuser) == ("root", True)
+    assert root.check_password("chosen-in-the-environment")
+
+
+@pytest.mark.django_db
+def test_without_an_admin_later_runs_say_how_to_add_one(django_user_model):
+    django_user_model.objects.create_user(username="ada", password="x" * 12)
+    assert ensure_admin() == "Log in as an existing user; `./run createsuperuser` adds an admin."
 
 
 def test_up_refuses_a_port_in_use(tmp_path):

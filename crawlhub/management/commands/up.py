@@ -28,28 +28,48 @@ def _port_free(host: str, port: int) -> bool:
     return True
 
 
-def ensure_admin(stdout) -> None:
-    """On the first run with no user, create an admin; print a generated password once."""
+def ensure_admin() -> str:
+    """How to log in. On the first run with no user, create an admin whose password is
+    CRAWLHUB_ADMIN_PASSWORD, else generated and shown this once."""
     User = get_user_model()
     if User.objects.exists():
-        return
+        admins = User.objects.filter(is_superuser=True, is_active=True).order_by("pk")
+        admin = admins.values_list("username", flat=True).first()
+        if admin is None:
+            return "Log in as an existing user; `./run createsuperuser` adds an admin."
+        return (
+            f"Log in as an existing user; `./run changepassword {admin}` resets the password "
+            f"of the admin {admin!r}."
+        )
     username = os.environ.get("CRAWLHUB_ADMIN_USER", "admin")
     password = os.environ.get("CRAWLHUB_ADMIN_PASSWORD", "")
-    User.objects.create_superuser(username=username, email="", password=password or None)
-    user = User.objects.get(username=username)
-    if password:
-        stdout.write(
-            f"Created admin user {username!r} with the password in CRAWLHUB_ADMIN_PASSWORD."
-        )
-        return
-    password = secrets.token_urlsafe(12)
-    user.set_password(password)
-    user.save(update_fields=["password"])
-    stdout.write(
-        f"Created admin user {username!r} with password {password}\n"
-        "  (shown only this once; change it with: python manage.py changepassword "
-        f"{username})"
+    generated = "" if password else secrets.token_urlsafe(12)
+    User.objects.create_superuser(username=username, email="", password=password or generated)
+    if not generated:
+        return f"Log in as {username!r} with the password in CRAWLHUB_ADMIN_PASSWORD."
+    return (
+        f"Created admin user {username!r} with password {generated}\n"
+        f"  (shown only this once; `./run changepassword {username}` changes it)"
     )
+
+
+def served_url(host: str, port: int) -> str:
+    """The address this machine reaches the server at: a wildcard bind is reached on loopback."""
+    if host in ("0.0.0.0", ""):
+        host = "127.0.0.1"
+    elif host == "::":
+        host = "::1"
+    shown = f"[{host}]" if ":" in host else host
+    return f"http://{shown}:{port}"
+
+
+def child_env(environ: dict[str, str], *, redis_url: str, url: str) -> dict[str, str]:
+    """The environment of the workers and the web server. Proxy validation fetches this
+    server's echo endpoint through each proxy, so its default follows --host and --port;
+    a PROXY_CHECK_URL the user set is kept."""
+    env = {**environ, "REDIS_URL": redis_url}
+    env.setdefault("PROXY_CHECK_URL", f"{url}/proxies/echo")
+    return env
 
 
 class Command(BaseCommand):
@@ -68,10 +88,13 @@ class Command(BaseCommand):
         if not _port_free(host, port):
             raise CommandError(f"{host}:{port} is already in use: pick another with --port")
         call_command("migrate", interactive=False, verbosity=0)
-        ensure_admin(self.stdout)
+        login = ensure_admin()
 
         redis_server = self._start_redis()
-        group = launcher.ProcessGroup(env={**os.environ, "REDIS_URL": self.redis_url})
+        url = served_url(host, port)
+        group = launcher.ProcessGroup(
+            env=child_env(dict(os.environ), redis_url=self.redis_url, url=url)
+        )
         manage = [sys.executable, str(settings.BASE_DIR / "manage.py")]
         for n in range(workers):
             scheduler = ["--with-scheduler"] if n == 0 else []
@@ -98,9 +121,9 @@ class Command(BaseCommand):
         signal.signal(signal.SIGTERM, request_stop)
         try:
             group.start()
-            shown = host if ":" not in host else f"[{host}]"
             self.stdout.write(
-                self.style.SUCCESS(f"crawlhub is up at http://{shown}:{port}/")
+                self.style.SUCCESS(f"crawlhub is up at {url}/")
+                + f"\n  {login}"
                 + f"\n  {workers} worker(s), Redis at {self.redis_url}"
                 + f"\n  data in {settings.DATA_DIR}\n  Ctrl-C stops everything."
             )
