@@ -352,8 +352,9 @@ LOGGING = {
 
 # Proxy pool (proxies/). The check URL is fetched *through* each proxy by the validator; the
 # default is crawlhub's own echo endpoint, which works offline for proxies on this machine or
-# network. For proxies elsewhere, point it at this server's public /proxies/echo (or any
-# httpbin-style /get that answers {"origin": ..., "headers": {...}}).
+# network; `manage.py up` sets it for its workers to the address it serves. For proxies
+# elsewhere, point it at this server's public /proxies/echo (or any httpbin-style /get that
+# answers {"origin": ..., "headers": {...}}).
 PROXY_CHECK_URL = env_str("PROXY_CHECK_URL", "http://127.0.0.1:8000/proxies/echo")
 PROXY_CHECK_TIMEOUT = env_int("PROXY_CHECK_TIMEOUT", 10, minimum=1)  # seconds per check
 PROXY_VALIDATE_EVERY = env_int("PROXY_VALIDATE_EVERY", 60, minimum=5)  # seconds between passes
