@@ -9,6 +9,9 @@ Shape (after the article in shared/seeds/000 and haipproxy's rules in 001):
 - ``url``      hash, proxy -> URL with credentials (the member itself carries none).
 - ``chan:<c>`` sorted set per channel of the proxies free to take: least_used scores by times
                used; round_robin and greedy score by queue position (head = lowest).
+- ``tier:<c>`` proxy -> the tier of the selection rule it entered the channel under (1 strict,
+               2 recent and fast, 3 score only): a member that falls below it leaves the channel.
+- ``topup``    hash, channel -> no top-up scan before (unix ms): the global pool had too few.
 - ``lease:<c>``, ``held:<c>``  who holds what: proxy -> deadline, proxy -> "token|score".
 - ``banned:<c>`` proxy -> ban deadline: a ban is per channel, the global pool is untouched.
 - ``blocked``  set of proxies an admin removed or disabled: a validation that was already under
@@ -26,7 +29,7 @@ import contextlib
 import functools
 import secrets
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 
 import redis
@@ -91,6 +94,7 @@ local function remove_all(prefix, p)
     redis.call('ZREM', prefix .. 'lease:' .. c, p)
     redis.call('HDEL', prefix .. 'held:' .. c, p)
     redis.call('ZREM', prefix .. 'banned:' .. c, p)
+    redis.call('HDEL', prefix .. 'tier:' .. c, p)
   end
 end
 -- Back into a channel pool: least_used counts one more use, the queues go to the tail
@@ -135,63 +139,142 @@ end
 # The two halves of a pair as Lua functions, so that acquire, release and exchange (a release
 # and an acquire in one script) run the very same checks.
 _LEASES = """
--- Lease the head of the channel pool (refilled from the global pool when empty) to `token`.
+-- Where a proxy stands under the selection rule: 1 strict (score, recent and fast), 2 recent
+-- and fast, 3 score only, 4 none of them. rule = {min_score, max_age, max_latency, need, scan}.
+local function tier(prefix, p, latency, now, rule)
+  local score = tonumber(redis.call('ZSCORE', prefix .. 'score', p) or '0')
+  local checked = tonumber(redis.call('ZSCORE', prefix .. 'checked', p) or '0')
+  local good = score > rule[1]
+  local recent_and_fast = checked >= now - rule[2] and latency <= rule[3]
+  if good and recent_and_fast then return 1 end
+  if recent_and_fast then return 2 end
+  if good then return 3 end
+  return 4
+end
+-- Still fit for the channel under the rule that admitted it (tier:<c>); a member from before
+-- tiers were recorded only has to pass some tier.
+local function fits(prefix, channel, p, now, rule)
+  local latency = redis.call('ZSCORE', prefix .. 'global', p)
+  if not latency then return false end
+  local admitted = tonumber(redis.call('HGET', prefix .. 'tier:' .. channel, p) or '3')
+  return tier(prefix, p, tonumber(latency), now, rule) <= admitted
+end
+-- Add up to `want` of the best global proxies the channel has not got: strict rule first, and
+-- only when that leaves fewer than wanted, relaxed (counted when a relaxed tier supplied one).
+local function fill(prefix, channel, chan, held, banned, now, strategy, rule, want)
+  local members = redis.call('ZRANGE', prefix .. 'global', 0, rule[5] - 1, 'WITHSCORES')
+  local tiers = {{}, {}, {}}
+  for i = 1, #members, 2 do
+    local p, latency = members[i], tonumber(members[i + 1])
+    local usable = not redis.call('ZSCORE', chan, p) and redis.call('HEXISTS', held, p) == 0
+    if usable then
+      local ban = redis.call('ZSCORE', banned, p)
+      if ban and tonumber(ban) > now then usable = false
+      elseif ban then redis.call('ZREM', banned, p) end
+    end
+    if usable then
+      local t = tier(prefix, p, latency, now, rule)
+      if t < 4 then table.insert(tiers[t], p) end
+    end
+  end
+  local chosen, relaxed = {}, false
+  for t = 1, 3 do
+    for _, p in ipairs(tiers[t]) do
+      if #chosen < want then
+        table.insert(chosen, {p, t})
+        relaxed = relaxed or t > 1
+      end
+    end
+  end
+  if #chosen == 0 then return 0 end
+  -- least_used: newcomers start at the least used free proxy's count, a fraction of a use apart
+  -- so that the better tier and lower latency come first; the queues take them at the tail.
+  local edge = redis.call('ZRANGE', chan, strategy == 'least_used' and 0 or -1,
+                          strategy == 'least_used' and 0 or -1, 'WITHSCORES')
+  local start = edge[2] and tonumber(edge[2]) or 0
+  local tier_key = prefix .. 'tier:' .. channel
+  for i, c in ipairs(chosen) do
+    redis.call('ZADD', chan, start + (strategy == 'least_used' and i / 1e6 or i), c[1])
+    redis.call('HSET', tier_key, c[1], c[2])
+  end
+  if relaxed then
+    redis.call('HINCRBY', prefix .. 'stats', 'relaxed', 1)
+    redis.call('HINCRBY', prefix .. 'stats', 'relaxed:' .. channel, 1)
+  end
+  redis.call('HINCRBY', prefix .. 'stats', 'refills', 1)
+  return #chosen
+end
+-- An empty channel is refilled with up to a channel's worth; one with free proxies but fewer
+-- than PROXY_CHANNEL_SIZE (free + leased) is topped up, at most once a second while the
+-- global pool has none to add (a validation success lifts that wait). No scan at all when
+-- every global proxy is already the channel's or banned from it: there is nothing to add.
+local TOP_UP_MS = 1000
+local function refill(prefix, channel, chan, lease, held, banned, now, strategy, rule)
+  local free, leased = redis.call('ZCARD', chan), redis.call('ZCARD', lease)
+  local want = 0
+  if free == 0 then
+    want = rule[4]
+  elseif free + leased < rule[4] then
+    local wait = redis.call('HGET', prefix .. 'topup', channel)
+    if not wait or tonumber(wait) <= now then want = rule[4] - free - leased end
+  end
+  if want == 0 then return end
+  local outside = redis.call('ZCARD', prefix .. 'global') - free - leased
+                  - redis.call('ZCOUNT', banned, '(' .. now, '+inf')
+  if outside <= 0 then return end
+  if fill(prefix, channel, chan, held, banned, now, strategy, rule, want) < want then
+    redis.call('HSET', prefix .. 'topup', channel, now + TOP_UP_MS)
+  end
+end
+-- Lease the head of the channel pool to `token`, refilled or topped up from the global pool.
+-- A member that no longer fits the rule that admitted it leaves the channel as it comes up.
+-- Proxies in `exclude` (tried already for this page) are passed over while another is free.
 -- Returns {proxy, url} or false when the channel has no proxy to give.
 local function take(prefix, channel, chan, lease, held, banned, now, lease_ms, strategy, token,
-                    min_score, max_age, max_latency, need, scan)
+                    rule, exclude)
   redis.call('SADD', prefix .. 'channels', channel)
   reap(prefix, channel, now, 100)
-  if redis.call('ZCARD', chan) == 0 then
-    -- Refill from the best of the global pool: strict rule first, then relax.
-    local members = redis.call('ZRANGE', prefix .. 'global', 0, scan - 1, 'WITHSCORES')
-    local strict, recent_fast, scored = {}, {}, {}
-    for i = 1, #members, 2 do
-      local p, latency = members[i], tonumber(members[i + 1])
-      local usable = redis.call('HEXISTS', held, p) == 0
-      if usable then
-        local ban = redis.call('ZSCORE', banned, p)
-        if ban and tonumber(ban) > now then usable = false
-        elseif ban then redis.call('ZREM', banned, p) end
-      end
-      if usable then
-        local score = tonumber(redis.call('ZSCORE', prefix .. 'score', p) or '0')
-        local checked = tonumber(redis.call('ZSCORE', prefix .. 'checked', p) or '0')
-        local good = score > min_score
-        local recent_and_fast = checked >= now - max_age and latency <= max_latency
-        if good and recent_and_fast then table.insert(strict, p)
-        elseif recent_and_fast then table.insert(recent_fast, p)
-        elseif good then table.insert(scored, p) end
+  refill(prefix, channel, chan, lease, held, banned, now, strategy, rule)
+  local skipped, p, base = {}, nil, nil
+  for _ = 1, 2 do
+    local evicted = false
+    while true do
+      local top = redis.call('ZPOPMIN', chan)
+      if #top == 0 then break end
+      if exclude[top[1]] then
+        table.insert(skipped, top)
+      elseif fits(prefix, channel, top[1], now, rule) then
+        p, base = top[1], top[2]
+        break
+      else
+        redis.call('HDEL', prefix .. 'tier:' .. channel, top[1])
+        redis.call('HINCRBY', prefix .. 'stats', 'evicted', 1)
+        evicted = true
       end
     end
-    local chosen = strict
-    if #strict < need then
-      redis.call('HINCRBY', prefix .. 'stats', 'relaxed', 1)
-      redis.call('HINCRBY', prefix .. 'stats', 'relaxed:' .. channel, 1)
-      for _, tier in ipairs({recent_fast, scored}) do
-        for _, p in ipairs(tier) do table.insert(chosen, p) end
-      end
-    end
-    for i = 1, math.min(#chosen, need) do
-      -- least_used: all start unused, a fraction of a use apart so that among equally used
-      -- proxies the better tier and lower latency come first; the queues keep the same order.
-      redis.call('ZADD', chan, strategy == 'least_used' and (i - 1) / 1e6 or i, chosen[i])
-    end
-    redis.call('HINCRBY', prefix .. 'stats', 'refills', 1)
+    if p or not evicted then break end
+    -- Evictions emptied the channel: bring in what fits now.
+    refill(prefix, channel, chan, lease, held, banned, now, strategy, rule)
   end
-  local top = redis.call('ZPOPMIN', chan)
-  if #top == 0 then
+  if not p and #skipped > 0 then
+    p, base = skipped[1][1], skipped[1][2]  -- only tried ones are free: one of them, not none
+    table.remove(skipped, 1)
+  end
+  for _, s in ipairs(skipped) do redis.call('ZADD', chan, s[2], s[1]) end
+  if not p then
     redis.call('HINCRBY', prefix .. 'stats', 'empty', 1)
     return false
   end
-  local p = top[1]
   redis.call('ZADD', lease, now + lease_ms, p)
-  redis.call('HSET', held, p, token .. '|' .. top[2] .. '|' .. strategy)
+  redis.call('HSET', held, p, token .. '|' .. base .. '|' .. strategy)
   redis.call('HINCRBY', prefix .. 'stats', 'acquired', 1)
   return {p, redis.call('HGET', prefix .. 'url', p) or p}
 end
--- Give back the proxy `p` leased to `token` with its outcome. 0 (and nothing changes) when the
--- token no longer holds it (lease expired, or taken since); 0 too when it was removed meanwhile.
-local function give_back(prefix, chan, lease, held, p, token, latency, ok, greedy_ms, initial)
+-- Give back the proxy `p` leased to `token` with its outcome: '1' ok, '0' failed, '2' ok and
+-- already recorded (keep() did). 0 (and nothing changes) when the token no longer holds it
+-- (lease expired, or taken since); 0 too when it was removed meanwhile.
+local function give_back(prefix, chan, lease, held, p, token, latency, outcome, greedy_ms,
+                         initial)
   local h = redis.call('HGET', held, p)
   if not h then return 0 end
   local holder, base, strategy = split_held(h)
@@ -200,30 +283,41 @@ local function give_back(prefix, chan, lease, held, p, token, latency, ok, greed
   redis.call('ZREM', lease, p)
   -- Removed while leased: it stays out (remove already cleared the lease; belt and braces).
   if not redis.call('ZSCORE', prefix .. 'global', p) then return 0 end
+  local ok = outcome ~= '0'
   put_back(chan, p, base, strategy, strategy == 'greedy' and ok and latency < greedy_ms)
-  if ok then
+  if outcome == '1' then
     redis.call('ZADD', prefix .. 'global', 'XX', latency, p)
     local score = tonumber(redis.call('ZSCORE', prefix .. 'score', p) or initial)
     redis.call('ZADD', prefix .. 'score', raised(score), p)
     redis.call('HINCRBY', prefix .. 'ok', p, 1)
-  else
+  elseif outcome == '0' then
     redis.call('HINCRBY', prefix .. 'err', p, 1)
   end
   redis.call('HINCRBY', prefix .. 'stats', 'released', 1)
   return 1
 end
+-- ARGV from `first` on: min_score max_age_ms max_latency_ms need scan -> the rule table.
+local function rule_from(a, first)
+  local rule = {}
+  for i = 0, 4 do rule[i + 1] = tonumber(a[first + i]) end
+  return rule
+end
+local function set_of(a, first)
+  local set = {}
+  for i = first, #a do set[a[i]] = true end
+  return set
+end
 """
 
 # KEYS: chan lease held banned. ARGV: prefix channel lease_ms strategy token min_score
-# max_age_ms max_latency_ms need scan
+# max_age_ms max_latency_ms need scan, then the proxies to pass over (exclude)
 _ACQUIRE = (
     _LIB
     + _LEASES
     + """
 local a = ARGV
 local got = take(a[1], a[2], KEYS[1], KEYS[2], KEYS[3], KEYS[4], now_ms(), tonumber(a[3]), a[4],
-                 a[5], tonumber(a[6]), tonumber(a[7]), tonumber(a[8]), tonumber(a[9]),
-                 tonumber(a[10]))
+                 a[5], rule_from(a, 6), set_of(a, 11))
 if not got then return redis.call('ZCARD', KEYS[2]) end
 return got
 """
@@ -235,7 +329,7 @@ _RELEASE = (
     + _LEASES
     + """
 local a = ARGV
-return give_back(a[1], KEYS[1], KEYS[2], KEYS[3], a[2], a[3], tonumber(a[4]), a[5] == '1',
+return give_back(a[1], KEYS[1], KEYS[2], KEYS[3], a[2], a[3], tonumber(a[4]), a[5],
                  tonumber(a[6]), a[7])
 """
 )
@@ -250,12 +344,44 @@ _EXCHANGE = (
     + """
 local a = ARGV
 local released = give_back(a[1], KEYS[1], KEYS[2], KEYS[3], a[11], a[12], tonumber(a[13]),
-                           a[14] == '1', tonumber(a[15]), a[16])
+                           a[14], tonumber(a[15]), a[16])
 local got = take(a[1], a[2], KEYS[1], KEYS[2], KEYS[3], KEYS[4], now_ms(), tonumber(a[3]), a[4],
-                 a[5], tonumber(a[6]), tonumber(a[7]), tonumber(a[8]), tonumber(a[9]),
-                 tonumber(a[10]))
+                 a[5], rule_from(a, 6), {})
 if not got then return {released} end
 return {released, got[1], got[2]}
+"""
+)
+
+# Keep a lease and renew it: the greedy strategy's "same proxy for the next request". Records
+# the success (latency >= 0) as release() would, then drops the proxy from the channel instead
+# when it no longer fits the rule that admitted it. 1 when the token still holds it, else 0.
+# KEYS: lease held. ARGV: prefix channel proxy token lease_ms latency initial_score, the rule (5)
+_KEEP = (
+    _LIB
+    + _LEASES
+    + """
+local a = ARGV
+local prefix, channel, p = a[1], a[2], a[3]
+local h = redis.call('HGET', KEYS[2], p)
+if not h or split_held(h) ~= a[4] then return 0 end
+if not redis.call('ZSCORE', prefix .. 'global', p) then return 0 end
+local now, latency = now_ms(), tonumber(a[6])
+if latency >= 0 then
+  redis.call('ZADD', prefix .. 'global', 'XX', latency, p)
+  local score = tonumber(redis.call('ZSCORE', prefix .. 'score', p) or a[7])
+  redis.call('ZADD', prefix .. 'score', raised(score), p)
+  redis.call('HINCRBY', prefix .. 'ok', p, 1)
+end
+if not fits(prefix, channel, p, now, rule_from(a, 8)) then
+  redis.call('HDEL', KEYS[2], p)
+  redis.call('ZREM', KEYS[1], p)
+  redis.call('HDEL', prefix .. 'tier:' .. channel, p)
+  redis.call('HINCRBY', prefix .. 'stats', 'evicted', 1)
+  return 0
+end
+redis.call('ZADD', KEYS[1], 'XX', now + tonumber(a[5]), p)
+redis.call('HINCRBY', prefix .. 'stats', 'kept', 1)
+return 1
 """
 )
 
@@ -289,6 +415,7 @@ end
 if reason == 'refused' then return drop('connection refused') end
 if reason == 'ban' then
   redis.call('ZREM', chan, p)
+  redis.call('HDEL', prefix .. 'tier:' .. ARGV[6], p)
   redis.call('ZADD', banned, now + tonumber(ARGV[5]), p)
   return 'banned'
 end
@@ -323,6 +450,7 @@ local admit = ARGV[8] == '1' and redis.call('SISMEMBER', prefix .. 'blocked', p)
 if ARGV[4] == '1' then
   score = raised(score)
   if in_pool or admit then
+    redis.call('DEL', prefix .. 'topup')  -- channels below their size may find it now
     redis.call('ZADD', prefix .. 'global', tonumber(ARGV[6]), p)
     redis.call('ZADD', prefix .. 'score', score, p)
     redis.call('ZADD', prefix .. 'checked', now_ms(), p)
@@ -396,37 +524,47 @@ def _settings() -> tuple:
     )
 
 
+def _rule() -> list:
+    """The selection rule as the scripts take it: min_score max_age_ms max_latency need scan."""
+    min_score, max_age_ms, max_latency, need = _settings()
+    return [min_score, max_age_ms, max_latency, need, max(need * 20, 1000)]
+
+
 def _acquire_args(channel: str, lease_seconds: float, strategy: str, token: str) -> list:
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
-    min_score, max_age_ms, max_latency, need = _settings()
-    return [PREFIX, channel, int(lease_seconds * 1000), strategy, token, min_score, max_age_ms,
-            max_latency, need, max(need * 20, 1000)]  # fmt: skip
+    return [PREFIX, channel, int(lease_seconds * 1000), strategy, token, *_rule()]
 
 
-def _release_args(lease: Lease, latency_ms: float, ok: bool) -> list:
-    return [lease.proxy, lease.token, int(latency_ms), "1" if ok else "0",
-            int(settings.PROXY_GREEDY_MS), INITIAL_SCORE]  # fmt: skip
+def _release_args(lease: Lease, latency_ms: float, ok: bool, record: bool = True) -> list:
+    outcome = ("1" if record else "2") if ok else "0"
+    return [lease.proxy, lease.token, int(latency_ms), outcome, int(settings.PROXY_GREEDY_MS),
+            INITIAL_SCORE]  # fmt: skip
 
 
 def acquire(
-    *, channel: str, lease_seconds: float = 60, strategy: str = "least_used"
-) -> Lease | None:
+    *, channel: str, lease_seconds: float = 60, strategy: str = "least_used",
+    exclude: Collection[str] = (),
+) -> Lease | None:  # fmt: skip
     """Take a proxy from the channel's pool for `lease_seconds`, or None when there is none.
 
     No two holders get one proxy in a channel; an expired lease returns the proxy to the pool.
+    Proxies in `exclude` (already tried for this request) are given only when no other is free.
     """
-    return acquire_or_count(channel=channel, lease_seconds=lease_seconds, strategy=strategy)[0]
+    return acquire_or_count(
+        channel=channel, lease_seconds=lease_seconds, strategy=strategy, exclude=exclude
+    )[0]
 
 
 def acquire_or_count(
-    *, channel: str, lease_seconds: float = 60, strategy: str = "least_used"
-) -> tuple[Lease | None, int]:
+    *, channel: str, lease_seconds: float = 60, strategy: str = "least_used",
+    exclude: Collection[str] = (),
+) -> tuple[Lease | None, int]:  # fmt: skip
     """acquire(), and when it found none, how many of the channel's proxies other holders
     have leased at that moment (0 with a lease). Counted in the same script, so a caller
     deciding whether to wait for a proxy to come back never misses a release in between."""
     token = secrets.token_hex(8)
-    args = _acquire_args(channel, lease_seconds, strategy, token)
+    args = [*_acquire_args(channel, lease_seconds, strategy, token), *exclude]
     found = _script("acquire", _ACQUIRE)(keys=_chan(channel), args=args, client=_redis())
     if isinstance(found, int):
         return None, found
@@ -434,15 +572,32 @@ def acquire_or_count(
     return lease, 0
 
 
-def release(*, lease: Lease, latency_ms: float, ok: bool = True) -> None:
+def release(*, lease: Lease, latency_ms: float, ok: bool = True, record: bool = True) -> None:
     """Return a leased proxy with its outcome: one more use on the channel, its latency and a
     score step on the global pool when ok. A late release (lease expired or proxy removed) is a
-    no-op."""
+    no-op. record=False: the outcome was recorded already (by keep()); only give it back."""
     _script("release", _RELEASE)(
         keys=_chan(lease.channel)[:3],
-        args=[PREFIX, *_release_args(lease, latency_ms, ok)],
+        args=[PREFIX, *_release_args(lease, latency_ms, ok, record)],
         client=_redis(),
     )
+
+
+def keep(*, lease: Lease, latency_ms: float | None, lease_seconds: float) -> bool:
+    """Go on holding a leased proxy for another `lease_seconds` (the greedy strategy's next
+    request), recording the success of `latency_ms` as release() would (None: renew only).
+
+    False when the lease is no longer this holder's (expired, proxy removed), or when the proxy
+    no longer fits the selection rule that brought it into the channel: it then leaves the
+    channel, and the caller acquires another.
+    """
+    found = _script("keep", _KEEP)(
+        keys=_chan(lease.channel)[1:3],
+        args=[PREFIX, lease.channel, lease.proxy, lease.token, int(lease_seconds * 1000),
+              -1 if latency_ms is None else int(latency_ms), INITIAL_SCORE, *_rule()],
+        client=_redis(),
+    )  # fmt: skip
+    return found == 1
 
 
 def exchange(

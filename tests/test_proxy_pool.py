@@ -516,3 +516,118 @@ def test_many_threads_exchanging_at_once_never_share_a_proxy_within_a_channel():
     assert len(served) > 100 and len(set(served)) == 6
     assert pool.channel_members(channel="shared")["leased"] == set()
     assert len(pool.channel_members(channel="shared")["free"]) == 6
+
+
+# Counting relaxing, keeping channels to the rule and their size -------------------------------
+
+
+def test_polling_a_busy_or_empty_channel_neither_rescans_nor_counts_relaxing(settings):
+    settings.PROXY_CHANNEL_SIZE = 2
+    assert [pool.acquire_or_count(channel="none") for _ in range(20)] == [(None, 0)] * 20
+    assert "refills" not in pool.health()["counters"]
+    assert "relaxed" not in pool.health()["counters"]
+    admit("http://a:1")  # score 6: the relaxed tier (recent and fast), not the strict one
+    admit("http://b:1")
+    held = [pool.acquire(channel="c"), pool.acquire(channel="c")]
+    counters = pool.health()["counters"]
+    assert (counters["refills"], counters["relaxed"]) == (1, 1), counters
+    # Both leased, nothing else in the pool: waiting callers poll, and that is not relaxing.
+    assert [pool.acquire_or_count(channel="c") for _ in range(20)] == [(None, 2)] * 20
+    counters = pool.health()["counters"]
+    assert (counters["refills"], counters["relaxed"]) == (1, 1), counters
+    for lease in held:
+        pool.release(lease=lease, latency_ms=5)
+
+
+def test_a_member_that_falls_below_the_rule_it_came_in_by_leaves_the_channel(redis, settings):
+    settings.PROXY_CHANNEL_SIZE = 2
+    for p, latency in (("http://a:1", 10), ("http://b:1", 20)):
+        admit(p, latency_ms=latency)
+        set_score(redis, p, 8)  # both strict
+    pool.release(lease=pool.acquire(channel="c"), latency_ms=10)  # a: used once, b: never
+    age(redis, "http://b:1", 600)  # b is no longer validated recently: score alone
+    lease = pool.acquire(channel="c")
+    # b was next (least used) but came in under the strict rule it no longer meets.
+    assert lease.proxy == "http://a:1"
+    assert pool.channel_members(channel="c") == {
+        "free": set(), "leased": {"http://a:1"}, "banned": set()
+    }  # fmt: skip
+    assert pool.health()["counters"]["evicted"] == 1
+    assert in_global(redis, "http://b:1")  # out of the channel only
+    assert pool.health()["counters"].get("relaxed", 0) == 0
+    # The next acquire tops the channel up; only the relaxed rule lets b in now, and says so.
+    pool.release(lease=lease, latency_ms=10)
+    pool.acquire(channel="c")
+    assert "http://b:1" in pool.channel_members(channel="c")["free"]
+    assert pool.health()["counters"]["relaxed"] == 1
+
+
+def test_a_proxy_admitted_later_joins_a_channel_that_still_has_free_ones(redis, settings):
+    settings.PROXY_CHANNEL_SIZE = 3
+    admit("http://a:1")
+    admit("http://c:1")
+    first = pool.acquire(channel="c")
+    assert pool.channel_members(channel="c")["free"] == {"http://a:1", "http://c:1"} - {first.proxy}
+    admit("http://b:1")
+    second = pool.acquire(channel="c")
+    assert second.proxy != "http://b:1"  # the least used comes first; b joined after it
+    assert pool.channel_members(channel="c")["free"] == {"http://b:1"}
+    assert pool.channel_members(channel="c")["leased"] == {first.proxy, second.proxy}
+
+
+def test_a_full_channel_takes_no_more(settings):
+    settings.PROXY_CHANNEL_SIZE = 2
+    admit("http://a:1")
+    admit("http://b:1")
+    pool.release(lease=pool.acquire(channel="c"), latency_ms=5)
+    admit("http://late:1")
+    for _ in range(4):
+        pool.release(lease=pool.acquire(channel="c"), latency_ms=5)
+    assert pool.channel_members(channel="c")["free"] == {"http://a:1", "http://b:1"}
+
+
+def test_acquire_passes_over_excluded_proxies_while_another_is_free():
+    admit("http://a:1", latency_ms=10)
+    admit("http://b:1", latency_ms=20)
+    first = pool.acquire(channel="c", exclude=["http://a:1"])
+    assert first.proxy == "http://b:1"  # a was next, but it was tried already
+    assert pool.channel_members(channel="c")["free"] == {"http://a:1"}  # and it stays free
+    # Only tried ones free: better one of them than none.
+    assert pool.acquire(channel="c", exclude=["http://a:1"]).proxy == "http://a:1"
+    assert pool.acquire(channel="c", exclude=["http://a:1"]) is None
+
+
+# keep: the greedy strategy holds a fast proxy for the next request ----------------------------
+
+
+def test_keep_records_the_success_and_renews_the_lease(redis):
+    admit("http://p:1", latency_ms=500)  # score 6
+    lease = pool.acquire(channel="c", lease_seconds=0.2)
+    assert pool.keep(lease=lease, latency_ms=40, lease_seconds=30)
+    assert redis.zscore(pool.GLOBAL, "http://p:1") == 40
+    assert redis.zscore(pool.SCORE, "http://p:1") == 7
+    time.sleep(0.3)
+    assert pool.reap() == 0  # renewed past the 0.2 s it was taken for
+    assert pool.keep(lease=lease, latency_ms=None, lease_seconds=30)  # renew only
+    assert redis.zscore(pool.SCORE, "http://p:1") == 7
+    # Giving it back after keep() does not count that success twice.
+    pool.release(lease=lease, latency_ms=40, record=False)
+    assert redis.zscore(pool.SCORE, "http://p:1") == 7
+    assert pool.channel_members(channel="c")["free"] == {"http://p:1"}
+    assert not pool.keep(lease=lease, latency_ms=40, lease_seconds=30)  # no longer held
+
+
+def test_keep_lets_go_of_a_proxy_that_no_longer_fits_or_was_taken_over(redis):
+    admit("http://p:1")
+    lease = pool.acquire(channel="c")  # came in as recent and fast
+    age(redis, "http://p:1", 600)
+    set_score(redis, "http://p:1", 3)
+    assert not pool.keep(lease=lease, latency_ms=None, lease_seconds=30)
+    assert pool.channel_members(channel="c") == {"free": set(), "leased": set(), "banned": set()}
+    admit("http://q:1")
+    crashed = pool.acquire(channel="c", lease_seconds=0.1)
+    time.sleep(0.2)
+    again = pool.acquire(channel="c")
+    assert again.proxy == crashed.proxy
+    assert not pool.keep(lease=crashed, latency_ms=10, lease_seconds=30)
+    assert pool.channel_members(channel="c")["leased"] == {again.proxy}
