@@ -27,7 +27,7 @@ from crawls.frontier import Frontier, Outcome, Request
 from crawls.live import publish_crawl
 from crawls.models import Crawl, FailedRequest, Page, ProxyUse
 from crawls.netguard import BlockedAddress, check_url
-from crawls.proxying import Stopped, fetch_via_pool
+from crawls.proxying import KeptProxies, Stopped, fetch_via_pool
 from crawls.robots import RobotsPolicy, policy_from_response, robots_url
 from crawls.rows import BulkInsert
 from crawls.scope import Scope
@@ -39,6 +39,7 @@ STATE_CHECK_SECONDS = 0.25
 FLUSH_EVERY_SECONDS = 0.25
 FLUSH_AT_OUTCOMES = 100
 IDLE_EXIT_SECONDS = 2.0
+KEPT_IDLE_SECONDS = 0.5  # nothing fetched for this long: proxies kept (greedy) go back
 EMPTY_CLAIM_BACKOFF = 0.1
 MAX_RETRY_DELAY = 60.0
 REDIS_RETRY_SECONDS = 300.0
@@ -156,6 +157,7 @@ class Slice:
         self.robots_lock = threading.Lock()
         self.stop = StopFlag()
         self.report = SliceReport()
+        self.kept_proxies = KeptProxies()
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -214,6 +216,8 @@ class Slice:
                     self.stop.set("idle")
                     break
                 else:
+                    if self.kept_proxies and now - last_work >= KEPT_IDLE_SECONDS:
+                        self._release_kept_proxies()
                     time.sleep(0.05)
                 if len(done) >= FLUSH_AT_OUTCOMES or (
                     done and time.monotonic() - last_flush >= FLUSH_EVERY_SECONDS
@@ -228,6 +232,7 @@ class Slice:
                 if not future.cancelled():
                     self._collect(future.result(), done, unstarted)
             pool.shutdown(wait=True)
+            self._release_kept_proxies()
             self._flush(done)
             if unstarted:
                 self.report.handed_back = with_redis_retry(lambda: self.frontier.release(unstarted))
@@ -242,6 +247,11 @@ class Slice:
             unstarted.append(result.request)
         else:
             done.append(result)
+
+    def _release_kept_proxies(self) -> None:
+        """No proxy stays leased past the slice; with Redis away, their leases run out."""
+        with contextlib.suppress(*REDIS_ERRORS):
+            self.kept_proxies.release_all()
 
     def _beat(self) -> None:
         """Tell the supervisor this slice lives; a missed beat while Redis is away is fine."""
@@ -277,6 +287,7 @@ class Slice:
                     self.fetcher, request.url, channel=self.channel.slug,
                     strategy=self.channel.proxy_strategy, lease_seconds=self.lease,
                     wait_seconds=self.crawl.timeout, stop=self.stop.event,
+                    kept=self.kept_proxies,
                 )  # fmt: skip
             else:
                 fetch = self.fetcher.fetch(request.url)
