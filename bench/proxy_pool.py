@@ -10,10 +10,16 @@ dir; nothing else is touched:
 Modes (a pair is always one acquire and one release, each with all its Lua checks):
 
 - ``pair``: each thread loops pool.acquire() then pool.release() -- two scripts (EVALSHA), two
-  round trips per pair. This is what crawls/proxying.py does for a single page.
+  round trips per pair. This is what crawls/proxying.py does for each page under least_used and
+  round_robin (a page's request, and each retry through another proxy).
 - ``exchange``: each thread acquires once, then loops pool.exchange() -- the release of the held
   proxy and the acquire of the next in ONE script and one round trip; each exchange completes a
-  pair. This is what crawls/proxying.py does for pages fetched one after another.
+  pair. Crawls do not call it: a fetch thread releases a proxy when its page is done and
+  acquires the next one only when it gets another page, which may be never. It is the figure
+  for a caller that does go straight from one request to the next.
+
+Greedy crawls hold a fast proxy across pages instead (pool.keep(): one script per page, which
+records the success and renews the lease), so they make fewer acquires than either mode.
 
 Every thread of a process uses the process's one shared redis-py connection pool (so each thread
 ends up with its own connection), as the crawl worker's fetch threads do. Processes and threads
