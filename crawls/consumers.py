@@ -7,6 +7,11 @@ from channels.db import database_sync_to_async
 from crawlhub.access import visible_crawls
 from crawlhub.consumers import LoginRequiredConsumer
 from crawls import live
+from crawls.models import CrawlState
+
+# The list page gets the snapshots of at most this many crawls on connect (newest first).
+LIST_SNAPSHOTS = 50
+OVER = (CrawlState.FINISHED, CrawlState.CANCELLED, CrawlState.FAILED)
 
 
 class CrawlConsumer(LoginRequiredConsumer):
@@ -39,6 +44,8 @@ class CrawlListConsumer(LoginRequiredConsumer):
 
     async def on_accepted(self) -> None:
         await self.channel_layer.group_add(live.LIST_GROUP, self.channel_name)
+        for row in await database_sync_to_async(_list_snapshots)(self.scope["user"]):
+            await self.send_json(row)
 
     async def crawl_stats(self, event: dict) -> None:
         user = self.scope["user"]
@@ -53,3 +60,12 @@ def _first_snapshot(crawl_id: int, user) -> dict | None:
     """None for a crawl that does not exist or that the user may not see (closed alike)."""
     crawl = visible_crawls(user).filter(pk=crawl_id).first()
     return None if crawl is None else live.snapshot(crawl)
+
+
+def _list_snapshots(user) -> list[dict]:
+    """The list page's rows, on connect, of the newest crawls this user may see that can still
+    change; marked on_connect, so the page does not take a row it lacks for news."""
+    crawls = visible_crawls(user).exclude(state__in=OVER).order_by("-pk")[:LIST_SNAPSHOTS]
+    # Enough of the series for the rate.
+    points = live.RATE_WINDOW_SECONDS + 1
+    return [{**live.compact(live.snapshot(c, points=points)), "on_connect": True} for c in crawls]

@@ -4,19 +4,23 @@ host, the pages/s series)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
 from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
+from django.db import connection
+from django.test import Client
 
 from crawlhub.asgi import application
 from crawlhub.consumers import CLOSE_FORBIDDEN
-from crawls import live, services
+from crawls import consumers, jobs, live, services
 from crawls.frontier import Frontier, Outcome, Request
 from proxies import pool
 from proxies import services as proxy_services
@@ -58,6 +62,13 @@ def started_crawl(user, seeds=("http://a.test/", "http://a.test/2", "http://b.te
     crawl = services.crawl_create(user=user, name="live", seeds=list(seeds), max_pages=100)
     services.crawl_start(crawl=crawl, user=user)
     return crawl
+
+
+@pytest.fixture
+def other_client(other_user):
+    client = Client()
+    client.force_login(other_user)
+    return client
 
 
 # Who may connect
@@ -108,6 +119,7 @@ async def test_a_published_snapshot_reaches_the_page_and_the_list(user, user_cli
     listing, connected, _ = await connect("/ws/crawls/", user_client)
     assert connected
     await receive(page)  # the one on connect
+    assert (await receive(listing))["on_connect"] is True
     # A slice completes a page, as a worker would, then publishes.
     frontier = Frontier(crawl.pk)
     [claimed] = await sync_to_async(frontier.claim)(1, lease_seconds=30)
@@ -122,6 +134,127 @@ async def test_a_published_snapshot_reaches_the_page_and_the_list(user, user_cli
     assert set(row["stats"]) == set(live.LIST_COUNTERS)
     await page.disconnect()
     await listing.disconnect()
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_the_list_gets_the_crawls_that_can_change_on_connect(
+    user, other_user, user_client, staff_client, monkeypatch
+):
+    running = await sync_to_async(started_crawl)(user)
+    draft = await sync_to_async(services.crawl_create)(
+        user=user, name="draft", seeds=["http://d.test/"]
+    )
+    cancelled = await sync_to_async(started_crawl)(user, seeds=["http://e.test/"])
+    await sync_to_async(services.crawl_cancel)(crawl=cancelled, user=user)
+    bobs = await sync_to_async(started_crawl)(other_user, seeds=["http://f.test/"])
+
+    listing, connected, _ = await connect("/ws/crawls/", user_client)
+    assert connected
+    rows = {row["id"]: row for row in await drain(listing, 0.5)}
+    assert set(rows) == {running.pk, draft.pk}  # not the cancelled one, not bob's
+    assert rows[running.pk]["state"] == "running" and rows[running.pk]["on_connect"] is True
+    assert rows[running.pk]["stats"] == {**dict.fromkeys(live.LIST_COUNTERS, 0),
+                                         "requests": 3, "queued": 3}  # fmt: skip
+    assert rows[draft.pk]["actions"] == ["start"]
+    full = await sync_to_async(live.snapshot)(running)
+    assert set(rows[running.pk]) == set(live.compact(full)) | {"on_connect"}
+    await listing.disconnect()
+
+    staffs, _, _ = await connect("/ws/crawls/", staff_client)
+    assert {row["id"] for row in await drain(staffs, 0.5)} == {running.pk, draft.pk, bobs.pk}
+    await staffs.disconnect()
+
+    # Capped, newest first.
+    monkeypatch.setattr(consumers, "LIST_SNAPSHOTS", 2)
+    capped, _, _ = await connect("/ws/crawls/", staff_client)
+    assert [row["id"] for row in await drain(capped, 0.5)] == [bobs.pk, draft.pk]
+    await capped.disconnect()
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_the_list_relays_a_crawl_only_to_its_owner_and_staff(
+    user, user_client, other_client, staff_client
+):
+    crawl = await sync_to_async(started_crawl)(user)
+    sockets = {}
+    for name, client in (("alice", user_client), ("bob", other_client), ("staff", staff_client)):
+        sockets[name], connected, _ = await connect("/ws/crawls/", client)
+        assert connected, name
+    on_connect = {name: await drain(ws, 0.5) for name, ws in sockets.items()}
+    assert on_connect["bob"] == []
+    await asyncio.sleep(0.3)  # the start's publish slot is free again
+    assert await sync_to_async(live.publish_crawl)(crawl.pk) is True
+    assert (await receive(sockets["alice"]))["id"] == crawl.pk
+    assert (await receive(sockets["staff"]))["id"] == crawl.pk
+    assert await drain(sockets["bob"], 1.0) == []
+    for ws in sockets.values():
+        await ws.disconnect()
+
+
+def _end_slices(crawl_id: int, *, threads: int, seconds: float) -> None:
+    """`threads` slices of one crawl ending over and over for `seconds`, as workers would."""
+
+    def slices() -> None:
+        deadline = time.monotonic() + seconds
+        try:
+            while time.monotonic() < deadline:
+                jobs.after_slice(crawl_id)
+                time.sleep(0.02)
+        finally:
+            connection.close()
+
+    running = [threading.Thread(target=slices) for _ in range(threads)]
+    for thread in running:
+        thread.start()
+    for thread in running:
+        thread.join()
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_slice_ends_are_throttled_and_the_last_counters_still_get_out(user, user_client):
+    crawl = await sync_to_async(started_crawl)(user)
+    page, _, _ = await connect(f"/ws/crawls/{crawl.pk}/", user_client)
+    await receive(page)
+    await drain(page, 0.3)
+    ending = asyncio.ensure_future(
+        sync_to_async(_end_slices, thread_sensitive=False)(crawl.pk, threads=6, seconds=1.5)
+    )
+    messages = await drain(page, 2.2)
+    await ending
+    # 1.5 s of slice ends, plus a trailing 250 ms: at most 4 a second, and never none.
+    assert 2 <= len(messages) <= 8, [m["at"] for m in messages]
+    gaps = [b["at"] - a["at"] for a, b in zip(messages, messages[1:], strict=False)]
+    assert min(gaps) > 0.2, gaps
+
+    # The slot is taken when a slice ends with new counters: they go out just after.
+    frontier = Frontier(crawl.pk)
+    await asyncio.sleep(0.3)
+    assert await sync_to_async(live.publish_crawl)(crawl.pk) is True
+    before = await receive(page)
+    [claimed] = await sync_to_async(frontier.claim)(1, lease_seconds=30)
+    await sync_to_async(frontier.complete)([Outcome(claimed, "done", status=200)])
+    await sync_to_async(jobs.after_slice)(crawl.pk)
+    last = await receive(page, timeout=1)
+    assert last["stats"]["responses"] == 1 and before["stats"]["responses"] == 0
+    await page.disconnect()
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_state_change_gets_through_a_taken_publish_slot(user, user_client):
+    crawl = await sync_to_async(started_crawl)(user)
+    page, _, _ = await connect(f"/ws/crawls/{crawl.pk}/", user_client)
+    await receive(page)
+    await drain(page, 0.3)
+    # Someone holds the slot for 10 s: slice ends and added seeds wait it out, then give up...
+    assert await sync_to_async(Frontier(crawl.pk).publish_slot)(10_000) is True
+    await sync_to_async(jobs.after_slice)(crawl.pk)
+    await sync_to_async(services.crawl_add_seeds)(crawl=crawl, urls=["http://g.test/"], user=user)
+    assert await drain(page, 0.5) == []
+    # ...a state change does not.
+    await sync_to_async(services.crawl_pause)(crawl=crawl, user=user)
+    paused = await receive(page, timeout=1)
+    assert paused["state"] in ("pausing", "paused") and paused["stats"]["requests"] == 4
+    await page.disconnect()
 
 
 @pytest.mark.django_db(transaction=True)

@@ -11,7 +11,8 @@
 
   function apply(snap) {
     const row = table && table.querySelector('tr[data-crawl="' + snap.id + '"]');
-    if (!row) { if (news) news.hidden = false; return; }
+    // The snapshots sent on connect cover crawls on other pages and filtered out too.
+    if (!row) { if (news && !snap.on_connect) news.hidden = false; return; }
     const stats = snap.stats || {};
     row.querySelectorAll("[data-counter]").forEach(function (cell) {
       cell.textContent = number(stats[cell.dataset.counter]);
