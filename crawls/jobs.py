@@ -51,11 +51,17 @@ def after_slice(crawl_id: int) -> None:
     crawl = Crawl.objects.filter(pk=crawl_id).select_related("channel").first()
     if crawl is None:
         return
+    changed = False
     if crawl.state == CrawlState.PAUSING:
-        services.settle_pause(crawl)
-    elif crawl.state == CrawlState.RUNNING and not services.crawl_finish_if_done(crawl_id):
-        services.enqueue_slices(crawl, count=1)
-    live.publish_crawl(crawl_id, force=True)
+        changed = services.settle_pause(crawl)
+    elif crawl.state == CrawlState.RUNNING:
+        changed = services.crawl_finish_if_done(crawl_id)
+        if not changed:
+            services.enqueue_slices(crawl, count=1)
+    if not changed:
+        # A state change announced itself, at once; the slice's last counters go through the
+        # throttle (slices end often on a big crawl), but do go out.
+        live.publish_crawl(crawl_id, trailing=True)
 
 
 def supervise() -> dict:

@@ -23,6 +23,9 @@ log = logging.getLogger(__name__)
 LIST_GROUP = "crawls"
 # At most this often per crawl, across every worker process (a Redis SET NX PX slot).
 PUBLISH_EVERY_MS = 250
+# A trailing publish polls for the slot this often, and waits this much past its expiry.
+TRAILING_POLL_SECONDS = 0.05
+TRAILING_MARGIN_SECONDS = 0.01
 # Pushed snapshots carry the last minute of the chart; the first one (connect, JSON) ten.
 PUSH_POINTS = 60
 RATE_WINDOW_SECONDS = 5
@@ -115,16 +118,22 @@ def compact(full: dict) -> dict:
     }
 
 
-def publish_crawl(crawl_id: int, *, force: bool = False) -> bool:
+def publish_crawl(crawl_id: int, *, force: bool = False, trailing: bool = False) -> bool:
     """Send the crawl's snapshot to its page group and a compact one to the list group.
 
     At most one every PUBLISH_EVERY_MS per crawl across all processes; force (a state change)
-    always sends and takes the slot. Never raises: a page missing a snapshot catches up with the
-    next one, and a slice must not fail for it. True when a snapshot went out.
+    always sends and takes the slot. trailing (the last counters of a slice or of an action)
+    makes sure they get out when the slot is taken: see _wait_for_slot. Never raises: a page
+    missing a snapshot catches up with the next one, and a slice must not fail for it. True
+    when a snapshot went out.
     """
     try:
         frontier = Frontier(crawl_id)
-        if not frontier.publish_slot(PUBLISH_EVERY_MS) and not force:
+        if not (
+            frontier.publish_slot(PUBLISH_EVERY_MS)
+            or force
+            or (trailing and _wait_for_slot(frontier))
+        ):
             return False
         crawl = Crawl.objects.filter(pk=crawl_id).first()
         if crawl is None:
@@ -136,6 +145,23 @@ def publish_crawl(crawl_id: int, *, force: bool = False) -> bool:
     except Exception:
         log.warning("publishing crawl %s failed", crawl_id, exc_info=True)
         return False
+
+
+def _wait_for_slot(frontier: Frontier) -> bool:
+    """Wait for the publish slot that was just refused; True when this caller got it.
+
+    False only once the refused slot has surely expired and another caller took the new one:
+    that caller reads its snapshot after ours would have been read, so it carries our counters.
+    Blocks for at most PUBLISH_EVERY_MS (plus a margin), in polls of TRAILING_POLL_SECONDS.
+    """
+    expired = time.monotonic() + PUBLISH_EVERY_MS / 1000 + TRAILING_MARGIN_SECONDS
+    while True:
+        time.sleep(TRAILING_POLL_SECONDS)
+        late = time.monotonic() > expired
+        if frontier.publish_slot(PUBLISH_EVERY_MS):
+            return True
+        if late:
+            return False
 
 
 async def _send(crawl_id: int, full: dict) -> None:

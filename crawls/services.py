@@ -139,11 +139,16 @@ def _frontier(crawl: Crawl) -> Frontier:
     return Frontier(crawl.pk)
 
 
-def _announce(crawl_id: int) -> None:
-    """Push a snapshot to the crawl's live pages once the change is committed."""
+def _announce(crawl_id: int, *, state_change: bool = True) -> None:
+    """Push a snapshot to the crawl's live pages once the change is committed: at once for a
+    state change; otherwise through the publish throttle, waiting at most its 250 ms when the
+    slot is taken so that the new counters still get out."""
     from crawls import live
 
-    transaction.on_commit(lambda: live.publish_crawl(crawl_id, force=True))
+    if state_change:
+        transaction.on_commit(lambda: live.publish_crawl(crawl_id, force=True))
+    else:
+        transaction.on_commit(lambda: live.publish_crawl(crawl_id, trailing=True))
 
 
 def enqueue_slices(crawl: Crawl, count: int | None = None) -> int:
@@ -247,7 +252,7 @@ def crawl_add_seeds(*, crawl: Crawl, urls: list[str] | str, user=None) -> tuple[
         crawl.seeds = crawl.seeds + new
         crawl.save(update_fields=["seeds"])
         _event(crawl, CrawlEvent.Kind.SEEDS_ADDED, user, f"{added} added, {repeats} already seen")
-        _announce(crawl.pk)
+        _announce(crawl.pk, state_change=False)
     return added, repeats
 
 
@@ -270,8 +275,9 @@ def crawl_retry_failed(*, crawl: Crawl, user=None, ids: list[int] | None = None)
     with transaction.atomic():
         FailedRequest.objects.filter(pk__in=[f.pk for f in failures]).delete()
         _event(crawl, CrawlEvent.Kind.RETRIED, user, f"{count} request(s)")
-        _announce(crawl.pk)
-        if crawl.state in (CrawlState.FINISHED, CrawlState.FAILED):
+        restart = crawl.state in (CrawlState.FINISHED, CrawlState.FAILED)
+        _announce(crawl.pk, state_change=restart)
+        if restart:
             frontier.set_state("running")
             crawl.state = CrawlState.RUNNING
             crawl.finished_at = None
