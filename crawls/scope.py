@@ -155,8 +155,21 @@ def validate_url(url: str, field: str = "url") -> str:
     url = url.strip()
     if not is_http_url(url):
         shown = url if len(url) <= 200 else url[:200] + "..."
+        if len(url) > MAX_URL_LENGTH:
+            raise ValueError(
+                f"{field}: {shown!r} is longer than {MAX_URL_LENGTH} characters ({len(url)})"
+            )
         raise ValueError(f"{field}: {shown!r} is not an http(s) URL")
     return url
+
+
+def url_problem(url: str) -> str:
+    """Why a crawl cannot fetch `url`, in a few words; "" when it can."""
+    if is_http_url(url):
+        return ""
+    if len(url) > MAX_URL_LENGTH:
+        return f"URL longer than {MAX_URL_LENGTH} characters ({len(url)})"
+    return "not an http(s) URL"
 
 
 def is_http_url(url: str) -> bool:

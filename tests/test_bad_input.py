@@ -317,7 +317,9 @@ def test_a_10000_character_link_is_recorded_with_a_clear_error(crawl_with):
     crawl, hub = crawl_with(long_path)
     assert_nothing_lost(crawl, hub)
     row = crawl.pages.get(url=hub.url + long_path)
-    assert row.error.startswith("not an http(s) URL: 'http://127.0.0.1")
+    assert row.error.startswith(
+        f"URL longer than 8000 characters ({len(hub.url + long_path)}): 'http://127.0.0.1"
+    )
     assert row.status is None and len(row.error) < 300
 
 
@@ -397,7 +399,8 @@ def crawl_form_errors(client, **overrides) -> dict:
         ({"seeds": "http://example.com/\n\njavascript:alert(1)"}, "seeds",
          "line 3: 'javascript:alert(1)' is not an http(s) URL"),
         ({"seeds": "http://example.com/" + "a" * 10_000}, "seeds",
-         "line 1: 'http://example.com/" + "a" * 181 + "...' is not an http(s) URL"),
+         "line 1: 'http://example.com/" + "a" * 181 + "...' is longer than 8000 characters "
+         "(10019)"),
         ({"seeds": "http://exa mple.com/"}, "seeds",
          "line 1: 'http://exa mple.com/' is not an http(s) URL"),
         ({"seeds": "http://[::1/"}, "seeds", "line 1: 'http://[::1/' is not an http(s) URL"),
@@ -538,7 +541,7 @@ def test_the_cli_reports_bad_proxy_lines_with_numbers(tmp_path):
         (["create", "--name", "x", "--seed", "nope"],
          "invalid crawl:\n  seeds: line 1: 'nope' is not an http(s) URL"),
         (["create", "--name", "x", "--seed", "http://e.com/", "--include", "(("],
-         "invalid crawl:\n  include_patterns: include_patterns: line 1: '((' is not a valid "
+         "invalid crawl:\n  include_patterns: line 1: '((' is not a valid "
          "regular expression: missing ), unterminated subpattern at position 1"),
         (["create", "--name", "x", "--seed", "http://e.com/", "--max-pages", "0"],
          "invalid crawl:\n  max_pages: Ensure this value is greater than or equal to 1."),

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from crawls.scope import Scope, ScopeError, compile_patterns, validate_url
+from crawls.scope import Scope, ScopeError, compile_patterns, url_problem, validate_url
 
 
 def scope(
@@ -184,4 +184,13 @@ def test_validate_url_rejects_very_long_urls_with_a_short_message():
         validate_url(url)
     message = str(info.value)
     assert message.startswith("url: 'https://example.com/aaa") and len(message) < 300
+    assert message.endswith("...' is longer than 8000 characters (8020)")
     assert validate_url(url[:8000]) == url[:8000]
+
+
+def test_url_problem_says_why_a_url_cannot_be_fetched():
+    assert url_problem("https://example.com/") == ""
+    assert url_problem("ftp://example.com/") == "not an http(s) URL"
+    too_long = "https://example.com/" + "a" * 9980
+    assert url_problem(too_long) == "URL longer than 8000 characters (10000)"
+    assert url_problem(too_long[:8000]) == ""

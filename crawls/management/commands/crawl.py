@@ -75,7 +75,12 @@ class Command(BaseCommand):
         try:
             handler(**options)
         except ValidationError as exc:
-            lines = [f"{field}: {msg}" for field, msgs in exc.message_dict.items() for msg in msgs]
+            lines = [
+                # Some messages already start with their field ("include_patterns: line 1: ...").
+                msg if msg.startswith(f"{field}: ") else f"{field}: {msg}"
+                for field, msgs in exc.message_dict.items()
+                for msg in msgs
+            ]
             raise CommandError("invalid crawl:\n  " + "\n  ".join(lines)) from None
         except services.CrawlActionError as exc:
             raise CommandError(str(exc)) from None
