@@ -11,7 +11,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from crawlhub.access import visible_crawls
-from crawls import live, services
+from crawls import live, netguard, services
 from crawls.forms import CrawlForm
 from crawls.models import Channel, Crawl, CrawlState
 
@@ -33,6 +33,7 @@ def crawl_list(request: HttpRequest) -> HttpResponse:
     stats = services.crawls_stats_safe(list(page))
     rows = [(crawl, stats[crawl.pk]) for crawl in page]
     filters = urlencode({k: v for k, v in (("state", state), ("channel", channel)) if v})
+    no_crawls = not rows and not (state or channel) and not visible_crawls(request.user).exists()
     return render(
         request,
         "crawls/crawl_list.html",
@@ -45,22 +46,40 @@ def crawl_list(request: HttpRequest) -> HttpResponse:
             "state": state,
             "channel": channel,
             "filters": filters,
-            "no_crawls": not rows
-            and not (state or channel)
-            and not visible_crawls(request.user).exists(),
-            "demo": not settings.CRAWLHUB_BLOCK_PRIVATE_NETWORKS,
+            "no_crawls": no_crawls,
+            "demo_refused": _demo_refused(request) if no_crawls else "",
             "demo_pages": DEMO_PAGES,
         },
     )
+
+
+def _demo_refused(request: HttpRequest) -> str:
+    """Why the private-network guard would refuse the demo's seed here; "" when it would not.
+
+    The demo crawls the sample site at this server's own URL, so behind a public name (the
+    usual production setup) the guard lets it through like any public site. Served on a
+    private or loopback address, it is refused, and no exemption is made for "our own origin":
+    that origin comes from the Host header (checked only against ALLOWED_HOSTS, which may be
+    "*"), and the workers check every URL and redirect again with nothing to tell a demo's
+    fetch from another crawl's, so an exemption would be a hole for any crawl of that origin.
+    """
+    if not settings.CRAWLHUB_BLOCK_PRIVATE_NETWORKS:
+        return ""
+    try:
+        netguard.check_url(request.build_absolute_uri("/sample/"))
+    except netguard.BlockedAddress as exc:
+        return str(exc)
+    return ""
 
 
 @require_POST
 def crawl_demo(request: HttpRequest) -> HttpResponse:
     """Create and start a crawl of the sample site crawlhub serves itself under /sample/."""
     seed = request.build_absolute_uri("/sample/")
-    if settings.CRAWLHUB_BLOCK_PRIVATE_NETWORKS:
-        messages.error(request, "The demo crawls this server, and crawls of private networks "
-                       "are refused here (CRAWLHUB_BLOCK_PRIVATE_NETWORKS).")  # fmt: skip
+    refused = _demo_refused(request)
+    if refused:
+        messages.error(request, f"The demo crawls this server's own sample site, {seed}, and "
+                       f"the private-network guard refuses it: {refused}.")  # fmt: skip
         return redirect("crawl_list")
     try:
         crawl = services.crawl_create(

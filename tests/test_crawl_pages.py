@@ -12,7 +12,7 @@ from w3lib.url import canonicalize_url
 
 from crawls import live, services
 from crawls.frontier import Frontier
-from crawls.models import Channel, Crawl, CrawlState
+from crawls.models import Channel, Crawl, CrawlEvent, CrawlState
 from crawls.sample_site import SampleSite
 from tests.crawling import drive, sample_handler
 
@@ -169,6 +169,75 @@ def test_an_action_asked_for_json_answers_with_the_new_snapshot(user, user_clien
     assert back["Location"] == f"/crawls/{crawl.pk}/"
 
 
+def test_the_live_page_links_the_exports(user, user_client):
+    crawl = create(user)
+    page = lxml.html.fromstring(user_client.get(f"/crawls/{crawl.pk}/").content)
+    hrefs = page.xpath('//section[@id="data"]//a/@href')
+    assert hrefs == [f"/crawls/{crawl.pk}/export.jsonl", f"/crawls/{crawl.pk}/export.csv"]
+    kept = create(user, name="bodies", keep_bodies=True)
+    page = lxml.html.fromstring(user_client.get(f"/crawls/{kept.pk}/").content)
+    assert page.xpath('//section[@id="data"]//a/@href')[-1] == f"/crawls/{kept.pk}/export.warc"
+    assert user_client.get(f"/crawls/{kept.pk}/export.csv").status_code == 200
+
+
+def test_one_failure_is_retried_from_the_live_page(user, user_client, make_site):
+    from tests.sites import Response
+
+    def handler(request):
+        if request.path == "/":
+            return Response(body='<a href="/a">a</a><a href="/b">b</a>')
+        return Response(status=503, body="down")
+
+    site = make_site(handler)
+    crawl = create(user, seeds=[site.url + "/"], obey_robots=False, max_retries=0)
+    services.crawl_start(crawl=crawl, user=user)
+    drive(crawl)
+    assert crawl.state == CrawlState.FINISHED and crawl.failures.count() == 2
+    # The Retry button of /a's row, as the page renders it.
+    page = lxml.html.fromstring(user_client.get(f"/crawls/{crawl.pk}/").content)
+    [button] = page.xpath(f'//button[@aria-label="Retry {site.url}/a"]')
+    form = button.getparent()
+    data = dict(form.form_values())
+    assert form.get("action") == f"/crawls/{crawl.pk}/retry-failed/"
+    assert data["id"] == str(crawl.failures.get(url=site.url + "/a").pk)
+
+    response = user_client.post(form.get("action"), data, HTTP_ACCEPT="application/json")
+    answer = response.json()
+    assert answer == {**answer, "ok": True, "message": "1 request(s) back in the queue."}
+    assert answer["snapshot"]["state"] == "running" and answer["snapshot"]["stats"]["queued"] == 1
+    assert list(crawl.failures.values_list("url", flat=True)) == [site.url + "/b"]
+    crawl.refresh_from_db()
+    assert crawl.state == CrawlState.RUNNING and crawl.finished_at is None
+    event = crawl.events.get(kind=CrawlEvent.Kind.RETRIED)
+    assert event.user == user and event.detail == "1 request(s)"
+    stats = Frontier(crawl.pk).stats()
+    assert (stats["failed"], stats["errors"], stats["queued"]) == (1, 1, 1)
+    # Only /a is fetched again (and fails again); /b waits in the failure queue.
+    drive(crawl)
+    assert crawl.state == CrawlState.FINISHED and crawl.stats["failed"] == 2
+    assert crawl.stats["requests"] == 3 and crawl.stats["responses"] == 1
+    failed = sorted(crawl.failures.values_list("url", flat=True))
+    assert failed == [site.url + "/a", site.url + "/b"]
+
+
+def test_seeds_added_on_the_live_page_reach_the_frontier_and_the_audit_trail(user, user_client):
+    crawl = create(user, seeds=["http://a.test/"])
+    services.crawl_start(crawl=crawl, user=user)
+    page = lxml.html.fromstring(user_client.get(f"/crawls/{crawl.pk}/").content)
+    [form] = page.xpath('//section[@id="add-seeds"]//form')
+    data = {**dict(form.form_values()), "urls": " http://b.test/new \n\nhttp://a.test/\n"}
+    response = user_client.post(form.get("action"), data, follow=True)
+    assert response.redirect_chain == [(f"/crawls/{crawl.pk}/", 302)]
+    html = response.content.decode()
+    assert "Seeds added: 1 new, 1 already seen." in html
+    assert "Seeds Added by alice — 1 added, 1 already seen" in html.split('id="h-audit"')[1]
+    crawl.refresh_from_db()
+    assert crawl.seeds == ["http://a.test/", "http://b.test/new"]
+    stats = Frontier(crawl.pk).stats()
+    assert stats["requests"] == 2 and stats["queued"] == 2 and stats["repeats"] == 1
+    assert Frontier(crawl.pk).host_queue() == {"a.test": 1, "b.test": 1}
+
+
 # The demo crawl and the sample site
 
 
@@ -179,6 +248,33 @@ def test_the_demo_button_creates_and_starts_a_crawl_of_the_served_sample(user_cl
     assert crawl.state == CrawlState.RUNNING
     assert crawl.seeds == ["http://testserver/sample/"]
     assert Frontier(crawl.pk).stats()["requests"] == 1
+
+
+def test_with_the_guard_on_the_demo_runs_when_this_server_has_a_public_address(
+    user_client, settings
+):
+    settings.CRAWLHUB_BLOCK_PRIVATE_NETWORKS = True
+    settings.ALLOWED_HOSTS = ["93.184.215.14", "127.0.0.1"]
+    public = {"HTTP_HOST": "93.184.215.14"}
+    assert "Try a demo crawl" in user_client.get("/", **public).content.decode()
+    response = user_client.post("/crawls/demo/", **public)
+    crawl = Crawl.objects.get()
+    assert response["Location"] == f"/crawls/{crawl.pk}/"
+    assert crawl.state == CrawlState.RUNNING and crawl.seeds == ["http://93.184.215.14/sample/"]
+
+
+def test_with_the_guard_on_the_demo_is_refused_on_a_loopback_address(user_client, settings):
+    settings.CRAWLHUB_BLOCK_PRIVATE_NETWORKS = True
+    settings.ALLOWED_HOSTS = ["127.0.0.1"]
+    page = user_client.get("/", HTTP_HOST="127.0.0.1").content.decode()
+    assert "Try a demo crawl" not in page and 'action="/crawls/demo/"' not in page
+    assert "127.0.0.1 is a loopback address (CRAWLHUB_BLOCK_PRIVATE_NETWORKS)" in page
+    # Posting anyway creates nothing, and says why.
+    response = user_client.post("/crawls/demo/", HTTP_HOST="127.0.0.1", follow=True)
+    assert response.redirect_chain == [("/", 302)] and Crawl.objects.count() == 0
+    assert ("The demo crawls this server&#x27;s own sample site, http://127.0.0.1/sample/, and "
+            "the private-network guard refuses it: 127.0.0.1 is a loopback address"
+            ) in response.content.decode()  # fmt: skip
 
 
 def test_the_sample_site_is_served_under_sample_without_login(client):
