@@ -44,6 +44,7 @@ class CrawlListConsumer(LoginRequiredConsumer):
 
     async def on_accepted(self) -> None:
         await self.channel_layer.group_add(live.LIST_GROUP, self.channel_name)
+        self.joined = True
         for row in await database_sync_to_async(_list_snapshots)(self.scope["user"]):
             await self.send_json(row)
 
@@ -53,7 +54,8 @@ class CrawlListConsumer(LoginRequiredConsumer):
             await self.send_json(event)
 
     async def disconnect(self, code: int) -> None:
-        await self.channel_layer.group_discard(live.LIST_GROUP, self.channel_name)
+        if getattr(self, "joined", False):  # not for a socket refused at connect
+            await self.channel_layer.group_discard(live.LIST_GROUP, self.channel_name)
 
 
 def _first_snapshot(crawl_id: int, user) -> dict | None:

@@ -42,8 +42,13 @@
       if (!data[0].length) return;
       chart = new window.uPlot({
         width: Math.max(200, box.clientWidth), height: 220, legend: { show: false },
-        // At least a minute wide, so two points a second apart do not fill the chart.
-        scales: { x: { time: true, range: function (u, min, max) { return [Math.min(min, max - 60), max]; } },
+        // At least a minute wide, so two points a second apart do not fill the chart. Taken
+        // from the data itself: with a single point uPlot's own min/max span years.
+        scales: { x: { time: true, range: function (u, min, max) {
+          const xs = (u.data && u.data[0]) || [];
+          if (xs.length) { min = xs[0]; max = xs[xs.length - 1]; }
+          return [Math.min(min, max - 60), max];
+        } },
           y: { range: function (u, min, max) { return [0, Math.max(1, max * 1.1)]; } } },
         series: [{}, { label: "pages/s", stroke: "#2357d9", width: 2, fill: "rgba(35,87,217,.12)",
           spanGaps: false, points: { show: false } }],
