@@ -15,24 +15,16 @@ import requests
 
 from crawlhub.management.commands.up import child_env, ensure_admin, served_url
 from tests.conftest import free_port
+from tests.crawling import children
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def descendants(pid: int) -> set[int]:
-    """Every live process below pid, found through /proc."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            ppid = int(stat.rsplit(")", 1)[1].split()[1])
-            children.setdefault(ppid, []).append(int(entry))
+    """Every live process below pid."""
     found, todo = set(), [pid]
     while todo:
-        for child in children.get(todo.pop(), []):
+        for child in children(todo.pop()):
             found.add(child)
             todo.append(child)
     return found
@@ -56,16 +48,7 @@ def get_json(url: str) -> tuple[int, dict]:
 
 def child_pids(pid: int) -> list[int]:
     """The live processes whose parent is pid."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid and alive(int(entry)):
-                found.append(int(entry))
-    return found
+    return [child for child in children(pid) if alive(child)]
 
 
 def command_line(pid: int) -> list[str]:
