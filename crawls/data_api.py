@@ -3,10 +3,9 @@ parse input and call crawls/schedules.py and crawls/webhooks.py, like the pages 
 
 from __future__ import annotations
 
-from django.core.exceptions import PermissionDenied
-from django.db.models import Count, QuerySet
+from django.db.models import QuerySet
 from drf_spectacular.utils import extend_schema, extend_schema_field, extend_schema_view
-from rest_framework import mixins, serializers, status, viewsets
+from rest_framework import serializers, status, viewsets
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -107,17 +106,11 @@ class ScheduleUpdateSerializer(serializers.Serializer):
                                  responses=ScheduleDetailSerializer),
     destroy=extend_schema(summary="Delete a schedule; the crawls it started are kept"),
 )  # fmt: skip
-class ScheduleViewSet(
-    mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
-    mixins.UpdateModelMixin, mixins.DestroyModelMixin, viewsets.GenericViewSet,
-):  # fmt: skip
-    serializer_class = ScheduleSerializer
+class ScheduleViewSet(viewsets.ModelViewSet):
     lookup_value_regex = r"\d+"
 
     def get_queryset(self) -> QuerySet[CrawlSchedule]:
-        visible = schedules.schedules_visible_to(self.request.user)
-        # An aggregate drops Meta.ordering; pages need an order.
-        return visible.annotate(run_count=Count("runs")).order_by("next_run_at", "id")
+        return schedules.schedules_listed(self.request.user)
 
     def get_serializer_class(self):
         return ScheduleSerializer if self.action == "list" else ScheduleDetailSerializer
@@ -223,11 +216,6 @@ class WebhookUpdateSerializer(serializers.Serializer):
     active = serializers.BooleanField()
 
 
-def _check_can_change(user, webhook: Webhook) -> None:
-    if not webhooks.can_change(user, webhook):
-        raise PermissionDenied("Only staff change a channel's webhooks.")
-
-
 @extend_schema_view(
     list=extend_schema(summary="Webhooks of your crawls, and every channel's (staff: all)"),
     retrieve=extend_schema(summary="A webhook and its latest deliveries"),
@@ -243,14 +231,10 @@ def _check_can_change(user, webhook: Webhook) -> None:
                                  responses=WebhookDetailSerializer),
     destroy=extend_schema(summary="Delete a webhook and its delivery log"),
 )  # fmt: skip
-class WebhookViewSet(
-    mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
-    mixins.UpdateModelMixin, mixins.DestroyModelMixin, viewsets.GenericViewSet,
-):  # fmt: skip
+class WebhookViewSet(viewsets.ModelViewSet):
     """Users see their crawls' webhooks and every channel's; channel webhooks are staff's to
     change (403), like on the pages."""
 
-    serializer_class = WebhookSerializer
     lookup_value_regex = r"\d+"
 
     def get_queryset(self) -> QuerySet[Webhook]:
@@ -262,19 +246,18 @@ class WebhookViewSet(
     def create(self, request: Request, *args, **kwargs) -> Response:
         body = WebhookCreateSerializer(data=request.data, context=self.get_serializer_context())
         body.is_valid(raise_exception=True)
-        webhook, secret = webhooks.webhook_create(user=request.user, **body.validated_data)
+        webhook, _ = webhooks.webhook_create(user=request.user, **body.validated_data)
         # The only answer with the secret in it.
-        data = {**NewWebhookSerializer(webhook).data, "secret": secret}
-        return Response(data, status=status.HTTP_201_CREATED)
+        return Response(NewWebhookSerializer(webhook).data, status=status.HTTP_201_CREATED)
 
     def update(self, request: Request, *args, partial: bool = False, **kwargs) -> Response:
         webhook = self.get_object()
-        _check_can_change(request.user, webhook)
+        webhooks.check_can_change(request.user, webhook)
         body = WebhookUpdateSerializer(data=request.data, partial=partial)
         body.is_valid(raise_exception=True)
         webhooks.webhook_update(webhook=webhook, **body.validated_data)
         return Response(WebhookDetailSerializer(webhook).data)
 
     def perform_destroy(self, instance: Webhook) -> None:
-        _check_can_change(self.request.user, instance)
+        webhooks.check_can_change(self.request.user, instance)
         webhooks.webhook_delete(webhook=instance)

@@ -5,9 +5,8 @@ from __future__ import annotations
 from django import forms
 from django.conf import settings
 from django.contrib import messages
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.exceptions import ValidationError
 from django.core.handlers.asgi import ASGIRequest
-from django.db.models import Count
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 
@@ -65,9 +64,7 @@ def _form_errors(form: forms.Form, exc: ValidationError) -> None:
 def schedule_list(request: HttpRequest) -> HttpResponse:
     return render(request, "crawls/schedule_list.html", {
         "nav": "schedules", "time_zone": settings.TIME_ZONE,
-        "schedules": schedules.schedules_visible_to(request.user).annotate(
-            run_count=Count("runs")
-        ),
+        "schedules": schedules.schedules_listed(request.user),
     })  # fmt: skip
 
 
@@ -179,11 +176,10 @@ def _webhook_page(request: HttpRequest, webhook: Webhook, secret: str = "") -> H
 def webhook_detail(request: HttpRequest, pk: int) -> HttpResponse:
     webhook = get_object_or_404(webhooks.webhooks_visible_to(request.user), pk=pk)
     if request.method == "POST":
-        if not webhooks.can_change(request.user, webhook):
-            raise PermissionDenied("Only staff change a channel's webhooks.")
+        webhooks.check_can_change(request.user, webhook)
         action = request.POST.get("action")
         if action in ("enable", "disable"):
-            webhooks.webhook_set_active(webhook=webhook, active=action == "enable")
+            webhooks.webhook_update(webhook=webhook, active=action == "enable")
             messages.success(request, f"Webhook {action}d.")
         elif action == "delete":
             webhooks.webhook_delete(webhook=webhook)

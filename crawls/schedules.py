@@ -17,6 +17,7 @@ from croniter import croniter
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import close_old_connections, transaction
+from django.db.models import Count, F
 from django.utils import timezone
 
 from crawlhub.access import visible_crawls
@@ -64,6 +65,16 @@ def schedules_visible_to(user):
     """The schedules of the crawls this user may see (staff: all); any other answers 404."""
     return CrawlSchedule.objects.select_related("template", "created_by").filter(
         template__in=visible_crawls(user)
+    )
+
+
+def schedules_listed(user):
+    """The schedules this user may see with their run counts, soonest run first (an aggregate
+    drops Meta.ordering, so the order is given here)."""
+    return (
+        schedules_visible_to(user)
+        .annotate(run_count=Count("runs"))
+        .order_by(F("next_run_at").asc(nulls_last=True), "id")
     )
 
 

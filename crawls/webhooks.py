@@ -149,9 +149,10 @@ def can_change(user, webhook: Webhook) -> bool:
     return webhook.crawl_id is not None and webhook.crawl.created_by_id == user.pk
 
 
-def webhook_set_active(*, webhook: Webhook, active: bool) -> None:
-    webhook.active = active
-    webhook.save(update_fields=["active"])
+def check_can_change(user, webhook: Webhook) -> None:
+    """PermissionDenied unless the user may change the webhook (the pages and the API)."""
+    if not can_change(user, webhook):
+        raise PermissionDenied("Only staff change a channel's webhooks.")
 
 
 def webhook_update(

@@ -154,7 +154,7 @@ def test_a_finished_crawl_notifies_its_channels_webhooks_that_want_it(
     inactive, _ = webhooks.webhook_create(
         user=user, url=receiver.url, events=["finished"], crawl=crawl
     )
-    webhooks.webhook_set_active(webhook=inactive, active=False)
+    webhooks.webhook_update(webhook=inactive, active=False)
     services.crawl_start(crawl=crawl, user=user)
     with django_capture_on_commit_callbacks(execute=True):
         crawl = drive(crawl)
