@@ -25,9 +25,7 @@ def healthz(request: HttpRequest) -> JsonResponse:
 def workers_page(request: HttpRequest) -> HttpResponse:
     """Live workers, queue lengths and failed jobs. A failed job's description and error name
     other people's crawls, URLs and tracebacks: staff only; everyone else sees the counts."""
-    overview = workers.overview()
-    if not request.user.is_staff:
-        overview["failed"] = []
+    overview = workers.overview(with_failed=request.user.is_staff)
     failed_count = sum(queue["failed"] for queue in overview["queues"])
     return render(
         request, "crawlhub/workers.html",

@@ -9,14 +9,16 @@ from crawlhub.connections import get_redis
 FAILED_JOBS_SHOWN = 20
 
 
-def overview() -> dict:
+def overview(*, with_failed: bool) -> dict:
+    """Workers and queues; the latest failed jobs too when with_failed (staff: they name other
+    people's crawls, URLs and tracebacks)."""
     try:
-        return _overview()
+        return _overview(with_failed)
     except Exception as exc:  # the page says Redis is away instead of failing
         return {"error": f"{type(exc).__name__}: {exc}", "workers": [], "queues": [], "failed": []}
 
 
-def _overview() -> dict:
+def _overview(with_failed: bool) -> dict:
     conn = get_redis()
     workers = []
     for worker in sorted(Worker.all(connection=conn), key=lambda w: w.name):
@@ -47,6 +49,8 @@ def _overview() -> dict:
                 "failed": failed_registry.count,
             }
         )
+        if not with_failed:
+            continue
         for job_id in failed_registry.get_job_ids(0, FAILED_JOBS_SHOWN - 1):
             job = queue.fetch_job(job_id)
             if job is not None:
