@@ -1,6 +1,8 @@
 from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
+from django.urls import reverse
+from django.utils.html import format_html
 
 from crawls import schedules, services, webhooks
 from crawls.models import (
@@ -146,6 +148,7 @@ class CrawlScheduleAdmin(admin.ModelAdmin):
     form = ScheduleAdminForm
 
     list_display = ["id", "template", "cron", "enabled", "next_run_at", "last_run_at", "created_by"]
+    list_select_related = ["template", "created_by"]
     list_filter = ["enabled"]
     search_fields = ["template__name", "cron"]
     fields = ["template", "cron", "enabled", "next_run_at", "last_run_at", "last_error",
@@ -163,19 +166,6 @@ class CrawlScheduleAdmin(admin.ModelAdmin):
         schedules.schedule_delete(schedule=obj)
 
 
-class DeliveryInline(admin.TabularInline):
-    model = WebhookDelivery
-    extra = 0
-    can_delete = False
-    fields = ["event", "crawl", "status", "attempts", "response_status", "error", "created_at"]
-    readonly_fields = fields
-    ordering = ["-created_at"]
-    show_change_link = True
-
-    def has_add_permission(self, request, obj=None) -> bool:
-        return False
-
-
 @admin.register(Webhook)
 class WebhookAdmin(admin.ModelAdmin):
     """Made on the Webhooks page or the API, where the secret is shown once; never here."""
@@ -183,9 +173,18 @@ class WebhookAdmin(admin.ModelAdmin):
     list_display = ["id", "url", "channel", "crawl", "events", "active", "created_by"]
     list_filter = ["active", "channel"]
     search_fields = ["url"]
-    fields = ["channel", "crawl", "url", "events", "active", "created_by", "created_at"]
-    readonly_fields = ["channel", "crawl", "url", "events", "created_by", "created_at"]
-    inlines = [DeliveryInline]
+    list_select_related = ["channel", "crawl", "created_by"]
+    fields = ["channel", "crawl", "url", "events", "active", "created_by", "created_at",
+              "deliveries"]  # fmt: skip
+    readonly_fields = ["channel", "crawl", "url", "events", "created_by", "created_at",
+                       "deliveries"]  # fmt: skip
+
+    @admin.display(description="Deliveries")
+    def deliveries(self, obj: Webhook) -> str:
+        """A link to its deliveries' list: a channel's webhook gathers one per crawl, for ever,
+        too many to show inline."""
+        url = reverse("admin:crawls_webhookdelivery_changelist") + f"?webhook__id__exact={obj.pk}"
+        return format_html('<a href="{}">{} deliveries</a>', url, obj.deliveries.count())
 
     def has_add_permission(self, request) -> bool:
         return False
@@ -203,7 +202,7 @@ class WebhookDeliveryAdmin(admin.ModelAdmin):
 
     list_display = ["id", "webhook", "event", "crawl", "status", "attempts", "response_status",
                     "created_at", "delivered_at"]  # fmt: skip
-    list_filter = ["status", "event"]
+    list_filter = ["status", "event", "webhook"]
     search_fields = ["webhook__url"]
     list_select_related = ["webhook", "crawl"]
 
