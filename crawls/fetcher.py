@@ -29,7 +29,7 @@ from requests.structures import CaseInsensitiveDict
 
 from crawls import links
 from crawls.netguard import BlockedAddress
-from crawls.scope import is_http_url, url_problem
+from crawls.scope import url_problem
 from crawls.useragents import pick_user_agent
 
 ACCEPT = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
@@ -194,8 +194,8 @@ class Fetcher:
         self, url: str, result: FetchResult, proxy: str | None, deadline: float
     ) -> requests.Response:
         """The final response (body unread), recording each redirect in `result`."""
-        if not is_http_url(url):
-            raise FetchError(f"{url_problem(url)}: {url[:200]!r}", "invalid")
+        if problem := url_problem(url):
+            raise FetchError(f"{problem}: {url[:200]!r}", "invalid")
         current = url
         while True:
             try:

@@ -21,6 +21,7 @@ from django.utils import timezone
 
 from crawls import netguard
 from crawls.fetcher import Fetcher
+from crawls.scope import url_problem
 from proxies import importer, pool
 from proxies.models import Proxy, ProxyEvent, ProxyState, pool_key
 
@@ -113,6 +114,8 @@ def fetch_list(*, url: str) -> str:
     shown = shown_url(url)
     if not url.startswith(("http://", "https://")):
         raise ImportFailed("the list URL must start with http:// or https://")
+    if problem := url_problem(url):  # before the fetcher, whose error would repeat the URL
+        raise ImportFailed(f"could not fetch {shown}: {problem}")
     guard = netguard.check_url if settings.CRAWLHUB_BLOCK_PRIVATE_NETWORKS else None
     with Fetcher(
         timeout=FETCH_TIMEOUT, total_timeout=FETCH_DEADLINE, max_bytes=MAX_LIST_BYTES,

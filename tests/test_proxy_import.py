@@ -235,6 +235,15 @@ def test_no_password_appears_in_the_cli_report(tmp_path):
         assert_no_secret(out.getvalue() + err.getvalue(), f"the CLI report ({attempt})")
 
 
+def test_a_bad_list_url_is_refused_without_its_password():
+    for url in ("http://user:s3cret@h.example:99999/x", "http://user:s3cret@h.example/a b"):
+        with pytest.raises(CommandError) as refused:
+            call_command("proxies", "import", url)
+        assert "could not fetch http://user:****@h.example" in str(refused.value)
+        assert "not an http(s) URL" in str(refused.value)
+        assert "s3cret" not in str(refused.value)
+
+
 def test_no_password_appears_in_the_api_report(client, staff):
     from tests.test_api import bearer, post
 
