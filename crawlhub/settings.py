@@ -145,8 +145,16 @@ def _publish_secret_key(path: Path) -> None:
             f.write(secrets.token_urlsafe(50))
             f.flush()
             os.fsync(f.fileno())
-        with contextlib.suppress(FileExistsError):  # another process published first
+        try:
             os.link(tmp, path)
+        except FileExistsError:
+            pass  # another process published first
+        except OSError:
+            # A filesystem without hard links: create the final name exclusively instead.
+            with contextlib.suppress(FileExistsError):
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(fd, "w") as f:
+                    f.write(Path(tmp).read_text())
     finally:
         os.unlink(tmp)
 
