@@ -38,10 +38,11 @@ class BulkInsert:
             return
         connection = connections[self.using]
         with transaction.atomic(using=self.using, savepoint=False), connection.cursor() as cur:
-            cur.executemany(self._sql(connection.vendor), rows)
+            cur.executemany(self._sql, rows)
 
-    @functools.cache  # noqa: B019 - one per model and database vendor, kept for the process
-    def _sql(self, vendor: str) -> str:
+    @functools.cached_property
+    def _sql(self) -> str:
+        """The INSERT, built once per BulkInsert (its database is fixed)."""
         ops = connections[self.using].ops
         columns = ", ".join(ops.quote_name(field.column) for field in self.fields)
         values = ", ".join(["%s"] * len(self.fields))
