@@ -7,11 +7,10 @@ from channels.db import database_sync_to_async
 from crawlhub.access import visible_crawls
 from crawlhub.consumers import LoginRequiredConsumer
 from crawls import live
-from crawls.models import CrawlState
+from crawls.models import OVER_STATES
 
 # The list page gets the snapshots of at most this many crawls on connect (newest first).
 LIST_SNAPSHOTS = 50
-OVER = (CrawlState.FINISHED, CrawlState.CANCELLED, CrawlState.FAILED)
 
 
 class CrawlConsumer(LoginRequiredConsumer):
@@ -67,7 +66,7 @@ def _first_snapshot(crawl_id: int, user) -> dict | None:
 def _list_snapshots(user) -> list[dict]:
     """The list page's rows, on connect, of the newest crawls this user may see that can still
     change; marked on_connect, so the page does not take a row it lacks for news."""
-    crawls = visible_crawls(user).exclude(state__in=OVER).order_by("-pk")[:LIST_SNAPSHOTS]
+    crawls = visible_crawls(user).exclude(state__in=OVER_STATES).order_by("-pk")[:LIST_SNAPSHOTS]
     # Enough of the series for the rate.
     points = live.RATE_WINDOW_SECONDS + 1
     return [{**live.compact(live.snapshot(c, points=points)), "on_connect": True} for c in crawls]

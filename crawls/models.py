@@ -71,6 +71,9 @@ class CrawlState(models.TextChoices):
     FAILED = "failed", "Failed"
 
 
+# A crawl in one of these has ended for good: nothing changes it any more.
+OVER_STATES = (CrawlState.FINISHED, CrawlState.CANCELLED, CrawlState.FAILED)
+
 # Counters kept in Redis while a crawl runs and copied here when it ends.
 COUNTERS = (
     "requests", "responses", "repeats", "errors", "retries", "failed", "bytes",
@@ -169,7 +172,7 @@ class Crawl(models.Model):
         return self.state in (CrawlState.DRAFT, CrawlState.RUNNING, CrawlState.PAUSED)
 
     def is_over(self) -> bool:
-        return self.state in (CrawlState.FINISHED, CrawlState.CANCELLED, CrawlState.FAILED)
+        return self.state in OVER_STATES
 
 
 class Page(models.Model):

@@ -14,8 +14,6 @@ from django.utils import timezone
 from crawls import exports, services
 from crawls.models import Channel, Crawl, CrawlState
 
-DONE_STATES = (CrawlState.FINISHED, CrawlState.CANCELLED, CrawlState.FAILED)
-
 
 def _add_create_options(parser: ArgumentParser) -> None:
     parser.add_argument("--name", required=True)
@@ -192,7 +190,7 @@ class Command(BaseCommand):
         deadline = time.monotonic() + timeout if timeout else None
         while True:
             crawl = self._crawl(id)
-            if crawl.state in DONE_STATES:
+            if crawl.is_over():
                 break
             if deadline and time.monotonic() > deadline:
                 raise CommandError(f"crawl {id} is still {crawl.state} after {timeout:g} s")
