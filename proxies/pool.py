@@ -11,7 +11,7 @@ Shape (after the article in shared/seeds/000 and haipproxy's rules in 001):
                used; round_robin and greedy score by queue position (head = lowest).
 - ``tier:<c>`` proxy -> the tier of the selection rule it entered the channel under (1 strict,
                2 recent and fast, 3 score only): a member that falls below it leaves the channel.
-- ``topup``    hash, channel -> no top-up scan before (unix ms): the global pool had too few.
+- ``topup``    hash, channel (or channel|empty) -> no top-up (or refill) scan before (unix ms).
 - ``lease:<c>``, ``held:<c>``  who holds what: proxy -> deadline, proxy -> "token|score".
 - ``banned:<c>`` proxy -> ban deadline: a ban is per channel, the global pool is untouched.
 - ``blocked``  set of proxies an admin removed or disabled: a validation that was already under
@@ -205,25 +205,30 @@ local function fill(prefix, channel, chan, held, banned, now, strategy, rule, wa
   return #chosen
 end
 -- An empty channel is refilled with up to a channel's worth; one with free proxies but fewer
--- than PROXY_CHANNEL_SIZE (free + leased) is topped up, at most once a second while the
--- global pool has none to add (a validation success lifts that wait). No scan at all when
--- every global proxy is already the channel's or banned from it: there is nothing to add.
+-- than PROXY_CHANNEL_SIZE (free + leased) is topped up. A top-up that found too few waits a
+-- second before the next; a refill that found nothing at all waits a second too, or until the
+-- channel's next ban runs out if sooner (topup fields `<c>` and `<c>|empty`; a validation
+-- success ends both waits), so a channel the global pool cannot feed is not rescanned on every
+-- acquire. No scan at all when every global proxy is already the channel's or banned from it.
 local TOP_UP_MS = 1000
 local function refill(prefix, channel, chan, lease, held, banned, now, strategy, rule)
   local free, leased = redis.call('ZCARD', chan), redis.call('ZCARD', lease)
-  local want = 0
-  if free == 0 then
-    want = rule[4]
-  elseif free + leased < rule[4] then
-    local wait = redis.call('HGET', prefix .. 'topup', channel)
-    if not wait or tonumber(wait) <= now then want = rule[4] - free - leased end
-  end
-  if want == 0 then return end
+  if free > 0 and free + leased >= rule[4] then return end
+  local field = free == 0 and channel .. '|empty' or channel
+  local wait = redis.call('HGET', prefix .. 'topup', field)
+  if wait and tonumber(wait) > now then return end
+  local want = free == 0 and rule[4] or rule[4] - free - leased
   local outside = redis.call('ZCARD', prefix .. 'global') - free - leased
                   - redis.call('ZCOUNT', banned, '(' .. now, '+inf')
   if outside <= 0 then return end
-  if fill(prefix, channel, chan, held, banned, now, strategy, rule, want) < want then
-    redis.call('HSET', prefix .. 'topup', channel, now + TOP_UP_MS)
+  local added = fill(prefix, channel, chan, held, banned, now, strategy, rule, want)
+  if free > 0 and added < want then
+    redis.call('HSET', prefix .. 'topup', field, now + TOP_UP_MS)
+  elseif free == 0 and added == 0 then
+    local until_ms = now + TOP_UP_MS
+    local ban = redis.call('ZRANGEBYSCORE', banned, '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+    if ban[2] then until_ms = math.min(until_ms, tonumber(ban[2])) end
+    redis.call('HSET', prefix .. 'topup', field, until_ms)
   end
 end
 -- Lease the head of the channel pool to `token`, refilled or topped up from the global pool.
@@ -256,11 +261,18 @@ local function take(prefix, channel, chan, lease, held, banned, now, lease_ms, s
     -- Evictions emptied the channel: bring in what fits now.
     refill(prefix, channel, chan, lease, held, banned, now, strategy, rule)
   end
-  if not p and #skipped > 0 then
-    p, base = skipped[1][1], skipped[1][2]  -- only tried ones are free: one of them, not none
-    table.remove(skipped, 1)
+  -- Only tried ones are free: the first that still fits the rule, not none; the others go
+  -- back, and those that no longer fit leave the channel as they would have above.
+  for _, s in ipairs(skipped) do
+    if p then
+      redis.call('ZADD', chan, s[2], s[1])
+    elseif fits(prefix, channel, s[1], now, rule) then
+      p, base = s[1], s[2]
+    else
+      redis.call('HDEL', prefix .. 'tier:' .. channel, s[1])
+      redis.call('HINCRBY', prefix .. 'stats', 'evicted', 1)
+    end
   end
-  for _, s in ipairs(skipped) do redis.call('ZADD', chan, s[2], s[1]) end
   if not p then
     redis.call('HINCRBY', prefix .. 'stats', 'empty', 1)
     return false
@@ -269,6 +281,13 @@ local function take(prefix, channel, chan, lease, held, banned, now, lease_ms, s
   redis.call('HSET', held, p, token .. '|' .. base .. '|' .. strategy)
   redis.call('HINCRBY', prefix .. 'stats', 'acquired', 1)
   return {p, redis.call('HGET', prefix .. 'url', p) or p}
+end
+-- A success through `p`: its latency in the global pool, a score step, one more ok.
+local function record_ok(prefix, p, latency, initial)
+  redis.call('ZADD', prefix .. 'global', 'XX', latency, p)
+  local score = tonumber(redis.call('ZSCORE', prefix .. 'score', p) or initial)
+  redis.call('ZADD', prefix .. 'score', raised(score), p)
+  redis.call('HINCRBY', prefix .. 'ok', p, 1)
 end
 -- Give back the proxy `p` leased to `token` with its outcome: '1' ok, '0' failed, '2' ok and
 -- already recorded (keep() did). 0 (and nothing changes) when the token no longer holds it
@@ -286,10 +305,7 @@ local function give_back(prefix, chan, lease, held, p, token, latency, outcome, 
   local ok = outcome ~= '0'
   put_back(chan, p, base, strategy, strategy == 'greedy' and ok and latency < greedy_ms)
   if outcome == '1' then
-    redis.call('ZADD', prefix .. 'global', 'XX', latency, p)
-    local score = tonumber(redis.call('ZSCORE', prefix .. 'score', p) or initial)
-    redis.call('ZADD', prefix .. 'score', raised(score), p)
-    redis.call('HINCRBY', prefix .. 'ok', p, 1)
+    record_ok(prefix, p, latency, initial)
   elseif outcome == '0' then
     redis.call('HINCRBY', prefix .. 'err', p, 1)
   end
@@ -366,12 +382,7 @@ local h = redis.call('HGET', KEYS[2], p)
 if not h or split_held(h) ~= a[4] then return 0 end
 if not redis.call('ZSCORE', prefix .. 'global', p) then return 0 end
 local now, latency = now_ms(), tonumber(a[6])
-if latency >= 0 then
-  redis.call('ZADD', prefix .. 'global', 'XX', latency, p)
-  local score = tonumber(redis.call('ZSCORE', prefix .. 'score', p) or a[7])
-  redis.call('ZADD', prefix .. 'score', raised(score), p)
-  redis.call('HINCRBY', prefix .. 'ok', p, 1)
-end
+if latency >= 0 then record_ok(prefix, p, latency, a[7]) end
 if not fits(prefix, channel, p, now, rule_from(a, 8)) then
   redis.call('HDEL', KEYS[2], p)
   redis.call('ZREM', KEYS[1], p)

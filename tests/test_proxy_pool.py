@@ -631,3 +631,22 @@ def test_keep_lets_go_of_a_proxy_that_no_longer_fits_or_was_taken_over(redis):
     assert again.proxy == crashed.proxy
     assert not pool.keep(lease=crashed, latency_ms=10, lease_seconds=30)
     assert pool.channel_members(channel="c")["leased"] == {again.proxy}
+
+
+def test_a_channel_the_pool_cannot_feed_is_not_rescanned_on_every_acquire(redis):
+    # In the global pool, but fitting no tier of the rule: low score, validated long ago.
+    admit("http://p:1")
+    set_score(redis, "http://p:1", 1)
+    age(redis, "http://p:1", 3600)
+
+    def scans() -> int:  # ZRANGE of the global pool: run only by a refill or top-up scan
+        return int(redis.info("commandstats").get("cmdstat_zrange", {}).get("calls", 0))
+
+    before = scans()
+    for _ in range(20):
+        assert pool.acquire(channel="c") is None
+    assert scans() - before == 1
+    # A validation success ends the wait: the proxy fits again and is found at once.
+    pool.record_check(proxy="http://p:1", url="http://p:1", ok=True, latency_ms=50)
+    set_score(redis, "http://p:1", 8)
+    assert pool.acquire(channel="c").proxy == "http://p:1"
