@@ -44,9 +44,10 @@ class KeptProxies:
             self._kept.append((lease, renewed_at))
 
     def take(self) -> tuple[pool.Lease, float] | None:
-        """The most recently kept lease (the one most likely still fast), or None."""
+        """The lease kept longest, or None: oldest first, so that none sits unused until its
+        lease runs out while fewer requests run than leases are kept."""
         with self._lock:
-            return self._kept.pop() if self._kept else None
+            return self._kept.pop(0) if self._kept else None
 
     def release_all(self) -> int:
         """Give every kept lease back to its channel (their successes are recorded already)."""
