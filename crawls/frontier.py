@@ -396,19 +396,9 @@ class Frontier:
         """What the live page shows, in one MULTI: stats() plus queue size per host and the
         last `points` seconds of (unix_s, responses). With record, the current responses count
         is appended to the series first (at most once a second)."""
-        with self.redis.pipeline(transaction=True) as pipe:
-            self._queue_stats(pipe)
-            pipe.hgetall(self._key("hostq"))
-            self._scripts["series"](
-                keys=self._keys, args=[SERIES_POINTS, points, 1 if record else 0], client=pipe
-            )
-            counters, queued, delayed, in_flight, hosts, series = pipe.execute()
-        stats = _stats_from(counters, queued, delayed, in_flight)
-        return {
-            "stats": stats,
-            "hosts": {host.decode(): int(n) for host, n in hosts.items()},
-            "series": [tuple(int(x) for x in point.split(b":")) for point in series],
-        }
+        return live_views([self.crawl_id], points=points, record=record, client=self.redis)[
+            self.crawl_id
+        ]
 
     def host_queue(self) -> dict[str, int]:
         """Requests waiting in the queue, per host (delayed retries and claimed ones excluded)."""
@@ -442,6 +432,35 @@ def stats_many(crawl_ids: list[int], client: redis.Redis | None = None) -> dict[
     for n, frontier in enumerate(frontiers):
         result[frontier.crawl_id] = _stats_from(*replies[4 * n : 4 * n + 4])
     return result
+
+
+def live_views(
+    crawl_ids: list[int], *, points: int = SERIES_POINTS, record: bool = False,
+    hosts: bool = True, client: redis.Redis | None = None,
+) -> dict[int, dict]:  # fmt: skip
+    """Frontier.live_view() of many crawls in one MULTI; without `hosts` the queue size per
+    host is left out ({}), for the list page, which shows none."""
+    client = client or get_redis()
+    frontiers = [Frontier(crawl_id, client) for crawl_id in crawl_ids]
+    with client.pipeline(transaction=True) as pipe:
+        for frontier in frontiers:
+            frontier._queue_stats(pipe)
+            if hosts:
+                pipe.hgetall(frontier._key("hostq"))
+            frontier._scripts["series"](
+                keys=frontier._keys, args=[SERIES_POINTS, points, 1 if record else 0], client=pipe
+            )
+        replies = iter(pipe.execute())
+    views = {}
+    for frontier in frontiers:
+        stats = _stats_from(next(replies), next(replies), next(replies), next(replies))
+        by_host = next(replies) if hosts else {}
+        views[frontier.crawl_id] = {
+            "stats": stats,
+            "hosts": {host.decode(): int(n) for host, n in by_host.items()},
+            "series": [tuple(int(x) for x in point.split(b":")) for point in next(replies)],
+        }
+    return views
 
 
 def _stats_from(counters: dict, queued: int, delayed: int, in_flight: int) -> dict[str, int]:

@@ -15,7 +15,7 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 
 from crawls import services
-from crawls.frontier import SERIES_POINTS, Frontier
+from crawls.frontier import SERIES_POINTS, Frontier, live_views
 from crawls.models import Crawl
 
 log = logging.getLogger(__name__)
@@ -57,6 +57,24 @@ def snapshot(crawl: Crawl, *, points: int = SERIES_POINTS, record: bool = False)
     """The one snapshot shape pages poll and websockets push: counters, rate, chart series,
     queue size per host. One Redis round trip; when Redis is away, the saved counters and the
     error."""
+    try:
+        view = Frontier(crawl.pk).live_view(points=points, record=record and crawl.is_active())
+    except services.REDIS_ERRORS as exc:
+        view = exc
+    return _snapshot(crawl, view)
+
+
+def list_rows(crawls: list[Crawl], *, points: int) -> list[dict]:
+    """compact(snapshot(crawl)) of many crawls in one Redis round trip (no queue per host)."""
+    try:
+        views = live_views([crawl.pk for crawl in crawls], points=points, hosts=False)
+    except services.REDIS_ERRORS as exc:
+        views = dict.fromkeys((crawl.pk for crawl in crawls), exc)
+    return [compact(_snapshot(crawl, views[crawl.pk])) for crawl in crawls]
+
+
+def _snapshot(crawl: Crawl, view: dict | Exception) -> dict:
+    """The snapshot of a crawl from its frontier's live view, or from the error reading it."""
     base = {
         "type": "crawl.stats",
         "id": crawl.pk,
@@ -69,10 +87,8 @@ def snapshot(crawl: Crawl, *, points: int = SERIES_POINTS, record: bool = False)
         "actions": actions(crawl),
         "at": time.time(),
     }
-    try:
-        view = Frontier(crawl.pk).live_view(points=points, record=record and crawl.is_active())
-    except services.REDIS_ERRORS as exc:
-        return {**base, "stats": {**crawl.stats, "redis_error": str(exc)}, "rate": 0.0,
+    if isinstance(view, Exception):
+        return {**base, "stats": {**crawl.stats, "redis_error": str(view)}, "rate": 0.0,
                 "series": [], "hosts": []}  # fmt: skip
     # A crawl that ended shows what was saved when it ended (cancel drops the queue).
     stats = crawl.stats if crawl.is_over() and crawl.stats else view["stats"]

@@ -136,6 +136,22 @@ async def test_a_published_snapshot_reaches_the_page_and_the_list(user, user_cli
     await listing.disconnect()
 
 
+@pytest.mark.django_db
+def test_the_list_rows_on_connect_are_read_in_one_redis_round_trip(user, redis):
+    crawls = [started_crawl(user, seeds=[f"http://{n}.test/"]) for n in range(5)]
+
+    def transactions() -> int:
+        return int(redis.info("commandstats").get("cmdstat_exec", {}).get("calls", 0))
+
+    before = transactions()
+    rows = consumers._list_snapshots(user)
+    assert transactions() - before == 1
+    assert [row["id"] for row in rows] == [crawl.pk for crawl in reversed(crawls)]
+    for row, crawl in zip(rows, reversed(crawls), strict=True):
+        alone = live.compact(live.snapshot(crawl, points=live.RATE_WINDOW_SECONDS + 1))
+        assert {**row, "at": 0} == {**alone, "at": 0, "on_connect": True}
+
+
 @pytest.mark.django_db(transaction=True)
 async def test_the_list_gets_the_crawls_that_can_change_on_connect(
     user, other_user, user_client, staff_client, monkeypatch
