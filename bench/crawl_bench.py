@@ -35,7 +35,7 @@ ROOT = BENCH.parent
 sys.path.insert(0, str(ROOT))
 
 from crawlhub.launcher import EmbeddedRedis, spawn, stop_process  # noqa: E402
-from crawls.sample_site import SampleSite  # noqa: E402
+from crawlhub.sample_site import SampleSite  # noqa: E402
 
 SCRAPY_VENV = BENCH / ".venv-scrapy"
 NGINX = "/usr/sbin/nginx"

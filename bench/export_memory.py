@@ -78,8 +78,8 @@ def add_pages(crawl, first: int, last: int) -> None:
     """Pages first .. last-1, shaped like the export tests' pages, as slices write them."""
     from django.utils import timezone
 
+    from crawls.engine.slices import PAGE_ROWS
     from crawls.models import Page
-    from crawls.slicer import PAGE_ROWS
 
     start = timezone.now() - timedelta(hours=1)
     for offset in range(first, last, BATCH):

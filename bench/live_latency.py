@@ -8,7 +8,8 @@ crawlhub.asgi, two `manage.py rqworker` processes and the cron supervisor; the w
 are plain sockets in this process, signed in with a session cookie.
 
 (a) Latency. A publisher thread plays a worker: every 50 ms it bumps the crawl's `responses`
-    counter in Redis (HINCRBY) and calls crawls.live.publish_crawl, throttled as in the slicer.
+    counter in Redis (HINCRBY) and calls crawls.engine.live.publish_crawl, throttled as in the
+    slices.
     For each change, latency = when the first websocket message showing it arrived - when the
     counter changed; it includes the wait for the throttle slot (<= 250 ms). A second run
     publishes every change with force=True, 300 ms apart: the transport alone
@@ -175,7 +176,7 @@ async def latency(stack: Stack, cookie: str, *, changes: int, every: float, forc
     import json
 
     from crawls import live
-    from crawls.frontier import Frontier
+    from crawls.engine.frontier import Frontier
     from crawls.models import Crawl, CrawlState
 
     crawl = Crawl.objects.create(name="latency", channel_id=_channel(), seeds=["x"],
@@ -269,7 +270,7 @@ async def crawl_once(stack: Stack, cookie: str, origin: str, clients: int) -> tu
 
 
 def serve_site(pages: int) -> tuple[subprocess.Popen, str]:
-    code = ("import sys, time\nfrom crawls.sample_site import SampleSite, serve\n"
+    code = ("import sys, time\nfrom crawlhub.sample_site import SampleSite, serve\n"
             "server, origin = serve(SampleSite(pages=int(sys.argv[1]), seed=11))\n"
             "print(origin, flush=True)\ntime.sleep(1e9)\n")  # fmt: skip
     proc = subprocess.Popen([sys.executable, "-c", code, str(pages)], cwd=ROOT,

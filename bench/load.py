@@ -31,7 +31,7 @@ import requests
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from crawls.sample_site import SampleSite, serve  # noqa: E402
+from crawlhub.sample_site import SampleSite, serve  # noqa: E402
 
 PASSWORD = "load-bench-password-1"
 

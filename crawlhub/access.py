@@ -1,4 +1,5 @@
-"""Who may see what: signed-in users see crawls; staff also administer the proxy pool."""
+"""Who may see what: signed-in users see their crawls (crawls.services.visible_crawls); staff
+also see every crawl and administer the proxy pool."""
 
 from functools import wraps
 
@@ -18,14 +19,3 @@ def staff_required(view):
         return view(request, *args, **kwargs)
 
     return wrapper
-
-
-def visible_crawls(user, queryset=None):
-    """The crawls this user may see and drive: their own; staff, every crawl. Anything else
-    answers 404, so that a crawl's existence does not leak."""
-    from crawls.models import Crawl
-
-    queryset = Crawl.objects.all() if queryset is None else queryset
-    if user.is_staff:
-        return queryset
-    return queryset.filter(created_by=user)

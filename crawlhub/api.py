@@ -21,10 +21,11 @@ from rest_framework.response import Response
 from rest_framework.routers import DefaultRouter
 
 from crawlhub import tokens
-from crawlhub.drf import JSONErrors
+from crawlhub.api_errors import JSONErrors
 from crawlhub.models import ApiToken
-from crawls.api import ChannelViewSet, CrawlViewSet
-from crawls.data_api import ScheduleViewSet, WebhookViewSet
+from crawls.api.crawls import ChannelViewSet, CrawlViewSet
+from crawls.api.schedules import ScheduleViewSet
+from crawls.api.webhooks import WebhookViewSet
 from proxies.api import PoolHealthView, ProxyViewSet
 
 # --- Authentication ---------------------------------------------------------------------------

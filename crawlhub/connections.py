@@ -3,6 +3,10 @@
 import redis
 from django.conf import settings
 
+# Redis is away: refused, dropped, timed out (BusyLoadingError, a restarting Redis, is a
+# ConnectionError too). Callers that can wait or report it catch these.
+REDIS_ERRORS = (redis.ConnectionError, redis.TimeoutError)
+
 _pools: dict[str, redis.ConnectionPool] = {}
 
 

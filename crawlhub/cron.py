@@ -3,7 +3,10 @@
 from django.conf import settings
 from rq import cron
 
-from crawls.jobs import supervise
+from crawls.engine.jobs import supervise
+from crawls.schedules import run_due_schedules_job
+from crawls.webhooks import deliver_overdue_job
+from proxies.validation import validate_proxies
 
 cron.register(
     supervise,
@@ -14,8 +17,6 @@ cron.register(
     name="crawl supervisor",
 )
 
-from proxies.jobs import validate_proxies  # noqa: E402
-
 # Proxy validation: scores, latency, anonymity; new proxies enter the pools only through it.
 cron.register(
     validate_proxies,
@@ -25,9 +26,6 @@ cron.register(
     result_ttl=600,
     name="proxy validation",
 )
-
-from crawls.schedules import run_due_schedules_job  # noqa: E402
-from crawls.webhooks import deliver_overdue_job  # noqa: E402
 
 # Scheduled crawls: each due schedule starts one new crawl (claimed, so never twice).
 cron.register(

@@ -311,7 +311,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "EXCEPTION_HANDLER": "crawlhub.drf.exception_handler",
+    "EXCEPTION_HANDLER": "crawlhub.api_errors.exception_handler",
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "crawlhub API",

@@ -6,7 +6,6 @@ from crawlhub import api, views
 
 urlpatterns = [
     path("", include("crawls.urls")),
-    path("", include("crawls.data_urls")),
     path("api/", include("crawlhub.api")),
     path("account/tokens/", api.token_page, name="api_tokens"),
     path("account/tokens/<int:pk>/revoke", api.token_revoke_page, name="api_token_revoke"),

@@ -5,7 +5,7 @@ from django.views.decorators.http import require_safe
 
 from crawlhub import workers
 from crawlhub.health import health
-from crawls.sample_site import SampleSite
+from crawlhub.sample_site import SampleSite
 
 # The demo crawl's site, served by crawlhub itself so that it works offline at once.
 SAMPLE_SITE = SampleSite(pages=300, prefix="/sample")

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from channels.db import database_sync_to_async
 
-from crawlhub.access import visible_crawls
 from crawlhub.consumers import LoginRequiredConsumer
-from crawls import live
+from crawls.engine import live
 from crawls.models import OVER_STATES
+from crawls.services import visible_crawls
 
 # The list page gets the snapshots of at most this many crawls on connect (newest first).
 LIST_SNAPSHOTS = 50

@@ -20,9 +20,9 @@ from django.db import close_old_connections, transaction
 from django.db.models import Count, F
 from django.utils import timezone
 
-from crawlhub.access import visible_crawls
 from crawls import services
 from crawls.models import Crawl, CrawlSchedule
+from crawls.services import visible_crawls
 
 log = logging.getLogger(__name__)
 

@@ -7,21 +7,21 @@ the row, and enqueues slices only after the row is committed.
 
 from __future__ import annotations
 
-import uuid
-from collections import Counter
 from typing import Any
 
-import redis
-from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from crawls import frontier as frontier_mod
-from crawls import netguard, webhooks
-from crawls.frontier import Frontier, Request
-from crawls.models import Channel, Crawl, CrawlEvent, CrawlState, FailedRequest, Page
-from crawls.scope import ScopeError, compile_patterns, validate_url
+from crawlhub.connections import REDIS_ERRORS
+from crawlhub.errors import ActionRefused
+from crawlhub.http import netguard
+from crawlhub.http.urls import validate_url
+from crawls.engine.frontier import Frontier, Request, stats_many
+from crawls.engine.jobs import enqueue_slices
+from crawls.engine.lifecycle import announce, announce_end, settle_pause
+from crawls.engine.scope import ScopeError, compile_patterns
+from crawls.models import Channel, Crawl, CrawlEvent, CrawlState, FailedRequest
 
 # Fields a caller may set on a new crawl, besides name, channel and seeds.
 CRAWL_OPTIONS = (
@@ -31,7 +31,7 @@ CRAWL_OPTIONS = (
 )  # fmt: skip
 
 
-class CrawlActionError(Exception):
+class CrawlActionError(ActionRefused):
     """An action that the crawl's state does not allow, said in words for the user."""
 
 
@@ -49,8 +49,7 @@ def clean_seeds(urls: list[str] | str, *, field: str = "seeds") -> list[str]:
             continue
         try:
             cleaned.append(validate_url(raw, field=f"line {n}"))
-            if settings.CRAWLHUB_BLOCK_PRIVATE_NETWORKS:
-                netguard.check_url(cleaned[-1])
+            netguard.guard_url(cleaned[-1])
         except netguard.BlockedAddress as exc:
             errors.append(f"line {n}: {cleaned.pop()!r} is refused: {exc}")
         except ValueError as exc:
@@ -139,26 +138,13 @@ def _frontier(crawl: Crawl) -> Frontier:
     return Frontier(crawl.pk)
 
 
-def _announce(crawl_id: int, *, state_change: bool = True) -> None:
-    """Push a snapshot to the crawl's live pages once the change is committed: at once for a
-    state change; otherwise through the publish throttle, waiting at most its 250 ms when the
-    slot is taken so that the new counters still get out."""
-    from crawls import live
-
-    if state_change:
-        transaction.on_commit(lambda: live.publish_crawl(crawl_id, force=True))
-    else:
-        transaction.on_commit(lambda: live.publish_crawl(crawl_id, trailing=True))
-
-
-def enqueue_slices(crawl: Crawl, count: int | None = None) -> int:
-    """Put slices of the crawl on the crawls queue (after the current transaction commits)."""
-    from crawls import jobs
-
-    count = crawl.slices if count is None else count
-    slice_ids = [f"{crawl.pk}-{uuid.uuid4().hex[:10]}" for _ in range(count)]
-    transaction.on_commit(lambda: jobs.enqueue_slices(crawl.pk, slice_ids))
-    return count
+def visible_crawls(user, queryset=None):
+    """The crawls this user may see and drive: their own; staff, every crawl. Anything else
+    answers 404, so that a crawl's existence does not leak."""
+    queryset = Crawl.objects.all() if queryset is None else queryset
+    if user.is_staff:
+        return queryset
+    return queryset.filter(created_by=user)
 
 
 def crawl_start(*, crawl: Crawl, user=None) -> None:
@@ -180,7 +166,7 @@ def crawl_start(*, crawl: Crawl, user=None) -> None:
         crawl.save(update_fields=["state", "started_at"])
         _event(crawl, CrawlEvent.Kind.STARTED, user)
         enqueue_slices(crawl)
-        _announce(crawl.pk)
+        announce(crawl.pk)
 
 
 def crawl_pause(*, crawl: Crawl, user=None) -> None:
@@ -192,21 +178,8 @@ def crawl_pause(*, crawl: Crawl, user=None) -> None:
         crawl.state = CrawlState.PAUSING
         crawl.save(update_fields=["state"])
         _event(crawl, CrawlEvent.Kind.PAUSED, user)
-        _announce(crawl.pk)
+        announce(crawl.pk)
     settle_pause(crawl)
-
-
-def settle_pause(crawl: Crawl) -> bool:
-    """Pausing becomes paused once no request is in flight. True when it did."""
-    if _frontier(crawl).stats()["in_flight"]:
-        return False
-    updated = Crawl.objects.filter(pk=crawl.pk, state=CrawlState.PAUSING).update(
-        state=CrawlState.PAUSED
-    )
-    if updated:
-        crawl.state = CrawlState.PAUSED
-        _announce(crawl.pk)
-    return bool(updated)
 
 
 def crawl_resume(*, crawl: Crawl, user=None) -> None:
@@ -218,7 +191,7 @@ def crawl_resume(*, crawl: Crawl, user=None) -> None:
         crawl.save(update_fields=["state"])
         _event(crawl, CrawlEvent.Kind.RESUMED, user)
         enqueue_slices(crawl)
-        _announce(crawl.pk)
+        announce(crawl.pk)
 
 
 def crawl_cancel(*, crawl: Crawl, user=None) -> None:
@@ -233,8 +206,8 @@ def crawl_cancel(*, crawl: Crawl, user=None) -> None:
         crawl.stats = frontier.stats()
         crawl.save(update_fields=["state", "finished_at", "stats"])
         _event(crawl, CrawlEvent.Kind.CANCELLED, user)
-        _announce(crawl.pk)
-        transaction.on_commit(lambda: webhooks.crawl_ended(crawl.pk, "cancelled"), robust=True)
+        announce(crawl.pk)
+        announce_end(crawl.pk, "cancelled")
 
 
 def crawl_add_seeds(*, crawl: Crawl, urls: list[str] | str, user=None) -> tuple[int, int]:
@@ -252,7 +225,7 @@ def crawl_add_seeds(*, crawl: Crawl, urls: list[str] | str, user=None) -> tuple[
         crawl.seeds = crawl.seeds + new
         crawl.save(update_fields=["seeds"])
         _event(crawl, CrawlEvent.Kind.SEEDS_ADDED, user, f"{added} added, {repeats} already seen")
-        _announce(crawl.pk, state_change=False)
+        announce(crawl.pk, state_change=False)
     return added, repeats
 
 
@@ -276,7 +249,7 @@ def crawl_retry_failed(*, crawl: Crawl, user=None, ids: list[int] | None = None)
         FailedRequest.objects.filter(pk__in=[f.pk for f in failures]).delete()
         _event(crawl, CrawlEvent.Kind.RETRIED, user, f"{count} request(s)")
         restart = crawl.state in (CrawlState.FINISHED, CrawlState.FAILED)
-        _announce(crawl.pk, state_change=restart)
+        announce(crawl.pk, state_change=restart)
         if restart:
             frontier.set_state("running")
             crawl.state = CrawlState.RUNNING
@@ -284,50 +257,6 @@ def crawl_retry_failed(*, crawl: Crawl, user=None, ids: list[int] | None = None)
             crawl.save(update_fields=["state", "finished_at"])
             enqueue_slices(crawl)
     return count
-
-
-def crawl_finish_if_done(crawl_id: int) -> bool:
-    """End a running crawl once its queue, retries and backup are all empty: finished, or
-    failed when not a single page got an answer (the commonest error says why).
-
-    Decided by the frontier's atomic emptiness check, never by comparing counters; the
-    conditional UPDATE makes concurrent callers (slices, supervisor) end it once.
-    """
-    frontier = Frontier(crawl_id)
-    if not frontier.is_done():
-        return False
-    stats = frontier.stats()
-    state, kind, error = CrawlState.FINISHED, CrawlEvent.Kind.FINISHED, ""
-    if stats["responses"] == 0 and stats["errors"] > 0:
-        state, kind, error = CrawlState.FAILED, CrawlEvent.Kind.FAILED, _commonest_error(crawl_id)
-    ended = Crawl.objects.filter(pk=crawl_id, state=CrawlState.RUNNING).update(
-        state=state, finished_at=timezone.now(), stats=stats, error=error
-    )
-    if ended:
-        CrawlEvent.objects.create(crawl_id=crawl_id, kind=kind, detail=error)
-        _announce(crawl_id)
-        transaction.on_commit(lambda: webhooks.crawl_ended(crawl_id, kind), robust=True)
-    return bool(ended)
-
-
-def _commonest_error(crawl_id: int) -> str:
-    """Why no page of a crawl could be fetched, from its pages and failure queue."""
-    errors = Counter(
-        list(
-            Page.objects.filter(crawl_id=crawl_id)
-            .exclude(error="")
-            .values_list("error", flat=True)[:1000]
-        )
-        + list(
-            FailedRequest.objects.filter(crawl_id=crawl_id).values_list("last_error", flat=True)[
-                :1000
-            ]
-        )
-    )
-    if not errors:
-        return "no page could be fetched"
-    message, count = errors.most_common(1)[0]
-    return f"no page could be fetched: {message} ({count}x)"
 
 
 def crawl_stats(crawl: Crawl) -> dict[str, int]:
@@ -341,11 +270,8 @@ def crawl_delete(*, crawl: Crawl, user=None) -> None:
     """Delete the crawl, its results and every Redis key it had."""
     if crawl.is_active():
         raise CrawlActionError("Cancel or pause the crawl before deleting it.")
-    frontier_mod.Frontier(crawl.pk).delete()
+    Frontier(crawl.pk).delete()
     crawl.delete()
-
-
-REDIS_ERRORS = (redis.ConnectionError, redis.TimeoutError)
 
 
 def crawl_stats_safe(crawl: Crawl) -> dict:
@@ -360,7 +286,7 @@ def crawls_stats_safe(crawls: list[Crawl]) -> dict[int, dict]:
     """crawl_stats_safe for a page of crawls, in one Redis round trip."""
     live = [c.pk for c in crawls if not (c.is_over() and c.stats)]
     try:
-        stats = frontier_mod.stats_many(live) if live else {}
+        stats = stats_many(live) if live else {}
     except REDIS_ERRORS as exc:
         stats = {pk: {"redis_error": str(exc)} for pk in live}
     return {c.pk: {**c.stats, **stats[c.pk]} if c.pk in stats else c.stats for c in crawls}

@@ -1,13 +1,21 @@
+"""Routes of the crawl pages: crawls, export downloads, schedules and webhooks."""
+
 from django.urls import path
 
-from crawls import views
+from crawls.views import crawls, exports, schedules, webhooks
 
 urlpatterns = [
-    path("", views.crawl_list, name="crawl_list"),
-    path("crawls/new/", views.crawl_new, name="crawl_new"),
-    path("crawls/<int:pk>/", views.crawl_detail, name="crawl_detail"),
-    path("crawls/<int:pk>/snapshot.json", views.crawl_snapshot, name="crawl_snapshot"),
-    path("crawls/<int:pk>/activity", views.crawl_activity, name="crawl_activity"),
-    path("crawls/demo/", views.crawl_demo, name="crawl_demo"),
-    path("crawls/<int:pk>/<str:action>/", views.crawl_action, name="crawl_action"),
+    path("", crawls.crawl_list, name="crawl_list"),
+    path("crawls/new/", crawls.crawl_new, name="crawl_new"),
+    path("crawls/<int:pk>/", crawls.crawl_detail, name="crawl_detail"),
+    path("crawls/<int:pk>/snapshot.json", crawls.crawl_snapshot, name="crawl_snapshot"),
+    path("crawls/<int:pk>/activity", crawls.crawl_activity, name="crawl_activity"),
+    path("crawls/demo/", crawls.crawl_demo, name="crawl_demo"),
+    path("crawls/<int:pk>/export.<str:fmt>", exports.crawl_export, name="crawl_export"),
+    path("crawls/<int:pk>/<str:action>/", crawls.crawl_action, name="crawl_action"),
+    path("schedules/", schedules.schedule_list, name="schedule_list"),
+    path("schedules/new/", schedules.schedule_new, name="schedule_new"),
+    path("schedules/<int:pk>/", schedules.schedule_detail, name="schedule_detail"),
+    path("webhooks/", webhooks.webhook_list, name="webhook_list"),
+    path("webhooks/<int:pk>/", webhooks.webhook_detail, name="webhook_detail"),
 ]

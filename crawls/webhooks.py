@@ -1,6 +1,6 @@
 """Webhooks: a signed POST to a URL when a crawl finishes, fails or is cancelled.
 
-crawls/services.py calls crawl_ended() after the crawl's row is committed. That writes one
+When a crawl's end is committed, crawls.signals.crawl_ended calls crawl_ended(). That writes one
 WebhookDelivery per matching webhook (the crawl's own, its channel's and, for a run of a
 schedule, those of the schedule's template crawl) and enqueues a
 delivery job on the control queue. A delivery is tried up to MAX_ATTEMPTS times with BACKOFF
@@ -26,13 +26,13 @@ from datetime import datetime, timedelta
 import django_rq
 import redis
 import requests
-from django.conf import settings
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.validators import URLValidator
 from django.db import close_old_connections, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from crawlhub.http import netguard
 from crawls.models import Channel, Crawl, Webhook, WebhookDelivery, WebhookEvent
 
 log = logging.getLogger(__name__)
@@ -82,15 +82,10 @@ def _clean_url(url: str) -> str:
         URLValidator(schemes=["http", "https"])(url)
     except ValidationError:
         raise ValidationError({"url": ["Enter an http:// or https:// URL."]}) from None
-    if getattr(settings, "CRAWLHUB_BLOCK_PRIVATE_NETWORKS", False):
-        from crawls.netguard import BlockedAddress, check_url
-
-        try:
-            check_url(url)
-        except BlockedAddress as exc:
-            raise ValidationError(
-                {"url": [f"Webhooks may not call private networks: {exc}"]}
-            ) from None
+    try:
+        netguard.guard_url(url)
+    except netguard.BlockedAddress as exc:
+        raise ValidationError({"url": [f"Webhooks may not call private networks: {exc}"]}) from None
     return url
 
 
@@ -239,6 +234,11 @@ def crawl_ended(crawl_id: int, event: str) -> list[int]:
     return ids
 
 
+def on_crawl_ended(sender, *, crawl_id: int, event: str, **kwargs) -> list[int]:
+    """The receiver of crawls.signals.crawl_ended (connected in apps.py)."""
+    return crawl_ended(crawl_id, event)
+
+
 # --- Delivery ---------------------------------------------------------------------------------
 
 
@@ -285,10 +285,7 @@ def _post(webhook: Webhook, delivery: WebhookDelivery) -> tuple[int | None, str,
         "X-Crawlhub-Signature": sign(webhook.secret, body),
     }
     try:
-        if getattr(settings, "CRAWLHUB_BLOCK_PRIVATE_NETWORKS", False):
-            from crawls.netguard import check_url
-
-            check_url(webhook.url)
+        netguard.guard_url(webhook.url)
         with requests.post(webhook.url, data=body, headers=headers, timeout=TIMEOUT,
                            allow_redirects=False, stream=True) as response:  # fmt: skip
             snippet = response.raw.read(SNIPPET_BYTES, decode_content=True)

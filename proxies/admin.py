@@ -8,7 +8,7 @@ from django.contrib.admin import helpers
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
 
-from proxies import pool, services
+from proxies import pool, services, validation
 from proxies.models import Proxy, ProxyEvent
 
 
@@ -113,7 +113,7 @@ class ProxyAdmin(admin.ModelAdmin):
 
     @admin.action(permissions=["change"], description="Validate selected proxies now")
     def validate_selected(self, request, queryset):
-        services.request_validation(proxies=list(queryset))
+        validation.request_validation(proxies=list(queryset))
         self.message_user(request, f"Validation of {queryset.count()} proxies queued.")
 
 

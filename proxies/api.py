@@ -12,9 +12,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from proxies import pool, services
+from proxies import pool, services, validation
 from proxies.models import Proxy
-from proxies.views import filter_proxies
 
 
 class ProxySerializer(serializers.ModelSerializer):
@@ -106,7 +105,7 @@ class ProxyViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
 
     def get_queryset(self):
         if self.action == "list":
-            return filter_proxies(self.request.query_params)
+            return services.filter_proxies(self.request.query_params)
         return Proxy.objects.all()
 
     @extend_schema(summary="Import a list (staff)", request=ImportSerializer,
@@ -146,7 +145,7 @@ class ProxyViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
         body.is_valid(raise_exception=True)
         ids = body.validated_data.get("ids")
         proxies = None if ids is None else list(Proxy.objects.filter(pk__in=ids))
-        services.request_validation(proxies=proxies)
+        validation.request_validation(proxies=proxies)
         queued = None if proxies is None else len(proxies)
         return Response({"queued": queued}, status=status.HTTP_202_ACCEPTED)
 

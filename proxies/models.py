@@ -135,6 +135,16 @@ class ProxyEvent(models.Model):
     def __str__(self) -> str:
         return f"{self.kind} {self.proxy}"
 
+    @classmethod
+    def record(
+        cls, proxies: list[Proxy], kind: str, *, user=None, actor: str = "", detail: str = ""
+    ) -> None:
+        """One audit row per proxy, written in one statement."""
+        cls.objects.bulk_create(
+            [cls(proxy=p, kind=kind, user=user, actor=actor, detail=detail) for p in proxies],
+            batch_size=500,
+        )
+
     @property
     def who(self) -> str:
         return self.user.get_username() if self.user else (self.actor or "system")

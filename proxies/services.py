@@ -4,36 +4,39 @@ parse input and call these: one code path per action, whichever door it came in 
 from __future__ import annotations
 
 import logging
-import time
-from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
 from urllib.parse import urlsplit, urlunsplit
 
-import django_rq
-from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Count, F
+from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
-from crawls import netguard
-from crawls.fetcher import Fetcher
-from crawls.scope import url_problem
-from proxies import importer, pool
-from proxies.models import Proxy, ProxyEvent, ProxyState, pool_key
+from crawlhub.http import netguard
+from crawlhub.http.client import Fetcher
+from crawlhub.http.urls import url_problem
+from proxies import importer, pool, validation
+from proxies.health import announce
+from proxies.models import Anonymity, Proxy, ProxyEvent, ProxyState, pool_key
 
 log = logging.getLogger(__name__)
+
+# Never-measured and never-validated proxies go last on every database (SQLite and PostgreSQL
+# disagree on where NULL sorts).
+SORTS = {
+    "score": F("score").desc(), "latency": F("latency_ms").asc(nulls_last=True),
+    "validated": F("last_validated_at").desc(nulls_last=True), "failures": F("failures").desc(),
+    "added": F("added_at").desc(),
+}  # fmt: skip
+SCORE_RANGES = {
+    "0-5": (0, 5), "5-6": (5, 6), "6-10": (6, 10), "10+": (10, None),
+}  # fmt: skip
 
 MAX_LIST_BYTES = 5 * 1024 * 1024
 FETCH_TIMEOUT = 15  # seconds per connect or read
 FETCH_DEADLINE = 60  # seconds for the whole download, redirects included
 MAX_REDIRECTS = 5
-# The Proxies page's websocket group, and how often at most a change is pushed to it.
-HEALTH_GROUP = "proxies"
-PUBLISH_EVERY_MS = 250
 
 
 class ImportFailed(Exception):
@@ -90,11 +93,13 @@ def import_proxies(*, text: str, source: str, user=None, actor: str = "") -> Imp
                     Duplicate(item.line, pool_key(*item.address), "already in the inventory")
                 )
                 continue
-            _event(proxy, ProxyEvent.Kind.IMPORTED, user=user, actor=actor, detail=source)
+            ProxyEvent.record(
+                [proxy], ProxyEvent.Kind.IMPORTED, user=user, actor=actor, detail=source
+            )
             report.added.append(proxy)
         if report.added:
-            request_validation(proxies=report.added)
-            _announce()
+            validation.request_validation(proxies=report.added)
+            announce()
     return report
 
 
@@ -179,8 +184,8 @@ def remove_proxies(
         Proxy.objects.bulk_update(
             done, ["state", "removed_at", "removed_by", "removed_why"], batch_size=500
         )
-        _events(done, ProxyEvent.Kind.REMOVED, user=user, actor=actor, detail=why)
-        _announce()
+        ProxyEvent.record(done, ProxyEvent.Kind.REMOVED, user=user, actor=actor, detail=why)
+        announce()
     return done
 
 
@@ -194,8 +199,8 @@ def disable_proxies(
         for proxy in done:
             proxy.state = ProxyState.DISABLED
         Proxy.objects.bulk_update(done, ["state"], batch_size=500)
-        _events(done, ProxyEvent.Kind.DISABLED, user=user, actor=actor, detail=why)
-        _announce()
+        ProxyEvent.record(done, ProxyEvent.Kind.DISABLED, user=user, actor=actor, detail=why)
+        announce()
     return done
 
 
@@ -213,125 +218,12 @@ def enable_proxies(*, proxies: Iterable[Proxy], user=None, actor: str = "") -> l
             proxy.removed_why = ""
             proxy.save(update_fields=["state", "score", "removed_at", "removed_by", "removed_why"])
             pool.allow(proxy=proxy.key)
-            _event(proxy, ProxyEvent.Kind.ENABLED, user=user, actor=actor)
+            ProxyEvent.record([proxy], ProxyEvent.Kind.ENABLED, user=user, actor=actor)
             done.append(proxy)
         if done:
-            request_validation(proxies=done)
-            _announce()
+            validation.request_validation(proxies=done)
+            announce()
     return done
-
-
-def request_validation(*, proxies: Iterable[Proxy] | None = None) -> None:
-    """Validate these proxies (or a full pass) on the control queue, after commit."""
-    ids = None if proxies is None else [p.pk for p in proxies]
-
-    def enqueue() -> None:
-        from proxies.jobs import validate_proxies
-
-        django_rq.get_queue("control").enqueue(validate_proxies, proxy_ids=ids)
-
-    transaction.on_commit(enqueue)
-
-
-def record_validation(*, proxy: Proxy, result) -> Proxy:
-    """Store one validation outcome: the pool's score (Redis decides, atomically), latency,
-    anonymity and state. Success admits a new proxy; a refused connection or score 0 removes."""
-    with transaction.atomic():
-        proxy = Proxy.objects.select_for_update().get(pk=proxy.pk)
-        if proxy.state == ProxyState.REMOVED:
-            return proxy
-        admit = proxy.state in (ProxyState.NEW, ProxyState.ACTIVE)
-        score, status = pool.record_check(
-            proxy=proxy.key, url=proxy.url, ok=result.ok, reason=result.reason,
-            latency_ms=result.latency_ms, initial_score=proxy.score, admit=admit,
-        )  # fmt: skip
-        was = proxy.state
-        proxy.score = score
-        if result.ok:
-            recovered = bool(proxy.last_error)
-            proxy.latency_ms = round(result.latency_ms)
-            proxy.last_validated_at = timezone.now()
-            proxy.anonymity = result.anonymity
-            proxy.successes = F("successes") + 1
-            proxy.last_error = ""
-        else:
-            proxy.failures = F("failures") + 1
-            proxy.last_error = result.error[:2000]
-        if status == "pool":
-            proxy.state = ProxyState.ACTIVE
-        elif status == "removed":
-            proxy.state = ProxyState.REMOVED
-            proxy.removed_at = timezone.now()
-            proxy.removed_why = (
-                "validation: connection refused"
-                if result.reason == "refused"
-                else f"validation: score fell to 0 ({result.reason})"
-            )
-        proxy.save()
-        proxy.refresh_from_db()
-        if proxy.state == ProxyState.REMOVED:
-            pool.remove(proxy=proxy.key)
-            _event(proxy, ProxyEvent.Kind.REMOVED, actor="validator", detail=proxy.removed_why)
-        elif not result.ok:
-            _event(proxy, ProxyEvent.Kind.CHECK_FAILED, actor="validator",
-                   detail=f"{result.reason}: {result.error}"[:2000])  # fmt: skip
-        elif was == ProxyState.NEW and proxy.state == ProxyState.ACTIVE:
-            _event(proxy, ProxyEvent.Kind.ADMITTED, actor="validator", detail=_summary(proxy))
-        elif recovered:
-            _event(proxy, ProxyEvent.Kind.VALIDATED, actor="validator", detail=_summary(proxy))
-        # Many per validation pass: throttled; the page also refreshes every few seconds.
-        _announce(force=False)
-    return proxy
-
-
-def _summary(proxy: Proxy) -> str:
-    return f"{proxy.latency_ms} ms, {proxy.anonymity or 'anonymity unknown'}, score {proxy.score}"
-
-
-def sync_from_pool() -> dict:
-    """Bring what crawls did in Redis into the inventory: success and failure counts, proxies
-    the pool dropped (refused, score 0), and the current score and latency of pooled ones."""
-    drained = pool.drain()
-    keys = set(drained.successes) | set(drained.failures) | {d[0] for d in drained.dropped}
-    pooled = pool.members()
-    by_key = {p.key: p for p in Proxy.objects.exclude(state=ProxyState.REMOVED)}
-    # One UPDATE per distinct (successes, failures) step, not one per proxy: steps repeat.
-    steps: dict[tuple[int, int], list[int]] = defaultdict(list)
-    for key in keys & by_key.keys():
-        step = (drained.successes.get(key, 0), drained.failures.get(key, 0))
-        steps[step].append(by_key[key].pk)
-    with transaction.atomic():
-        for (successes, failures), ids in steps.items():
-            Proxy.objects.filter(pk__in=ids).update(
-                successes=F("successes") + successes, failures=F("failures") + failures
-            )
-        changed = []
-        for key, live in pooled.items():
-            proxy = by_key.get(key)
-            if proxy is not None and proxy.state == ProxyState.ACTIVE:
-                proxy.score, proxy.latency_ms = live["score"], round(live["latency_ms"])
-                changed.append(proxy)
-        Proxy.objects.bulk_update(changed, ["score", "latency_ms"], batch_size=500)
-        # What the pool dropped: out of every pool in one round trip, the rows in one UPDATE,
-        # the audit rows in one INSERT.
-        dropped = {}
-        for key, why, at in drained.dropped:
-            if (proxy := by_key.get(key)) is not None:
-                proxy.state, proxy.removed_why, proxy.score = ProxyState.REMOVED, why, 0
-                proxy.removed_at = datetime.fromtimestamp(at, tz=UTC)
-                dropped[key] = proxy
-        if dropped:
-            pool.remove_many(proxies=list(dropped))
-            Proxy.objects.bulk_update(
-                dropped.values(), ["state", "removed_why", "score", "removed_at"], batch_size=500
-            )
-            ProxyEvent.objects.bulk_create(
-                [ProxyEvent(proxy=proxy, kind=ProxyEvent.Kind.REMOVED, actor="pool",
-                            detail=proxy.removed_why) for proxy in dropped.values()],
-                batch_size=500,
-            )  # fmt: skip
-            _announce()
-    return {"counted": len(keys), "scored": len(changed), "dropped": len(dropped)}
 
 
 def resolve(*, addresses: Iterable[str]) -> tuple[list[Proxy], list[str]]:
@@ -357,52 +249,35 @@ def _lock(proxies: Iterable[Proxy]) -> list[Proxy]:
     return list(Proxy.objects.select_for_update().filter(pk__in=ids).order_by("pk"))
 
 
-def _event(proxy: Proxy, kind: str, *, user=None, actor: str = "", detail: str = "") -> None:
-    _events([proxy], kind, user=user, actor=actor, detail=detail)
-
-
-def _events(proxies: list[Proxy], kind: str, *, user=None, actor="", detail="") -> None:
-    """One audit row per proxy, written in one statement."""
-    ProxyEvent.objects.bulk_create(
-        [ProxyEvent(proxy=p, kind=kind, user=user, actor=actor, detail=detail) for p in proxies],
-        batch_size=500,
-    )
-
-
 def _chunks(items: list, size: int) -> Iterable[list]:
     for i in range(0, len(items), size):
         yield items[i : i + size]
 
 
-def health_snapshot() -> dict:
-    """What the Proxies page shows live: the pool's health (Redis) and the inventory (database):
-    known / new / active / disabled / removed, and removals in the last hour."""
-    by_state = dict(Proxy.objects.values_list("state").annotate(n=Count("pk")).order_by())
-    inventory = {state: by_state.get(state, 0) for state in ProxyState.values}
-    hour_ago = timezone.now() - timedelta(hours=1)
-    return {
-        "type": "proxies.health",
-        **pool.health(),
-        "inventory": {"known": sum(inventory.values()), **inventory},
-        "removed_last_hour": ProxyEvent.objects.filter(
-            kind=ProxyEvent.Kind.REMOVED, at__gte=hour_ago
-        ).count(),
-        "at": time.time(),
-    }
-
-
-def publish_health(*, force: bool = True) -> bool:
-    """Push health_snapshot() to the open Proxies pages; unless forced, at most once per
-    PUBLISH_EVERY_MS across processes. Never raises: the pages refresh on their own too."""
-    try:
-        if not pool.publish_slot(PUBLISH_EVERY_MS) and not force:
-            return False
-        async_to_sync(get_channel_layer().group_send)(HEALTH_GROUP, health_snapshot())
-        return True
-    except Exception:
-        log.warning("publishing proxy pool health failed", exc_info=True)
-        return False
-
-
-def _announce(*, force: bool = True) -> None:
-    transaction.on_commit(lambda: publish_health(force=force))
+def filter_proxies(params, query: QuerySet | None = None) -> QuerySet:
+    """The list filters shared by the page (and its CLI/JSON twin): state, channel, score range,
+    anonymity, source, search; plus the sort."""
+    query = Proxy.objects.all() if query is None else query
+    if state := params.get("state"):
+        query = query.filter(state=state)
+    elif not params.get("all"):
+        query = query.exclude(state=ProxyState.REMOVED)
+    if channel := params.get("channel"):
+        sets = pool.channel_members(channel=channel)
+        keys = sets["free"] | sets["leased"]
+        query = query.filter(pk__in=[p.pk for p in query if p.key in keys])
+    if (bounds := SCORE_RANGES.get(params.get("score", ""))) is not None:
+        low, high = bounds
+        query = query.filter(score__gte=low)
+        if high is not None:
+            query = query.filter(score__lt=high)
+    anonymity = params.get("anonymity") or ""
+    if anonymity == "unknown":
+        query = query.filter(anonymity="")
+    elif anonymity in Anonymity.values and anonymity:
+        query = query.filter(anonymity=anonymity)
+    if source := params.get("source"):
+        query = query.filter(source__icontains=source)
+    if q := params.get("q"):
+        query = query.filter(Q(host__icontains=q) | Q(source__icontains=q))
+    return query.order_by(SORTS.get(params.get("sort", ""), SORTS["score"]), "pk")

@@ -10,17 +10,22 @@ from __future__ import annotations
 import logging
 import re
 import time
+from collections import defaultdict
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
+import django_rq
 import requests
 from django.conf import settings
-from django.db.models import Q
+from django.db import transaction
+from django.db.models import F, Q
 from django.utils import timezone
 
-from proxies import pool, services
-from proxies.models import Anonymity, Proxy, ProxyState
+from proxies import pool
+from proxies.health import announce
+from proxies.models import Anonymity, Proxy, ProxyEvent, ProxyState
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +152,7 @@ def run_pass(
     with pool.validation_lock(timeout=timeout * 3 + 60, blocking_timeout=wait) as lock:
         if lock is None:
             return None
-        report = PassReport(synced=services.sync_from_pool())
+        report = PassReport(synced=sync_from_pool())
         pool.reap()
         if proxy_ids is not None:
             query = Proxy.objects.filter(pk__in=proxy_ids).exclude(state=ProxyState.REMOVED)
@@ -168,7 +173,7 @@ def run_pass(
                     )  # fmt: skip
                 )
             for proxy, result in zip(proxies, results, strict=True):
-                _tally(report, proxy, services.record_validation(proxy=proxy, result=result),
+                _tally(report, proxy, record_validation(proxy=proxy, result=result),
                        result)  # fmt: skip
             lock.reacquire()  # a long pass keeps its lock, batch by batch
     log.info("proxy validation: %s", report.as_dict())
@@ -185,3 +190,132 @@ def _tally(report: PassReport, before: Proxy, after: Proxy, result: CheckResult)
         report.admitted += 1
     if after.state == ProxyState.REMOVED:
         report.removed += 1
+
+
+def record_validation(*, proxy: Proxy, result) -> Proxy:
+    """Store one validation outcome: the pool's score (Redis decides, atomically), latency,
+    anonymity and state. Success admits a new proxy; a refused connection or score 0 removes."""
+    with transaction.atomic():
+        proxy = Proxy.objects.select_for_update().get(pk=proxy.pk)
+        if proxy.state == ProxyState.REMOVED:
+            return proxy
+        admit = proxy.state in (ProxyState.NEW, ProxyState.ACTIVE)
+        score, status = pool.record_check(
+            proxy=proxy.key, url=proxy.url, ok=result.ok, reason=result.reason,
+            latency_ms=result.latency_ms, initial_score=proxy.score, admit=admit,
+        )  # fmt: skip
+        was, recovered = proxy.state, result.ok and bool(proxy.last_error)
+        proxy.score = score
+        if result.ok:
+            proxy.latency_ms = round(result.latency_ms)
+            proxy.last_validated_at = timezone.now()
+            proxy.anonymity = result.anonymity
+            proxy.successes = F("successes") + 1
+            proxy.last_error = ""
+        else:
+            proxy.failures = F("failures") + 1
+            proxy.last_error = result.error[:2000]
+        if status == "pool":
+            proxy.state = ProxyState.ACTIVE
+        elif status == "removed":
+            proxy.state = ProxyState.REMOVED
+            proxy.removed_at = timezone.now()
+            proxy.removed_why = (
+                "validation: connection refused"
+                if result.reason == "refused"
+                else f"validation: score fell to 0 ({result.reason})"
+            )
+        proxy.save()
+        proxy.refresh_from_db()
+        if proxy.state == ProxyState.REMOVED:
+            pool.remove(proxy=proxy.key)
+        if event := _validation_event(proxy, result, was=was, recovered=recovered):
+            ProxyEvent.record([proxy], event[0], actor="validator", detail=event[1])
+        # Many per validation pass: throttled; the page also refreshes every few seconds.
+        announce(force=False)
+    return proxy
+
+
+def _validation_event(
+    proxy: Proxy, result: CheckResult, *, was: str, recovered: bool
+) -> tuple[str, str] | None:
+    """The audit row a check deserves (kind, detail): removals, failures, admissions and
+    recoveries; a routine success writes none."""
+    if proxy.state == ProxyState.REMOVED:
+        return ProxyEvent.Kind.REMOVED, proxy.removed_why
+    if not result.ok:
+        return ProxyEvent.Kind.CHECK_FAILED, f"{result.reason}: {result.error}"[:2000]
+    if was == ProxyState.NEW and proxy.state == ProxyState.ACTIVE:
+        return ProxyEvent.Kind.ADMITTED, _summary(proxy)
+    if recovered:
+        return ProxyEvent.Kind.VALIDATED, _summary(proxy)
+    return None
+
+
+def _summary(proxy: Proxy) -> str:
+    return f"{proxy.latency_ms} ms, {proxy.anonymity or 'anonymity unknown'}, score {proxy.score}"
+
+
+def sync_from_pool() -> dict:
+    """Bring what crawls did in Redis into the inventory: success and failure counts, proxies
+    the pool dropped (refused, score 0), and the current score and latency of pooled ones."""
+    drained = pool.drain()
+    keys = set(drained.successes) | set(drained.failures) | {d[0] for d in drained.dropped}
+    pooled = pool.members()
+    by_key = {p.key: p for p in Proxy.objects.exclude(state=ProxyState.REMOVED)}
+    # One UPDATE per distinct (successes, failures) step, not one per proxy: steps repeat.
+    steps: dict[tuple[int, int], list[int]] = defaultdict(list)
+    for key in keys & by_key.keys():
+        step = (drained.successes.get(key, 0), drained.failures.get(key, 0))
+        steps[step].append(by_key[key].pk)
+    with transaction.atomic():
+        for (successes, failures), ids in steps.items():
+            Proxy.objects.filter(pk__in=ids).update(
+                successes=F("successes") + successes, failures=F("failures") + failures
+            )
+        changed = []
+        for key, live in pooled.items():
+            proxy = by_key.get(key)
+            if proxy is not None and proxy.state == ProxyState.ACTIVE:
+                proxy.score, proxy.latency_ms = live["score"], round(live["latency_ms"])
+                changed.append(proxy)
+        Proxy.objects.bulk_update(changed, ["score", "latency_ms"], batch_size=500)
+        # What the pool dropped: out of every pool in one round trip, the rows in one UPDATE,
+        # the audit rows in one INSERT.
+        dropped = {}
+        for key, why, at in drained.dropped:
+            if (proxy := by_key.get(key)) is not None:
+                proxy.state, proxy.removed_why, proxy.score = ProxyState.REMOVED, why, 0
+                proxy.removed_at = datetime.fromtimestamp(at, tz=UTC)
+                dropped[key] = proxy
+        if dropped:
+            pool.remove_many(proxies=list(dropped))
+            Proxy.objects.bulk_update(
+                dropped.values(), ["state", "removed_why", "score", "removed_at"], batch_size=500
+            )
+            ProxyEvent.objects.bulk_create(
+                [ProxyEvent(proxy=proxy, kind=ProxyEvent.Kind.REMOVED, actor="pool",
+                            detail=proxy.removed_why) for proxy in dropped.values()],
+                batch_size=500,
+            )  # fmt: skip
+            announce()
+    return {"counted": len(keys), "scored": len(changed), "dropped": len(dropped)}
+
+
+def request_validation(*, proxies: Iterable[Proxy] | None = None) -> None:
+    """Validate these proxies (or a full pass) on the control queue, after commit."""
+    ids = None if proxies is None else [p.pk for p in proxies]
+
+    def enqueue() -> None:
+        django_rq.get_queue("control").enqueue(validate_proxies, proxy_ids=ids)
+
+    transaction.on_commit(enqueue)
+
+
+def validate_proxies(proxy_ids: list[int] | None = None, everything: bool = False) -> dict:
+    """The RQ job: the periodic validation pass (from crawlhub.cron), or "validate now" for
+    some proxies. A periodic pass skips when another is under way; a targeted one waits for it."""
+    report = run_pass(
+        proxy_ids=proxy_ids, everything=everything, wait=0 if proxy_ids is None else 120
+    )
+    return {"skipped": "another validation pass is running"} if report is None else report.as_dict()

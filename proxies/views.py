@@ -6,27 +6,16 @@ from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_not_required
 from django.core.paginator import Paginator
-from django.db.models import F, Q, QuerySet
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
 from crawlhub.access import staff_required
-from proxies import pool, services
+from proxies import pool, services, validation
 from proxies.models import Anonymity, Proxy, ProxyState
 from proxies.validation import PROXY_HEADERS
 
-# Never-measured and never-validated proxies go last on every database (SQLite and PostgreSQL
-# disagree on where NULL sorts).
-SORTS = {
-    "score": F("score").desc(), "latency": F("latency_ms").asc(nulls_last=True),
-    "validated": F("last_validated_at").desc(nulls_last=True), "failures": F("failures").desc(),
-    "added": F("added_at").desc(),
-}  # fmt: skip
-SCORE_RANGES = {
-    "0-5": (0, 5), "5-6": (5, 6), "6-10": (6, 10), "10+": (10, None),
-}  # fmt: skip
 PAGE_SIZE = 100
 
 
@@ -38,35 +27,6 @@ def echo(request: HttpRequest) -> JsonResponse:
     proxy-revealing headers that arrived. No session needed: validators come through proxies."""
     headers = {name: request.headers[name] for name in PROXY_HEADERS if name in request.headers}
     return JsonResponse({"origin": request.META.get("REMOTE_ADDR", ""), "headers": headers})
-
-
-def filter_proxies(params, query: QuerySet | None = None) -> QuerySet:
-    """The list filters shared by the page (and its CLI/JSON twin): state, channel, score range,
-    anonymity, source, search; plus the sort."""
-    query = Proxy.objects.all() if query is None else query
-    if state := params.get("state"):
-        query = query.filter(state=state)
-    elif not params.get("all"):
-        query = query.exclude(state=ProxyState.REMOVED)
-    if channel := params.get("channel"):
-        sets = pool.channel_members(channel=channel)
-        keys = sets["free"] | sets["leased"]
-        query = query.filter(pk__in=[p.pk for p in query if p.key in keys])
-    if (bounds := SCORE_RANGES.get(params.get("score", ""))) is not None:
-        low, high = bounds
-        query = query.filter(score__gte=low)
-        if high is not None:
-            query = query.filter(score__lt=high)
-    anonymity = params.get("anonymity") or ""
-    if anonymity == "unknown":
-        query = query.filter(anonymity="")
-    elif anonymity in Anonymity.values and anonymity:
-        query = query.filter(anonymity=anonymity)
-    if source := params.get("source"):
-        query = query.filter(source__icontains=source)
-    if q := params.get("q"):
-        query = query.filter(Q(host__icontains=q) | Q(source__icontains=q))
-    return query.order_by(SORTS.get(params.get("sort", ""), SORTS["score"]), "pk")
 
 
 class ActionForm(forms.Form):
@@ -108,13 +68,13 @@ class ImportForm(forms.Form):
 
 @staff_required
 def proxy_list(request: HttpRequest) -> HttpResponse:
-    query = filter_proxies(request.GET)
+    query = services.filter_proxies(request.GET)
     page = Paginator(query, PAGE_SIZE).get_page(request.GET.get("page"))
     return render(request, "proxies/proxy_list.html", {
         "nav": "proxies", "page": page, "params": request.GET, "health": pool.health(),
         "states": ProxyState.choices, "anonymities": Anonymity.choices[1:],
-        "score_ranges": list(SCORE_RANGES), "channels": pool.channels(),
-        "sorts": list(SORTS), "import_form": ImportForm(),
+        "score_ranges": list(services.SCORE_RANGES), "channels": pool.channels(),
+        "sorts": list(services.SORTS), "import_form": ImportForm(),
     })  # fmt: skip
 
 
@@ -138,7 +98,7 @@ def proxy_action(request: HttpRequest) -> HttpResponse:
         done = services.enable_proxies(proxies=proxies, user=request.user)
     else:
         done = list(proxies)
-        services.request_validation(proxies=done)
+        validation.request_validation(proxies=done)
     label = dict(form.fields["action"].choices)[action]
     messages.success(request, f"{label}: {len(done)} of {len(proxies)} proxies.")
     return redirect(back if back.startswith("/") else "proxy_list")

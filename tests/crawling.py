@@ -13,11 +13,11 @@ from urllib.parse import urlsplit
 
 from django.db import connection
 
-from crawls import services
-from crawls.frontier import Frontier, canonicalize
+from crawlhub.sample_site import SampleSite
+from crawls.engine import lifecycle
+from crawls.engine.frontier import Frontier, canonicalize
+from crawls.engine.slices import run_slice
 from crawls.models import Crawl, CrawlState
-from crawls.sample_site import SampleSite
-from crawls.slicer import run_slice
 from tests.sites import Response
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -33,7 +33,7 @@ def drive(crawl: Crawl, *, timeout: float = 60, budget: float = 5) -> Crawl:
             return crawl
         n += 1
         run_slice(crawl.pk, f"test-{n}", budget_seconds=budget)
-        services.crawl_finish_if_done(crawl.pk)
+        lifecycle.finish_if_done(crawl.pk)
     raise AssertionError(f"crawl {crawl.pk} still {crawl.state} after {timeout} s")
 
 

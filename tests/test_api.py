@@ -8,7 +8,7 @@ from django.test import Client
 from crawlhub import tokens
 from crawlhub.connections import reset_pools
 from crawls import services
-from crawls.frontier import Frontier
+from crawls.engine.frontier import Frontier
 from crawls.models import Channel, Crawl, CrawlState
 from proxies.models import Proxy, ProxyState
 from tests.conftest import free_port

@@ -22,7 +22,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.core.management import CommandError, call_command
 
 from crawls import services
-from crawls import slicer as slicer_mod
+from crawls.engine import slices as slicer_mod
 from crawls.models import Crawl, CrawlState
 from proxies import services as proxy_services
 from proxies.models import Proxy

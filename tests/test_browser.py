@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import requests
 
+from crawlhub.sample_site import SampleSite
 from crawls import services
 from crawls.models import Crawl, CrawlState
-from crawls.sample_site import SampleSite
 from proxies import pool
 from proxies import services as proxy_services
 from proxies.models import Proxy, ProxyState

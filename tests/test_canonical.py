@@ -12,10 +12,10 @@ from urllib.parse import urlsplit
 import pytest
 from w3lib.url import canonicalize_url
 
-from crawls import frontier, scope
-from crawls.frontier import Outcome, Request, _outcome_args, canonicalize
-from crawls.sample_site import SampleSite
-from crawls.scope import Scope
+from crawlhub.sample_site import SampleSite
+from crawls.engine import frontier, scope
+from crawls.engine.frontier import Outcome, Request, _outcome_args, canonicalize
+from crawls.engine.scope import Scope
 
 HOSTS = [
     "example.com", "a.b.c", "127.0.0.1", "127.1", "0x7f.1", "a---b", "xn--bcher-kva.example",
@@ -64,7 +64,7 @@ def corpus() -> list[str]:
     rng = random.Random(20240601)
     urls = [random_url(rng) for _ in range(60_000)]
     # What crawls produce: the sample site's links in all their equivalent forms.
-    from crawls import links
+    from crawlhub.http import links
 
     site = SampleSite(pages=400, seed=3)
     origin = "http://127.0.0.1:8123"

@@ -12,10 +12,10 @@ import time
 import pytest
 
 from crawlhub.connections import reset_pools
+from crawlhub.sample_site import SampleSite
 from crawls import services
-from crawls.frontier import Frontier
+from crawls.engine.frontier import Frontier
 from crawls.models import Channel, CrawlState, ProxyUse
-from crawls.sample_site import SampleSite
 from proxies import pool
 from tests.crawling import (
     WorkerFleet,

@@ -4,11 +4,12 @@ from collections import Counter
 
 import pytest
 
+from crawlhub.http.useragents import USER_AGENTS
+from crawlhub.sample_site import SampleSite, serve
 from crawls import services
+from crawls.engine import lifecycle
+from crawls.engine.slices import IDLE_EXIT_SECONDS, run_slice
 from crawls.models import CrawlState
-from crawls.sample_site import SampleSite, serve
-from crawls.slicer import IDLE_EXIT_SECONDS, run_slice
-from crawls.useragents import USER_AGENTS
 from tests.crawling import drive, fetched_paths
 from tests.sites import Response, pages_site
 
@@ -234,7 +235,7 @@ def test_a_slice_ends_as_soon_as_the_crawl_has_nothing_left(user, make_site):
     assert report["reason"] == "done"
     assert report["pages"] == 2
     assert report["seconds"] < IDLE_EXIT_SECONDS  # not the idle wait
-    assert services.crawl_finish_if_done(crawl.pk)
+    assert lifecycle.finish_if_done(crawl.pk)
 
 
 def test_a_slice_waits_while_a_retry_is_pending(user, make_site):

@@ -10,10 +10,11 @@ import lxml.html
 import pytest
 from w3lib.url import canonicalize_url
 
-from crawls import live, services
-from crawls.frontier import Frontier
+from crawlhub.sample_site import SampleSite
+from crawls import services
+from crawls.engine import live
+from crawls.engine.frontier import Frontier
 from crawls.models import Channel, Crawl, CrawlEvent, CrawlState
-from crawls.sample_site import SampleSite
 from tests.crawling import drive, sample_handler
 
 pytestmark = pytest.mark.django_db

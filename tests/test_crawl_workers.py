@@ -9,10 +9,10 @@ from collections import Counter
 
 import pytest
 
+from crawlhub.sample_site import SampleSite
 from crawls import services
-from crawls.frontier import Frontier
+from crawls.engine.frontier import Frontier
 from crawls.models import CrawlState
-from crawls.sample_site import SampleSite
 from tests.crawling import (
     WorkerFleet,
     assert_exact,

@@ -17,8 +17,8 @@ from django.utils import timezone
 
 from crawlhub import tokens
 from crawls import services
+from crawls.engine.slices import PAGE_ROWS
 from crawls.models import Page
-from crawls.slicer import PAGE_ROWS
 
 pytestmark = pytest.mark.django_db
 

@@ -19,8 +19,8 @@ from email.utils import formatdate
 
 import pytest
 
-from crawls.fetcher import Fetcher, FetchResult
-from crawls.useragents import DEFAULT_USER_AGENT, USER_AGENTS, pick_user_agent
+from crawlhub.http.client import Fetcher, FetchResult
+from crawlhub.http.useragents import DEFAULT_USER_AGENT, USER_AGENTS, pick_user_agent
 from tests.sites import Request, Response, pages_site
 
 MB = 1024 * 1024

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from crawls.frontier import (
+from crawls.engine.frontier import (
     FINGERPRINT_VERSION,
     Frontier,
     Outcome,
@@ -590,7 +590,7 @@ def test_supervisor_lock_lets_one_supervisor_run():
 
 
 def test_renewing_a_lease_keeps_a_slow_request_from_going_back(redis):
-    from crawls.frontier import Frontier
+    from crawls.engine.frontier import Frontier
 
     frontier = Frontier(990, redis)
     frontier.configure(max_pages=10, max_depth=3, host_delay=0)

@@ -8,7 +8,7 @@ from urllib.parse import urljoin
 
 import pytest
 
-from crawls.links import Resolver, extract
+from crawlhub.http.links import Resolver, extract
 
 PAGE = "http://example.com/dir/page.html"
 

@@ -20,8 +20,9 @@ from django.test import Client
 
 from crawlhub.asgi import application
 from crawlhub.consumers import CLOSE_FORBIDDEN
-from crawls import consumers, jobs, live, services
-from crawls.frontier import Frontier, Outcome, Request
+from crawls import consumers, services
+from crawls.engine import jobs, live
+from crawls.engine.frontier import Frontier, Outcome, Request
 from proxies import pool
 from proxies import services as proxy_services
 from proxies.models import Proxy
@@ -310,7 +311,7 @@ import os, sys, time
 import django
 os.environ["DJANGO_SETTINGS_MODULE"] = "crawlhub.settings"
 django.setup()
-from crawls.live import publish_crawl
+from crawls.engine.live import publish_crawl
 print("ready", flush=True)
 start = float(sys.stdin.readline())
 while time.time() < start:

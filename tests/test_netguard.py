@@ -2,7 +2,7 @@
 
 The local sites of the suite live on 127.0.0.1, which the guard refuses: a test that needs a
 site to play a public one lets exactly that site's first URL through and leaves every other
-check to crawls.netguard.
+check to crawlhub.http.netguard.
 """
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ from pathlib import Path
 import pytest
 from django.core.exceptions import ValidationError
 
-from crawls import netguard, services
-from crawls import slicer as slicer_mod
-from crawls.fetcher import Fetcher
+from crawlhub.http import netguard
+from crawlhub.http.client import Fetcher
+from crawls import services
+from crawls.engine import slices as slicer_mod
 from crawls.models import CrawlState
 from tests.crawling import drive
 from tests.sites import Response, pages_site

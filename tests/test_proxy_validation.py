@@ -9,8 +9,8 @@ import django_rq
 import pytest
 
 from proxies import pool, services, validation
-from proxies.jobs import validate_proxies
 from proxies.models import Anonymity, Proxy, ProxyEvent, ProxyState
+from proxies.validation import validate_proxies
 from tests.forward_proxy import ForwardProxy, StallingProxy, refused_port
 from tests.sites import Request, Response
 
@@ -175,7 +175,7 @@ def test_new_proxies_are_validated_by_a_job_before_they_enter_the_pools(
         assert pool.members() == {}
         queue = django_rq.get_queue("control")
         [job] = queue.get_jobs()
-        assert job.func_name == "proxies.jobs.validate_proxies"
+        assert job.func_name == "proxies.validation.validate_proxies"
         assert job.kwargs == {"proxy_ids": [report.added[0].pk]}
         assert validate_proxies(**job.kwargs)["admitted"] == 1
     assert list(pool.members()) == [report.added[0].key]
@@ -191,7 +191,7 @@ def test_a_pass_brings_crawl_outcomes_into_the_inventory(echo):
     by_key = {good.key: good, bad.key: bad}
     pool.release(lease=lease, latency_ms=42)
     pool.fail(lease=other, reason="refused")
-    synced = services.sync_from_pool()
+    synced = validation.sync_from_pool()
     assert synced["dropped"] == 1
     kept, dropped = by_key[lease.proxy], by_key[other.proxy]
     kept.refresh_from_db()
@@ -211,7 +211,7 @@ def test_counting_crawl_outcomes_takes_a_statement_per_distinct_step_not_per_pro
     for _ in range(50):
         pool.release(lease=pool.acquire(channel="c"), latency_ms=40)
     with django_assert_max_num_queries(8):
-        synced = services.sync_from_pool()
+        synced = validation.sync_from_pool()
     assert synced["counted"] == 20
     successes = sorted(Proxy.objects.filter(pk__in=[p.pk for p in proxies])
                        .values_list("successes", flat=True))  # fmt: skip

@@ -8,9 +8,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from crawls.fetcher import Fetcher
-from crawls.robots import RobotsPolicy, policy_from_response, robots_url
-from crawls.useragents import DEFAULT_USER_AGENT, USER_AGENTS
+from crawlhub.http.client import Fetcher
+from crawlhub.http.useragents import DEFAULT_USER_AGENT, USER_AGENTS
+from crawls.engine.robots import RobotsPolicy, policy_from_response, robots_url
 from tests.sites import Response, pages_site
 
 ROBOTS = """

@@ -6,8 +6,8 @@ import pytest
 from django.utils import timezone
 
 from crawls import services
+from crawls.engine.rows import BulkInsert
 from crawls.models import Page
-from crawls.rows import BulkInsert
 
 pytestmark = pytest.mark.django_db
 

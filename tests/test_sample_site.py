@@ -11,7 +11,7 @@ import pytest
 import requests
 from w3lib.url import canonicalize_url
 
-from crawls.sample_site import SampleSite, serve
+from crawlhub.sample_site import SampleSite, serve
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ from rq.cron import get_cron_job_ids
 from rq.job import Job
 
 from crawls import schedules, services
-from crawls.frontier import Frontier
+from crawls.engine.frontier import Frontier
 from crawls.models import Crawl, CrawlSchedule, CrawlState
 from tests.crawling import ROOT, WorkerFleet, database_url, fetched_paths, wait_for_state
 from tests.sites import pages_site

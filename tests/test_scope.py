@@ -6,7 +6,8 @@ import re
 
 import pytest
 
-from crawls.scope import Scope, ScopeError, compile_patterns, url_problem, validate_url
+from crawlhub.http.urls import url_problem, validate_url
+from crawls.engine.scope import Scope, ScopeError, compile_patterns
 
 
 def scope(

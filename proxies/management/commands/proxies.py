@@ -9,7 +9,6 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from proxies import services, validation
 from proxies.models import ProxyState
-from proxies.views import SCORE_RANGES, SORTS, filter_proxies
 
 
 class Command(BaseCommand):
@@ -24,10 +23,10 @@ class Command(BaseCommand):
         lst.add_argument("--json", action="store_true", dest="as_json")
         lst.add_argument("--state", choices=ProxyState.values)
         lst.add_argument("--channel")
-        lst.add_argument("--score", choices=list(SCORE_RANGES))
+        lst.add_argument("--score", choices=list(services.SCORE_RANGES))
         lst.add_argument("--anonymity")
         lst.add_argument("--source")
-        lst.add_argument("--sort", choices=list(SORTS), default="score")
+        lst.add_argument("--sort", choices=list(services.SORTS), default="score")
         rem = sub.add_parser("remove", help="Remove proxies from every pool (audit-logged).")
         rem.add_argument("addresses", nargs="+", metavar="ADDR", help="host:port or URL")
         rem.add_argument("--why", default="", help="Reason for the audit log.")
@@ -99,7 +98,7 @@ class Command(BaseCommand):
                 if p.last_validated_at
                 else None,  # noqa: E501
             }  # fmt: skip
-            for p in filter_proxies(params)
+            for p in services.filter_proxies(params)
         ]
         if as_json:
             self.stdout.write(json.dumps(rows, indent=2))

@@ -47,7 +47,7 @@ import redis
 from w3lib.url import canonicalize_url
 
 from crawlhub.connections import get_redis
-from crawls.scope import url_origin
+from crawlhub.http.urls import url_origin
 
 FINGERPRINT_VERSION = 1
 

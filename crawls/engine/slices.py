@@ -18,20 +18,20 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-import redis
 from django.conf import settings
 from django.utils import timezone
 
-from crawls.fetcher import Fetcher, FetchResult
-from crawls.frontier import Frontier, Outcome, Request
-from crawls.live import publish_crawl
+from crawlhub.connections import REDIS_ERRORS
+from crawlhub.http.client import Fetcher, FetchResult
+from crawlhub.http.netguard import BlockedAddress, check_url
+from crawlhub.http.useragents import DEFAULT_USER_AGENT
+from crawls.engine.frontier import Frontier, Outcome, Request
+from crawls.engine.live import publish_crawl
+from crawls.engine.proxying import KeptProxies, Stopped, fetch_via_pool
+from crawls.engine.robots import RobotsPolicy, policy_from_response, robots_url
+from crawls.engine.rows import BulkInsert
+from crawls.engine.scope import Scope
 from crawls.models import Crawl, FailedRequest, Page, ProxyUse
-from crawls.netguard import BlockedAddress, check_url
-from crawls.proxying import KeptProxies, Stopped, fetch_via_pool
-from crawls.robots import RobotsPolicy, policy_from_response, robots_url
-from crawls.rows import BulkInsert
-from crawls.scope import Scope
-from crawls.useragents import DEFAULT_USER_AGENT
 
 log = logging.getLogger(__name__)
 
@@ -44,8 +44,6 @@ EMPTY_CLAIM_BACKOFF = 0.1
 MAX_RETRY_DELAY = 60.0
 REDIS_RETRY_SECONDS = 300.0
 UNREACHABLE_ROBOTS_SECONDS = 60.0
-# BusyLoadingError (Redis restarting) is a ConnectionError too.
-REDIS_ERRORS = (redis.ConnectionError, redis.TimeoutError)
 
 
 PAGE_ROWS = BulkInsert(Page)

@@ -27,10 +27,10 @@ from requests.adapters import HTTPAdapter
 from requests.cookies import extract_cookies_to_jar
 from requests.structures import CaseInsensitiveDict
 
-from crawls import links
-from crawls.netguard import BlockedAddress
-from crawls.scope import url_problem
-from crawls.useragents import pick_user_agent
+from crawlhub.http import links
+from crawlhub.http.netguard import BlockedAddress
+from crawlhub.http.urls import url_problem
+from crawlhub.http.useragents import pick_user_agent
 
 ACCEPT = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
 # Only what we can decode with a bounded output size (urllib3 caps each decompress call).
@@ -133,7 +133,7 @@ class Fetcher:
         self.total_timeout = total_timeout if total_timeout else 3 * timeout
         self.session = _session(pool_size)
         # Called with each URL before it is fetched (first and every redirect hop); raising
-        # BlockedAddress refuses it (crawls/netguard.py).
+        # BlockedAddress refuses it (crawlhub/http/netguard.py).
         self.guard = guard
 
     def fetch(self, url: str, *, proxy: str | None = None) -> FetchResult:

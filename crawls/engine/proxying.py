@@ -13,10 +13,8 @@ from __future__ import annotations
 import threading
 import time
 
-from django.conf import settings
-
-from crawls.fetcher import Fetcher, FetchResult
-from proxies import pool
+from crawlhub.http.client import Fetcher, FetchResult
+from proxies import leasing
 
 PROXY_TRIES = 3
 
@@ -33,17 +31,17 @@ class KeptProxies:
     """
 
     def __init__(self) -> None:
-        self._kept: list[tuple[pool.Lease, float]] = []
+        self._kept: list[tuple[leasing.Lease, float]] = []
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._kept)
 
-    def put(self, lease: pool.Lease, renewed_at: float) -> None:
+    def put(self, lease: leasing.Lease, renewed_at: float) -> None:
         with self._lock:
             self._kept.append((lease, renewed_at))
 
-    def take(self) -> tuple[pool.Lease, float] | None:
+    def take(self) -> tuple[leasing.Lease, float] | None:
         """The lease kept longest, or None: oldest first, so that none sits unused until its
         lease runs out while fewer requests run than leases are kept."""
         with self._lock:
@@ -54,7 +52,7 @@ class KeptProxies:
         with self._lock:
             kept, self._kept = self._kept, []
         for lease, _ in kept:
-            pool.release(lease=lease, latency_ms=0, record=False)
+            leasing.release(lease=lease, latency_ms=0, record=False)
         return len(kept)
 
 
@@ -62,7 +60,7 @@ def acquire_waiting(
     *, channel: str, strategy: str, lease_seconds: float, wait_seconds: float,
     stop: threading.Event | None = None, exclude: tuple[str, ...] = (),
     kept: KeptProxies | None = None, fetch_seconds: float = 0.0,
-) -> pool.Lease | None:  # fmt: skip
+) -> leasing.Lease | None:  # fmt: skip
     """A proxy of the channel, waiting up to wait_seconds for one to come free (from the
     pool, or a lease another thread of the slice has just kept).
 
@@ -74,7 +72,7 @@ def acquire_waiting(
     while True:
         if stop is not None and stop.is_set():
             raise Stopped
-        lease, leased = pool.acquire_or_count(
+        lease, leased = leasing.acquire_or_count(
             channel=channel, lease_seconds=lease_seconds, strategy=strategy, exclude=exclude
         )  # fmt: skip
         # Wait only while another holder has one of the channel's proxies: it comes back.
@@ -86,26 +84,15 @@ def acquire_waiting(
             return found
 
 
-def _renewed(kept: KeptProxies, lease_seconds: float, fetch_seconds: float) -> pool.Lease | None:
+def _renewed(kept: KeptProxies, lease_seconds: float, fetch_seconds: float) -> leasing.Lease | None:
     """A kept lease with at least fetch_seconds (and a second) left on it, renewing it when it
     has less; None when none is kept, or the ones kept were lost (expired, proxy removed)."""
     while (entry := kept.take()) is not None:
         lease, renewed_at = entry
         if time.monotonic() - renewed_at < lease_seconds - fetch_seconds - 1:
             return lease
-        if pool.keep(lease=lease, latency_ms=None, lease_seconds=lease_seconds):
+        if leasing.keep(lease=lease, latency_ms=None, lease_seconds=lease_seconds):
             return lease
-    return None
-
-
-def proxy_fault(result: FetchResult, ban_statuses: frozenset[int]) -> str | None:
-    """The pool's name for what the proxy did wrong, or None when it did its job."""
-    if result.error_kind == "proxy":
-        return "refused" if "refused the connection" in result.error else "error"
-    if result.error_kind == "timeout":
-        return "timeout"
-    if result.status in ban_statuses:
-        return "ban"
     return None
 
 
@@ -130,7 +117,6 @@ def fetch_via_pool(
     With the greedy strategy and `kept`, a kept lease is used first, and a proxy that answered
     faster than PROXY_GREEDY_MS is kept for the next request instead of being released.
     """
-    bans = frozenset(settings.PROXY_BAN_STATUSES)
     greedy = kept if strategy == "greedy" else None
     tried: list[str] = []
     result = None
@@ -148,21 +134,21 @@ def fetch_via_pool(
             break
         tried.append(lease.proxy)
         result = fetcher.fetch(url, proxy=lease.url)
-        fault = proxy_fault(result, bans)
+        fault = leasing.fault_of(result)
         if fault is None:
             _done_with(lease, result.elapsed_ms, greedy, lease_seconds)
             return result
-        pool.fail(lease=lease, reason=fault)
+        leasing.fail(lease=lease, reason=fault)
     return result or no_proxy(url, channel)
 
 
 def _done_with(
-    lease: pool.Lease, latency_ms: float, kept: KeptProxies | None, lease_seconds: float
+    lease: leasing.Lease, latency_ms: float, kept: KeptProxies | None, lease_seconds: float
 ) -> None:
     """Keep a fast proxy for the next request (greedy), else give it back with the outcome."""
-    if kept is None or not pool.should_keep(latency_ms=latency_ms):
-        pool.release(lease=lease, latency_ms=latency_ms, ok=True)
+    if kept is None or not leasing.should_keep(latency_ms=latency_ms):
+        leasing.release(lease=lease, latency_ms=latency_ms, ok=True)
         return
     renewed_at = time.monotonic()
-    if pool.keep(lease=lease, latency_ms=latency_ms, lease_seconds=lease_seconds):
+    if leasing.keep(lease=lease, latency_ms=latency_ms, lease_seconds=lease_seconds):
         kept.put(lease, renewed_at)

@@ -11,11 +11,11 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from crawlhub.access import visible_crawls
-from crawlhub.drf import JSONErrors
+from crawlhub.api_errors import JSONErrors
 from crawls import exports, services
-from crawls.data_views import export_response
 from crawls.models import Channel, Crawl, FailedRequest, Page
+from crawls.services import visible_crawls
+from crawls.views.exports import export_response
 
 
 class ChannelSerializer(serializers.ModelSerializer):

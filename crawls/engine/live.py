@@ -14,8 +14,8 @@ import time
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 
-from crawls import services
-from crawls.frontier import SERIES_POINTS, Frontier, live_views
+from crawlhub.connections import REDIS_ERRORS
+from crawls.engine.frontier import SERIES_POINTS, Frontier, live_views
 from crawls.models import Crawl
 
 log = logging.getLogger(__name__)
@@ -59,7 +59,7 @@ def snapshot(crawl: Crawl, *, points: int = SERIES_POINTS, record: bool = False)
     error."""
     try:
         view = Frontier(crawl.pk).live_view(points=points, record=record and crawl.is_active())
-    except services.REDIS_ERRORS as exc:
+    except REDIS_ERRORS as exc:
         view = exc
     return _snapshot(crawl, view)
 
@@ -68,7 +68,7 @@ def list_rows(crawls: list[Crawl], *, points: int) -> list[dict]:
     """compact(snapshot(crawl)) of many crawls in one Redis round trip (no queue per host)."""
     try:
         views = live_views([crawl.pk for crawl in crawls], points=points, hosts=False)
-    except services.REDIS_ERRORS as exc:
+    except REDIS_ERRORS as exc:
         views = dict.fromkeys((crawl.pk for crawl in crawls), exc)
     return [compact(_snapshot(crawl, views[crawl.pk])) for crawl in crawls]
 

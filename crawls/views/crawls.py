@@ -10,10 +10,12 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from crawlhub.access import visible_crawls
-from crawls import live, netguard, services
-from crawls.forms import CrawlForm
+from crawlhub.http import netguard
+from crawls import services
+from crawls.engine import live
 from crawls.models import Channel, Crawl, CrawlState
+from crawls.services import visible_crawls
+from crawls.views.forms import CrawlForm
 
 CRAWLS_PER_PAGE = 25
 RECENT_ROWS = 15

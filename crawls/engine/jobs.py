@@ -1,17 +1,19 @@
-"""RQ jobs of the crawl engine. Thin: each calls a step that tests call directly."""
+"""RQ jobs of the crawl engine, and how slices get on the queue. Thin: each job calls a step
+that tests call directly."""
 
 from __future__ import annotations
 
 import logging
+import uuid
 
 import django_rq
 from django.conf import settings
-from django.db import close_old_connections
+from django.db import close_old_connections, transaction
 
-from crawls import live, services
-from crawls.frontier import Frontier, supervisor_lock
+from crawls.engine import lifecycle, live
+from crawls.engine.frontier import Frontier, supervisor_lock
+from crawls.engine.slices import run_slice
 from crawls.models import Crawl, CrawlState
-from crawls.slicer import run_slice
 
 log = logging.getLogger(__name__)
 
@@ -20,7 +22,16 @@ log = logging.getLogger(__name__)
 QUEUED_SLICE_TTL = 3600.0
 
 
-def enqueue_slices(crawl_id: int, slice_ids: list[str]) -> None:
+def enqueue_slices(crawl: Crawl, count: int | None = None) -> int:
+    """Put `count` slices (default: the crawl's) on the crawls queue once the current
+    transaction commits. Returns how many."""
+    count = crawl.slices if count is None else count
+    slice_ids = [f"{crawl.pk}-{uuid.uuid4().hex[:10]}" for _ in range(count)]
+    transaction.on_commit(lambda: _enqueue(crawl.pk, slice_ids))
+    return count
+
+
+def _enqueue(crawl_id: int, slice_ids: list[str]) -> None:
     Frontier(crawl_id).slice_register(slice_ids, ttl=QUEUED_SLICE_TTL)
     queue = django_rq.get_queue("crawls")
     for slice_id in slice_ids:
@@ -53,11 +64,11 @@ def after_slice(crawl_id: int) -> None:
         return
     changed = False
     if crawl.state == CrawlState.PAUSING:
-        changed = services.settle_pause(crawl)
+        changed = lifecycle.settle_pause(crawl)
     elif crawl.state == CrawlState.RUNNING:
-        changed = services.crawl_finish_if_done(crawl_id)
+        changed = lifecycle.finish_if_done(crawl_id)
         if not changed:
-            services.enqueue_slices(crawl, count=1)
+            enqueue_slices(crawl, count=1)
     if not changed:
         # A state change announced itself, at once; the slice's last counters go through the
         # throttle (slices end often on a big crawl), but do go out.
@@ -74,13 +85,13 @@ def supervise() -> dict:
         frontier = Frontier(crawl.pk)
         report["requeued"] += frontier.requeue_expired()
         if crawl.state == CrawlState.PAUSING:
-            report["paused"] += services.settle_pause(crawl)
-        elif services.crawl_finish_if_done(crawl.pk):
+            report["paused"] += lifecycle.settle_pause(crawl)
+        elif lifecycle.finish_if_done(crawl.pk):
             report["finished"] += 1
         else:
             missing = crawl.slices - frontier.live_slices()
             if missing > 0:
-                report["slices_started"] += services.enqueue_slices(crawl, count=missing)
+                report["slices_started"] += enqueue_slices(crawl, count=missing)
     if any(report.values()):
         log.info("supervisor: %s", report)
     return report

@@ -19,6 +19,8 @@ import threading
 import time
 from urllib.parse import unquote, urlsplit
 
+from django.conf import settings
+
 SETTING = "CRAWLHUB_BLOCK_PRIVATE_NETWORKS"
 CACHE_SECONDS = 60.0
 CACHE_SIZE = 4096
@@ -50,6 +52,18 @@ def check_host(host: str) -> None:
             _cache[host] = cached
     if cached[1]:
         raise BlockedAddress(cached[1])
+
+
+def enabled() -> bool:
+    """Whether crawlhub refuses private networks (the setting; on by default with HTTPS)."""
+    return bool(getattr(settings, SETTING, False))
+
+
+def guard_url(url: str) -> None:
+    """check_url when the guard is on; nothing when it is off. Every URL a user gives or a
+    crawled page names goes through this before crawlhub connects to it."""
+    if enabled():
+        check_url(url)
 
 
 def check_url(url: str) -> None:

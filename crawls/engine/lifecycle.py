@@ -1,0 +1,84 @@
+"""The state changes a crawl makes on its own, decided from its frontier: a pausing crawl is
+paused once nothing is in flight, and a running crawl ends once its queue, retries and backup
+are all empty. Workers (after a slice, the supervisor) and the services both call these.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from django.db import transaction
+from django.utils import timezone
+
+from crawls.engine import live
+from crawls.engine.frontier import Frontier
+from crawls.models import Crawl, CrawlEvent, CrawlState, FailedRequest, Page
+from crawls.signals import crawl_ended
+
+
+def announce(crawl_id: int, *, state_change: bool = True) -> None:
+    """Push a snapshot to the crawl's live pages once the change is committed: at once for a
+    state change; otherwise through the publish throttle, waiting at most its 250 ms when the
+    slot is taken so that the new counters still get out."""
+    if state_change:
+        transaction.on_commit(lambda: live.publish_crawl(crawl_id, force=True))
+    else:
+        transaction.on_commit(lambda: live.publish_crawl(crawl_id, trailing=True))
+
+
+def announce_end(crawl_id: int, event: str) -> None:
+    """Once committed, tell the integrations (webhooks) that the crawl ended."""
+    transaction.on_commit(
+        lambda: crawl_ended.send_robust(sender=Crawl, crawl_id=crawl_id, event=event)
+    )
+
+
+def settle_pause(crawl: Crawl) -> bool:
+    """Pausing becomes paused once no request is in flight. True when it did."""
+    if Frontier(crawl.pk).stats()["in_flight"]:
+        return False
+    updated = Crawl.objects.filter(pk=crawl.pk, state=CrawlState.PAUSING).update(
+        state=CrawlState.PAUSED
+    )
+    if updated:
+        crawl.state = CrawlState.PAUSED
+        announce(crawl.pk)
+    return bool(updated)
+
+
+def finish_if_done(crawl_id: int) -> bool:
+    """End a running crawl once its queue, retries and backup are all empty: finished, or
+    failed when not a single page got an answer (the commonest error says why).
+
+    Decided by the frontier's atomic emptiness check, never by comparing counters; the
+    conditional UPDATE makes concurrent callers (slices, supervisor) end it once.
+    """
+    frontier = Frontier(crawl_id)
+    if not frontier.is_done():
+        return False
+    stats = frontier.stats()
+    state, kind, error = CrawlState.FINISHED, CrawlEvent.Kind.FINISHED, ""
+    if stats["responses"] == 0 and stats["errors"] > 0:
+        state, kind, error = CrawlState.FAILED, CrawlEvent.Kind.FAILED, _commonest_error(crawl_id)
+    ended = Crawl.objects.filter(pk=crawl_id, state=CrawlState.RUNNING).update(
+        state=state, finished_at=timezone.now(), stats=stats, error=error
+    )
+    if ended:
+        CrawlEvent.objects.create(crawl_id=crawl_id, kind=kind, detail=error)
+        announce(crawl_id)
+        announce_end(crawl_id, kind)
+    return bool(ended)
+
+
+def _commonest_error(crawl_id: int) -> str:
+    """Why no page of a crawl could be fetched, from its pages and failure queue."""
+    pages = Page.objects.filter(crawl_id=crawl_id).exclude(error="")
+    failures = FailedRequest.objects.filter(crawl_id=crawl_id)
+    errors = Counter(
+        list(pages.values_list("error", flat=True)[:1000])
+        + list(failures.values_list("last_error", flat=True)[:1000])
+    )
+    if not errors:
+        return "no page could be fetched"
+    message, count = errors.most_common(1)[0]
+    return f"no page could be fetched: {message} ({count}x)"

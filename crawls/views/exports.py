@@ -1,0 +1,30 @@
+"""Export downloads of a crawl's pages (JSONL, CSV, WARC), streamed."""
+
+from __future__ import annotations
+
+from django.core.handlers.asgi import ASGIRequest
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.shortcuts import get_object_or_404
+
+from crawls import exports
+from crawls.services import visible_crawls
+
+
+def export_response(request: HttpRequest, crawl, fmt: str) -> StreamingHttpResponse:
+    """The export streamed as a download. Raises exports.ExportError when it cannot be made."""
+    chunks = exports.iter_export(crawl, fmt)
+    if isinstance(request, ASGIRequest):
+        # Django reads a sync iterator to the end before sending it under ASGI.
+        chunks = exports.aiter_export(chunks)
+    response = StreamingHttpResponse(chunks, content_type=exports.FORMATS[fmt][0])
+    response["Content-Disposition"] = f'attachment; filename="{exports.filename(crawl, fmt)}"'
+    response["X-Content-Type-Options"] = "nosniff"
+    return response
+
+
+def crawl_export(request: HttpRequest, pk: int, fmt: str) -> HttpResponse:
+    crawl = get_object_or_404(visible_crawls(request.user), pk=pk)
+    try:
+        return export_response(request, crawl, fmt)
+    except exports.ExportError as exc:
+        return HttpResponse(str(exc), status=409, content_type="text/plain; charset=utf-8")

@@ -1,0 +1,106 @@
+"""The forms of the crawl pages. They parse input only; the services validate it and say
+what is wrong (add_service_errors puts their messages on the form)."""
+
+from __future__ import annotations
+
+from django import forms
+from django.conf import settings
+from django.core.exceptions import ValidationError
+
+from crawls import schedules
+from crawls.models import Channel, Crawl, UserAgentMode, WebhookEvent
+from crawls.services import visible_crawls
+
+
+class LinesField(forms.CharField):
+    """One value per line in a textarea; a list in cleaned_data."""
+
+    widget = forms.Textarea(attrs={"rows": 3})
+
+    def to_python(self, value) -> list[str]:
+        text = super().to_python(value) or ""
+        return [line.strip() for line in text.splitlines() if line.strip()]
+
+
+class CrawlForm(forms.ModelForm):
+    """Parses input only; crawl_create validates seeds and patterns and says what is wrong."""
+
+    seeds = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 3, "placeholder": "https://example.com/"}),
+        help_text="One URL per line.",
+    )
+    allowed_domains = LinesField(
+        required=False, help_text="One per line; subdomains included. Empty: the seeds' hosts."
+    )
+    include_patterns = LinesField(
+        required=False, help_text="Regular expressions; when given, a URL must match one."
+    )
+    exclude_patterns = LinesField(
+        required=False, help_text="Regular expressions; a URL matching one is skipped."
+    )
+    user_agent_mode = forms.ChoiceField(
+        choices=[("", "The channel's")] + list(UserAgentMode.choices), required=False
+    )
+    start_now = forms.BooleanField(required=False, initial=True, label="Start now")
+
+    class Meta:
+        model = Crawl
+        fields = [
+            "name", "channel", "seeds", "allowed_domains", "include_patterns",
+            "exclude_patterns", "max_depth", "max_pages", "priority", "threads", "slices",
+            "host_delay", "obey_robots", "user_agent_mode", "user_agent", "timeout",
+            "max_bytes", "max_retries", "keep_bodies",
+        ]  # fmt: skip
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["channel"].queryset = Channel.objects.all()
+        self.fields["channel"].initial = Channel.default().pk
+
+    def _post_clean(self) -> None:
+        """Model validation happens in crawl_create, the one place every door goes through."""
+
+
+class ScheduleForm(forms.Form):
+    template = forms.ModelChoiceField(
+        queryset=Crawl.objects.none(), help_text="Each run copies this crawl's seeds and options."
+    )
+    cron = forms.CharField(
+        max_length=100, initial="0 3 * * *",
+        help_text=f"minute hour day-of-month month day-of-week, in {settings.TIME_ZONE}; "
+        "or @hourly, @daily, @weekly.",
+    )  # fmt: skip
+    enabled = forms.BooleanField(required=False, initial=True)
+
+    def __init__(self, *args, user, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["template"].queryset = schedules.template_choices(user)
+
+
+class WebhookForm(forms.Form):
+    url = forms.CharField(
+        max_length=2000, label="URL",
+        help_text="Gets a POST with JSON, signed with the webhook's secret.",
+    )  # fmt: skip
+    events = forms.MultipleChoiceField(
+        choices=WebhookEvent.choices, initial=WebhookEvent.values,
+        widget=forms.CheckboxSelectMultiple,
+    )  # fmt: skip
+    crawl = forms.ModelChoiceField(queryset=Crawl.objects.none(), required=False)
+    channel = forms.ModelChoiceField(queryset=Channel.objects.none(), required=False,
+                                     help_text="Staff: every crawl of a channel.")  # fmt: skip
+
+    def __init__(self, *args, user, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["crawl"].queryset = visible_crawls(user)
+        if user.is_staff:
+            self.fields["channel"].queryset = Channel.objects.all()
+        else:
+            del self.fields["channel"]
+
+
+def add_service_errors(form: forms.Form, exc: ValidationError) -> None:
+    """The messages of a service's ValidationError, on their fields (or the whole form)."""
+    for field, errors in exc.message_dict.items():
+        for error in errors:
+            form.add_error(field if field in form.fields else None, error)

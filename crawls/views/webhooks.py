@@ -1,0 +1,59 @@
+"""Pages of webhooks: the list with a form to add one, one webhook and its delivery log."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.core.exceptions import ValidationError
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+
+from crawls import webhooks
+from crawls.models import Webhook
+from crawls.views.forms import WebhookForm, add_service_errors
+
+
+def webhook_list(request: HttpRequest) -> HttpResponse:
+    form = WebhookForm(
+        request.POST or None, user=request.user,
+        initial={"crawl": request.GET.get("crawl"), "channel": request.GET.get("channel")},
+    )  # fmt: skip
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        try:
+            webhook, secret = webhooks.webhook_create(
+                user=request.user, url=data["url"], events=data["events"],
+                crawl=data.get("crawl"), channel=data.get("channel"),
+            )  # fmt: skip
+        except ValidationError as exc:
+            add_service_errors(form, exc)
+        else:
+            # The only time the secret is shown: on the response to its creation.
+            return _webhook_page(request, webhook, secret=secret)
+    hooks = webhooks.webhooks_visible_to(request.user)
+    return render(request, "crawls/webhook_list.html", {
+        "nav": "webhooks", "webhooks": hooks, "form": form,
+    }, status=400 if form.errors else 200)  # fmt: skip
+
+
+def _webhook_page(request: HttpRequest, webhook: Webhook, secret: str = "") -> HttpResponse:
+    return render(request, "crawls/webhook_detail.html", {
+        "nav": "webhooks", "webhook": webhook, "secret": secret,
+        "can_change": webhooks.can_change(request.user, webhook),
+        "deliveries": webhook.deliveries.select_related("crawl")[:100],
+    })  # fmt: skip
+
+
+def webhook_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    webhook = get_object_or_404(webhooks.webhooks_visible_to(request.user), pk=pk)
+    if request.method == "POST":
+        webhooks.check_can_change(request.user, webhook)
+        action = request.POST.get("action")
+        if action in ("enable", "disable"):
+            webhooks.webhook_update(webhook=webhook, active=action == "enable")
+            messages.success(request, f"Webhook {action}d.")
+        elif action == "delete":
+            webhooks.webhook_delete(webhook=webhook)
+            messages.success(request, "Webhook deleted.")
+            return redirect("webhook_list")
+        return redirect(webhook)
+    return _webhook_page(request, webhook)
