@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -75,8 +76,6 @@ class Command(BaseCommand):
             raise CommandError(f"cannot read {path}: {exc.strerror}") from None
 
     def stdin_bytes(self) -> bytes:
-        import sys
-
         return sys.stdin.buffer.read(services.MAX_LIST_BYTES + 1)
 
     def do_list(self, *, as_json: bool, **filters) -> None:
