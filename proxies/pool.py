@@ -136,8 +136,8 @@ local function reap(prefix, c, now, limit)
 end
 """
 
-# The two halves of a pair as Lua functions, so that acquire, release and exchange (a release
-# and an acquire in one script) run the very same checks.
+# The two halves of a lease (take, give_back) and the selection rule as Lua functions, so that
+# acquire, release and keep run the very same checks.
 _LEASES = """
 -- Where a proxy stands under the selection rule: 1 strict (score, recent and fast), 2 recent
 -- and fast, 3 score only, 4 none of them. rule = {min_score, max_age, max_latency, need, scan}.
@@ -347,24 +347,6 @@ _RELEASE = (
 local a = ARGV
 return give_back(a[1], KEYS[1], KEYS[2], KEYS[3], a[2], a[3], tonumber(a[4]), a[5],
                  tonumber(a[6]), a[7])
-"""
-)
-
-# Release then acquire, atomically: exactly what release() followed by acquire() would do, in
-# one round trip. KEYS: chan lease held banned. ARGV: the 10 of _ACQUIRE (for the new lease),
-# then proxy old_token latency ok greedy_ms initial_score (for the old one).
-# Returns {released (0/1), proxy, url} or {released} when the channel had none to give.
-_EXCHANGE = (
-    _LIB
-    + _LEASES
-    + """
-local a = ARGV
-local released = give_back(a[1], KEYS[1], KEYS[2], KEYS[3], a[11], a[12], tonumber(a[13]),
-                           a[14], tonumber(a[15]), a[16])
-local got = take(a[1], a[2], KEYS[1], KEYS[2], KEYS[3], KEYS[4], now_ms(), tonumber(a[3]), a[4],
-                 a[5], rule_from(a, 6), {})
-if not got then return {released} end
-return {released, got[1], got[2]}
 """
 )
 
@@ -609,31 +591,6 @@ def keep(*, lease: Lease, latency_ms: float | None, lease_seconds: float) -> boo
         client=_redis(),
     )  # fmt: skip
     return found == 1
-
-
-def exchange(
-    *, lease: Lease, latency_ms: float, ok: bool = True, lease_seconds: float = 60,
-    strategy: str = "least_used",
-) -> Lease | None:  # fmt: skip
-    """release(lease=...) then acquire(channel=lease.channel, ...) in one script and one round
-    trip, for a caller that goes on to its next request in the same channel.
-
-    The same checks as the two calls: a late release (stale token, proxy removed) is a no-op
-    and never hands that proxy back to this caller unless it is free again in the pool; the
-    proxy just released may come back (least_used: when it is still the least used; greedy:
-    when it was fast). Returns the new lease, or None when the channel has no proxy to give
-    (the old one was still released).
-    """
-    token = secrets.token_hex(8)
-    args = _acquire_args(lease.channel, lease_seconds, strategy, token)
-    found = _script("exchange", _EXCHANGE)(
-        keys=_chan(lease.channel), args=args + _release_args(lease, latency_ms, ok),
-        client=_redis(),
-    )  # fmt: skip
-    if len(found) < 3:
-        return None
-    return Lease(proxy=found[1].decode(), url=found[2].decode(), channel=lease.channel,
-                 token=token)  # fmt: skip
 
 
 def fail(*, lease: Lease, reason: str) -> str:
