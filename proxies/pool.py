@@ -34,6 +34,7 @@ import time
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import redis
 from django.conf import settings
@@ -68,10 +69,23 @@ class Lease:
     token: str
 
 
+class ChannelKeys(NamedTuple):
+    """One channel's keys, in the order the scripts take them as KEYS."""
+
+    chan: str  # proxies free to take
+    lease: str
+    held: str
+    banned: str
+
+
 @functools.lru_cache(maxsize=4096)
-def _chan(channel: str) -> tuple[str, str, str, str]:
-    return (PREFIX + f"chan:{channel}", PREFIX + f"lease:{channel}", PREFIX + f"held:{channel}",
-            PREFIX + f"banned:{channel}")  # fmt: skip
+def channel_keys(channel: str) -> ChannelKeys:
+    return ChannelKeys(
+        chan=PREFIX + f"chan:{channel}",
+        lease=PREFIX + f"lease:{channel}",
+        held=PREFIX + f"held:{channel}",
+        banned=PREFIX + f"banned:{channel}",
+    )
 
 
 _LUA_DIR = Path(__file__).resolve().parent / "lua"
@@ -155,7 +169,7 @@ def acquire_or_count(
     deciding whether to wait for a proxy to come back never misses a release in between."""
     token = secrets.token_hex(8)
     args = [*_acquire_args(channel, lease_seconds, strategy, token), *exclude]
-    found = _script("acquire")(keys=_chan(channel), args=args, client=_redis())
+    found = _script("acquire")(keys=channel_keys(channel), args=args, client=_redis())
     if isinstance(found, int):
         return None, found
     lease = Lease(proxy=found[0].decode(), url=found[1].decode(), channel=channel, token=token)
@@ -167,7 +181,7 @@ def release(*, lease: Lease, latency_ms: float, ok: bool = True, record: bool = 
     score step on the global pool when ok. A late release (lease expired or proxy removed) is a
     no-op. record=False: the outcome was recorded already (by keep()); only give it back."""
     _script("release")(
-        keys=_chan(lease.channel)[:3],
+        keys=channel_keys(lease.channel)[:3],
         args=[PREFIX, *_release_args(lease, latency_ms, ok, record)],
         client=_redis(),
     )
@@ -182,7 +196,7 @@ def keep(*, lease: Lease, latency_ms: float | None, lease_seconds: float) -> boo
     channel, and the caller acquires another.
     """
     found = _script("keep")(
-        keys=_chan(lease.channel)[1:3],
+        keys=channel_keys(lease.channel)[1:3],
         args=[PREFIX, lease.channel, lease.proxy, lease.token, int(lease_seconds * 1000),
               -1 if latency_ms is None else int(latency_ms), INITIAL_SCORE, *_rule()],
         client=_redis(),
@@ -199,7 +213,7 @@ def fail(*, lease: Lease, reason: str) -> str:
     if reason not in REASONS:
         raise ValueError(f"reason must be one of {REASONS}, got {reason!r}")
     result = _script("fail")(
-        keys=_chan(lease.channel),
+        keys=channel_keys(lease.channel),
         args=[PREFIX, lease.proxy, lease.token, reason, int(settings.PROXY_BAN_SECONDS * 1000),
               lease.channel, INITIAL_SCORE],
         client=_redis(),
@@ -306,7 +320,7 @@ def channels() -> list[str]:
 def channel_members(*, channel: str) -> dict[str, set[str]]:
     """Per channel: proxies free to take, leased and banned (bans still running)."""
     client = _redis()
-    chan, lease, _, banned = _chan(channel)
+    chan, lease, _, banned = channel_keys(channel)
     now_ms = time.time() * 1000
     with client.pipeline(transaction=True) as pipe:
         pipe.zrange(chan, 0, -1)
@@ -326,7 +340,7 @@ def proxy_channels(*, proxy: str) -> dict[str, dict]:
     names = channels()
     with client.pipeline(transaction=False) as pipe:
         for name in names:
-            chan, lease, _, banned = _chan(name)
+            chan, lease, _, banned = channel_keys(name)
             pipe.zscore(chan, proxy)
             pipe.zscore(lease, proxy)
             pipe.zscore(banned, proxy)

@@ -228,7 +228,7 @@ def test_a_removed_proxy_never_returns_through_a_late_release(redis):
     pool.release(lease=lease, latency_ms=10)
     assert pool.fail(lease=lease, reason="timeout") == "gone"
     assert not in_global(redis, "http://p:1")
-    assert redis.zscore(pool.PREFIX + "chan:c", "http://p:1") is None
+    assert redis.zscore(pool.channel_keys("c").chan, "http://p:1") is None
     assert redis.zscore(pool.SCORE, "http://p:1") is None
     assert pool.acquire(channel="c") is None
 
@@ -245,6 +245,24 @@ def test_remove_takes_a_proxy_out_of_every_pool_at_once(redis):
         sets = pool.channel_members(channel=channel)
         assert "http://p:1" not in sets["free"] | sets["leased"]
         assert held.proxy not in sets["free"] | sets["leased"]
+
+
+def test_channel_keys_are_the_keys_the_scripts_write_and_remove_clears(redis):
+    # Acquire, release and fail get a channel's keys from channel_keys(); remove builds them
+    # from the prefix in Lua. Both must name the same keys, or a removed proxy would linger.
+    admit("http://p:1")
+    admit("http://q:1")
+    keys = pool.channel_keys("c")
+    lease = pool.acquire(channel="c")
+    assert redis.zscore(keys.lease, lease.proxy) is not None
+    assert redis.hget(keys.held, lease.proxy).decode().startswith(lease.token + "|")
+    pool.release(lease=lease, latency_ms=1)
+    assert redis.zscore(keys.chan, lease.proxy) is not None
+    other = pool.acquire(channel="c")
+    assert pool.fail(lease=other, reason="ban") == "banned"
+    assert redis.zscore(keys.banned, other.proxy) is not None
+    pool.remove_many(proxies=["http://p:1", "http://q:1"])
+    assert redis.exists(*keys) == 0
 
 
 def test_an_expired_lease_returns_the_proxy_and_its_holder_cannot_release_it_twice(redis):
