@@ -7,19 +7,14 @@ dir; nothing else is touched:
     .venv/bin/python bench/proxy_pool.py --threads 1 --runs 1 --modes pair      # the plain figure
     .venv/bin/python bench/proxy_pool.py --processes 4 --threads 1,4 --channels 2 --tcp
 
-Modes (a pair is always one acquire and one release, each with all its Lua checks):
+Mode (a pair is always one acquire and one release, each with all its Lua checks):
 
 - ``pair``: each thread loops pool.acquire() then pool.release() -- two scripts (EVALSHA), two
-  round trips per pair. This is what crawls/proxying.py does for each page under least_used and
-  round_robin (a page's request, and each retry through another proxy).
-- ``exchange``: each thread acquires once, then loops pool.exchange() -- the release of the held
-  proxy and the acquire of the next in ONE script and one round trip; each exchange completes a
-  pair. Crawls do not call it: a fetch thread releases a proxy when its page is done and
-  acquires the next one only when it gets another page, which may be never. It is the figure
-  for a caller that does go straight from one request to the next.
+  round trips per pair. This is what crawls/engine/proxying.py does for each page under
+  least_used and round_robin (a page's request, and each retry through another proxy).
 
 Greedy crawls hold a fast proxy across pages instead (pool.keep(): one script per page, which
-records the success and renews the lease), so they make fewer acquires than either mode.
+records the success and renews the lease), so they make fewer acquires.
 
 Every thread of a process uses the process's one shared redis-py connection pool (so each thread
 ends up with its own connection), as the crawl worker's fetch threads do. Processes and threads
@@ -46,7 +41,8 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-MODES = ("pair", "exchange")
+# --modes stays so that recorded command lines still run; "pair" is the one mode left.
+MODES = ("pair",)
 
 
 def free_port() -> int:
@@ -55,7 +51,7 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def worker(index, threads, channels, seconds, mode, start, results) -> None:
+def worker(index, threads, channels, seconds, start, results) -> None:
     from crawlhub.connections import reset_pools
     from proxies import pool
 
@@ -66,28 +62,16 @@ def worker(index, threads, channels, seconds, mode, start, results) -> None:
     def loop(slot: int) -> None:
         channel = f"bench-{(index * threads + slot) % channels}"
         pairs = empty = 0
-        held = None
         ready.wait()
         deadline = time.perf_counter() + seconds
         while time.perf_counter() < deadline:
             for _ in range(50):
+                held = pool.acquire(channel=channel)
                 if held is None:
-                    held = pool.acquire(channel=channel)
-                    if held is None:
-                        empty += 1
-                        continue
-                    if mode == "exchange":
-                        continue
-                if mode == "pair":
-                    pool.release(lease=held, latency_ms=120)
-                    held = None
-                else:
-                    held = pool.exchange(lease=held, latency_ms=120)
-                    if held is None:
-                        empty += 1
+                    empty += 1
+                    continue
+                pool.release(lease=held, latency_ms=120)
                 pairs += 1
-        if held is not None:  # not counted: it ends after the deadline
-            pool.release(lease=held, latency_ms=120)
         counts[slot] = (pairs, empty)
 
     workers = [threading.Thread(target=loop, args=(slot,)) for slot in range(threads)]
@@ -107,7 +91,7 @@ def redis_cpu(client) -> float:
     return info["used_cpu_sys"] + info["used_cpu_user"]
 
 
-def one_run(args, threads: int, mode: str) -> tuple[float, int, int, float, float, str]:
+def one_run(args, threads: int) -> tuple[float, int, int, float, float, str]:
     """One fresh Redis, the pool seeded, `args.processes` x `threads` callers for args.seconds.
     Returns (pairs/s, pairs, empty acquires, client CPU s, Redis CPU s, Redis version)."""
     from crawlhub.connections import get_redis, reset_pools
@@ -136,7 +120,7 @@ def one_run(args, threads: int, mode: str) -> tuple[float, int, int, float, floa
             procs = [
                 context.Process(
                     target=worker,
-                    args=(i, threads, args.channels, args.seconds, mode, start, results),
+                    args=(i, threads, args.channels, args.seconds, start, results),
                 )
                 for i in range(args.processes)
             ]
@@ -170,7 +154,7 @@ def main() -> None:
         "--threads", default="1,2,4,8",
         help="threads per process, comma separated; 1 (the plain figure) is always run",
     )  # fmt: skip
-    parser.add_argument("--modes", default="pair,exchange", help="pair, exchange or both")
+    parser.add_argument("--modes", default="pair", help="pair (the one mode)")
     parser.add_argument("--runs", type=int, default=3, help="runs per configuration")
     parser.add_argument("--seconds", type=float, default=10)
     parser.add_argument("--proxies", type=int, default=200)
@@ -207,9 +191,7 @@ def main() -> None:
                 rates, costs = [], []
                 for run in range(1, args.runs + 1):
                     load = os.getloadavg()[0]
-                    rate, pairs, empty, client_cpu, server_cpu, version = one_run(
-                        args, threads, mode
-                    )
+                    rate, pairs, empty, client_cpu, server_cpu, version = one_run(args, threads)
                     rates.append(rate)
                     # CPU per pair (clients + Redis) does not depend on what else the machine
                     # runs: it bounds the rate on idle cores (os.cpu_count() s of CPU per s).

@@ -228,7 +228,7 @@ def test_a_removed_proxy_never_returns_through_a_late_release(redis):
     pool.release(lease=lease, latency_ms=10)
     assert pool.fail(lease=lease, reason="timeout") == "gone"
     assert not in_global(redis, "http://p:1")
-    assert redis.zscore(pool.PREFIX + "chan:c", "http://p:1") is None
+    assert redis.zscore(pool.channel_keys("c").chan, "http://p:1") is None
     assert redis.zscore(pool.SCORE, "http://p:1") is None
     assert pool.acquire(channel="c") is None
 
@@ -245,6 +245,24 @@ def test_remove_takes_a_proxy_out_of_every_pool_at_once(redis):
         sets = pool.channel_members(channel=channel)
         assert "http://p:1" not in sets["free"] | sets["leased"]
         assert held.proxy not in sets["free"] | sets["leased"]
+
+
+def test_channel_keys_are_the_keys_the_scripts_write_and_remove_clears(redis):
+    # Acquire, release and fail get a channel's keys from channel_keys(); remove builds them
+    # from the prefix in Lua. Both must name the same keys, or a removed proxy would linger.
+    admit("http://p:1")
+    admit("http://q:1")
+    keys = pool.channel_keys("c")
+    lease = pool.acquire(channel="c")
+    assert redis.zscore(keys.lease, lease.proxy) is not None
+    assert redis.hget(keys.held, lease.proxy).decode().startswith(lease.token + "|")
+    pool.release(lease=lease, latency_ms=1)
+    assert redis.zscore(keys.chan, lease.proxy) is not None
+    other = pool.acquire(channel="c")
+    assert pool.fail(lease=other, reason="ban") == "banned"
+    assert redis.zscore(keys.banned, other.proxy) is not None
+    pool.remove_many(proxies=["http://p:1", "http://q:1"])
+    assert redis.exists(*keys) == 0
 
 
 def test_an_expired_lease_returns_the_proxy_and_its_holder_cannot_release_it_twice(redis):
@@ -372,150 +390,6 @@ def test_the_forward_proxy_tunnels_connect(make_site):
                 data += chunk
         assert data.endswith(b"tunnelled")
         assert site.log[-1].client in proxy.upstream_addresses()
-
-
-# exchange: a release and the next acquire in one script ---------------------------------------
-
-
-def test_exchange_releases_with_the_outcome_and_leases_the_next_least_used(redis):
-    for p in ("http://a:1", "http://b:1", "http://c:1"):
-        admit(p, latency_ms=500)
-    lease = pool.acquire(channel="c")
-    used = [lease.proxy]
-    for _ in range(5):
-        lease = pool.exchange(lease=lease, latency_ms=120)
-        used.append(lease.proxy)
-    # Same rotation as acquire/release pairs: each proxy once, then each again.
-    assert sorted(used[:3]) == sorted(used[3:]) == ["http://a:1", "http://b:1", "http://c:1"]
-    # Each exchange recorded the released proxy's latency and score like release() does.
-    assert redis.zscore(pool.GLOBAL, used[0]) == 120
-    assert redis.zscore(pool.SCORE, used[0]) == 8  # 6, +1 per success, twice released
-    counters = pool.health()["counters"]
-    assert counters["acquired"] == 6 and counters["released"] == 5
-    assert pool.channel_members(channel="c")["leased"] == {lease.proxy}
-    pool.release(lease=lease, latency_ms=1)
-    assert pool.channel_members(channel="c")["leased"] == set()
-
-
-def test_exchange_with_the_only_proxy_gets_it_back_under_a_new_token():
-    admit("http://p:1")
-    first = pool.acquire(channel="c")
-    second = pool.exchange(lease=first, latency_ms=10)
-    assert second.proxy == "http://p:1" and second.token != first.token
-    # The old token no longer holds it: its late release changes nothing.
-    pool.release(lease=first, latency_ms=10)
-    assert pool.channel_members(channel="c")["leased"] == {"http://p:1"}
-    assert pool.acquire(channel="c") is None
-
-
-def test_an_exchange_with_a_stale_lease_does_not_return_the_old_proxy(redis):
-    admit("http://p:1")
-    crashed = pool.acquire(channel="c", lease_seconds=0.2)
-    time.sleep(0.3)
-    again = pool.acquire(channel="c", lease_seconds=30)  # reaps it; a new holder takes it
-    assert again.proxy == "http://p:1"
-    score = redis.zscore(pool.SCORE, "http://p:1")
-    # The stale holder's exchange releases nothing and cannot be given the held proxy.
-    assert pool.exchange(lease=crashed, latency_ms=5) is None
-    assert redis.zscore(pool.SCORE, "http://p:1") == score
-    assert pool.channel_members(channel="c") == {
-        "free": set(), "leased": {"http://p:1"}, "banned": set()
-    }  # fmt: skip
-    # With another proxy in the pool, the stale exchange gets that one, never the held one.
-    admit("http://q:1")  # the channel pool is empty: the exchange refills, skipping held p
-    assert pool.exchange(lease=crashed, latency_ms=5).proxy == "http://q:1"
-    pool.release(lease=again, latency_ms=5)
-
-
-def test_a_removed_proxy_never_returns_through_a_late_exchange(redis):
-    admit("http://p:1")
-    lease = pool.acquire(channel="c")
-    pool.remove(proxy="http://p:1")
-    assert pool.exchange(lease=lease, latency_ms=10) is None
-    assert not in_global(redis, "http://p:1")
-    assert redis.zscore(pool.PREFIX + "chan:c", "http://p:1") is None
-    assert pool.channel_members(channel="c")["leased"] == set()
-
-
-def test_a_lease_from_an_exchange_expires(redis):
-    admit("http://p:1")
-    admit("http://q:1")
-    first = pool.acquire(channel="c")
-    second = pool.exchange(lease=first, latency_ms=10, lease_seconds=0.1)
-    assert pool.channel_members(channel="c")["leased"] == {second.proxy}
-    time.sleep(0.2)
-    assert pool.reap() == 1
-    assert pool.channel_members(channel="c")["leased"] == set()
-    # Its holder's late exchange gives nothing back twice and still gets a proxy.
-    third = pool.exchange(lease=second, latency_ms=10)
-    assert third is not None
-    assert pool.channel_members(channel="c")["leased"] == {third.proxy}
-
-
-def test_exchange_follows_the_greedy_and_round_robin_rules(settings):
-    settings.PROXY_GREEDY_MS = 500
-    for p, latency in (("http://a:1", 10), ("http://b:1", 20), ("http://c:1", 30)):
-        admit(p, latency_ms=latency)
-    lease = pool.acquire(channel="r", strategy="round_robin")
-    order = [lease.proxy[7]]
-    for _ in range(5):
-        lease = pool.exchange(lease=lease, latency_ms=100, strategy="round_robin")
-        order.append(lease.proxy[7])
-    assert "".join(order) == "abcabc"
-    pool.release(lease=lease, latency_ms=100)  # all three now at 100 ms: a, b, c in turn
-    lease = pool.acquire(channel="g", strategy="greedy")
-    order = [lease.proxy[7]]
-    for latency in (100, 100, 900, 100):
-        lease = pool.exchange(lease=lease, latency_ms=latency, strategy="greedy")
-        order.append(lease.proxy[7])
-    assert "".join(order) == "aaabb"
-    with pytest.raises(ValueError):
-        pool.exchange(lease=lease, latency_ms=1, strategy="random")
-
-
-def test_many_threads_exchanging_at_once_never_share_a_proxy_within_a_channel():
-    for i in range(6):
-        admit(f"http://p{i}:1")
-    holders: dict[str, int] = {}
-    lock = threading.Lock()
-    clashes, served = [], []
-    start = threading.Barrier(16)
-
-    def hold(lease: pool.Lease, me: int) -> None:
-        with lock:
-            if lease.proxy in holders:
-                clashes.append((lease.proxy, holders[lease.proxy], me))
-            holders[lease.proxy] = me
-            served.append(lease.proxy)
-        time.sleep(0.001)
-        with lock:
-            del holders[lease.proxy]
-
-    def work(me: int) -> None:
-        start.wait()
-        lease = None
-        for _ in range(60):
-            if lease is None:
-                lease = pool.acquire(channel="shared")
-                if lease is None:
-                    time.sleep(0.001)
-                    continue
-            hold(lease, me)
-            # Drop the lease from `holders` before the swap: the pool may hand it on at once.
-            lease = pool.exchange(lease=lease, latency_ms=5)
-        if lease is not None:
-            hold(lease, me)
-            pool.release(lease=lease, latency_ms=5)
-
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(16)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert clashes == []
-    assert len(served) > 100 and len(set(served)) == 6
-    assert pool.channel_members(channel="shared")["leased"] == set()
-    assert len(pool.channel_members(channel="shared")["free"]) == 6
 
 
 # Counting relaxing, keeping channels to the rule and their size -------------------------------
