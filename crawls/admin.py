@@ -6,6 +6,7 @@ from django.utils.html import format_html
 
 from crawls import schedules, services, webhooks
 from crawls.models import (
+    CRAWL_OPTIONS,
     Channel,
     Crawl,
     CrawlEvent,
@@ -54,12 +55,12 @@ class EventInline(admin.TabularInline):
 class CrawlAdminForm(forms.ModelForm):
     class Meta:
         model = Crawl
-        fields = ["name", "channel", "seeds", *services.CRAWL_OPTIONS]
+        fields = ["name", "channel", "seeds", *CRAWL_OPTIONS]
 
     def clean(self) -> dict:
         """The same validation as every other door: services.crawl_clean."""
         data = super().clean()
-        fields = {k: data[k] for k in services.CRAWL_OPTIONS if k in data}
+        fields = {k: data[k] for k in CRAWL_OPTIONS if k in data}
         try:
             services.crawl_clean(
                 name=data.get("name", ""), seeds=data.get("seeds") or [],
@@ -103,7 +104,7 @@ class CrawlAdmin(admin.ModelAdmin):
         if change:
             super().save_model(request, obj, form, change)
             return
-        fields = {k: getattr(obj, k) for k in services.CRAWL_OPTIONS}
+        fields = {k: getattr(obj, k) for k in CRAWL_OPTIONS}
         created = services.crawl_create(
             user=request.user, name=obj.name, seeds=obj.seeds, channel=obj.channel, **fields
         )

@@ -81,22 +81,50 @@ COUNTERS = (
 )  # fmt: skip
 
 
-class Crawl(models.Model):
-    name = models.CharField(max_length=200)
-    channel = models.ForeignKey(Channel, on_delete=models.PROTECT, related_name="crawls")
-    seeds = models.JSONField(help_text="Start URLs.")
-    allowed_domains = models.JSONField(
-        default=list, blank=True, help_text="Hosts the crawl may visit; empty: the seeds' hosts."
+class LinesField(models.JSONField):
+    """A list of strings, one value per line where a person types it (a textarea, a repeated
+    flag, a JSON list). The doors look for this class to parse it; to the database and to
+    migrations it is a JSONField (see deconstruct)."""
+
+    def deconstruct(self) -> tuple:
+        # Nothing about it is stored differently: migrations keep seeing a JSONField, so that
+        # marking a field as lines never rebuilds a table.
+        name, _path, args, kwargs = super().deconstruct()
+        return name, "django.db.models.JSONField", args, kwargs
+
+
+class CrawlOptions(models.Model):
+    """How a crawl runs: every field here is an option a person sets when creating a crawl.
+
+    The one definition of the options: the crawl form, the CLI's `crawl create`, the API's
+    serializers, the admin and schedule runs all take them from here (CRAWL_OPTIONS), so a new
+    option is a new field here, its migration, and its place on the new-crawl page (the page's
+    sections are laid out by hand). Help texts say the units; every door shows them.
+    """
+
+    allowed_domains = LinesField(
+        default=list, blank=True,
+        help_text="Hosts the crawl may visit, subdomains included; empty: the seeds' hosts.",
+    )  # fmt: skip
+    include_patterns = LinesField(
+        default=list, blank=True,
+        help_text="Regular expressions; when given, a URL must match one.",
+    )  # fmt: skip
+    exclude_patterns = LinesField(
+        default=list, blank=True, help_text="Regular expressions; a URL matching one is skipped."
     )
-    include_patterns = models.JSONField(default=list, blank=True)
-    exclude_patterns = models.JSONField(default=list, blank=True)
-    max_depth = models.PositiveIntegerField(default=3, validators=[MaxValueValidator(4000)])
+    max_depth = models.PositiveIntegerField(
+        default=3, validators=[MaxValueValidator(4000)],
+        help_text="Links followed away from a seed; 0: the seeds only.",
+    )  # fmt: skip
     max_pages = models.PositiveIntegerField(
-        default=1000, validators=[MinValueValidator(1), MaxValueValidator(100_000_000)]
-    )
+        default=1000, validators=[MinValueValidator(1), MaxValueValidator(100_000_000)],
+        help_text="URLs the crawl schedules at most, seeds included.",
+    )  # fmt: skip
     priority = models.IntegerField(
-        default=0, validators=[MinValueValidator(-100), MaxValueValidator(100)]
-    )
+        default=0, validators=[MinValueValidator(-100), MaxValueValidator(100)],
+        help_text="From -100 to 100; kept with the crawl, not yet used to order work.",
+    )  # fmt: skip
     threads = models.PositiveIntegerField(
         default=8, validators=[MinValueValidator(1), MaxValueValidator(128)],
         help_text="Concurrent fetches in one slice.",
@@ -109,18 +137,47 @@ class Crawl(models.Model):
         null=True, blank=True, validators=[MinValueValidator(0.0), MaxValueValidator(3600.0)],
         help_text="Seconds between two requests to one host; empty: the channel's.",
     )  # fmt: skip
-    obey_robots = models.BooleanField(default=True)
-    user_agent_mode = models.CharField(max_length=10, choices=UserAgentMode, blank=True)
-    user_agent = models.CharField(max_length=500, blank=True)
-    timeout = models.FloatField(
-        default=15.0, validators=[MinValueValidator(0.1), MaxValueValidator(600.0)]
+    obey_robots = models.BooleanField(
+        default=True,
+        help_text="Skip the URLs a site's robots.txt disallows, and honour its Crawl-delay.",
     )
+    user_agent_mode = models.CharField(
+        max_length=10, choices=UserAgentMode, blank=True,
+        help_text="One fixed User-Agent, or a random browser's per request; empty: the channel's.",
+    )  # fmt: skip
+    user_agent = models.CharField(
+        max_length=500, blank=True,
+        help_text="Sent in fixed mode and matched in robots.txt; empty: crawlhub's own.",
+    )  # fmt: skip
+    timeout = models.FloatField(
+        default=15.0, validators=[MinValueValidator(0.1), MaxValueValidator(600.0)],
+        help_text="Seconds a connect or a read may wait; a whole fetch gets three times this.",
+    )  # fmt: skip
     max_bytes = models.PositiveIntegerField(
         default=5 * 1024 * 1024, validators=[MinValueValidator(1024)],
-        help_text="Bodies larger than this are cut off and not parsed.",
+        help_text="Bytes; a larger body is cut off there and not parsed.",
     )  # fmt: skip
-    max_retries = models.PositiveIntegerField(default=2, validators=[MaxValueValidator(20)])
-    keep_bodies = models.BooleanField(default=False)
+    max_retries = models.PositiveIntegerField(
+        default=2, validators=[MaxValueValidator(20)],
+        help_text="Retries of a request that timed out, could not connect or got a 5xx or 429, "
+        "before it goes to the failure queue.",
+    )  # fmt: skip
+    keep_bodies = models.BooleanField(
+        default=False, help_text="Keep each response's body in the database (for WARC export)."
+    )
+
+    class Meta:
+        abstract = True
+
+
+# What a caller may set on a new crawl besides name, channel and seeds, in the model's order.
+CRAWL_OPTIONS: tuple[str, ...] = tuple(field.name for field in CrawlOptions._meta.fields)
+
+
+class Crawl(CrawlOptions):
+    name = models.CharField(max_length=200)
+    channel = models.ForeignKey(Channel, on_delete=models.PROTECT, related_name="crawls")
+    seeds = LinesField(help_text="Start URLs.")
     state = models.CharField(
         max_length=10, choices=CrawlState, default=CrawlState.DRAFT, db_index=True
     )

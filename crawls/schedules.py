@@ -21,7 +21,7 @@ from django.db.models import Count, F
 from django.utils import timezone
 
 from crawls import services
-from crawls.models import Crawl, CrawlSchedule
+from crawls.models import CRAWL_OPTIONS, Crawl, CrawlSchedule
 from crawls.services import visible_crawls
 
 log = logging.getLogger(__name__)
@@ -118,7 +118,7 @@ def schedule_run(*, schedule: CrawlSchedule, now: datetime | None = None, user=N
     now = now or timezone.now()
     template = schedule.template
     stamp = timezone.localtime(now).strftime(RUN_NAME_TIME)
-    options = {name: getattr(template, name) for name in services.CRAWL_OPTIONS}
+    options = {name: getattr(template, name) for name in CRAWL_OPTIONS}
     with transaction.atomic():
         crawl = services.crawl_create(
             user=schedule.created_by, name=f"{template.name[:180]} {stamp}",

@@ -21,14 +21,7 @@ from crawls.engine.frontier import Frontier, Request, stats_many
 from crawls.engine.jobs import enqueue_slices
 from crawls.engine.lifecycle import announce, announce_end, settle_pause
 from crawls.engine.scope import ScopeError, compile_patterns
-from crawls.models import Channel, Crawl, CrawlEvent, CrawlState, FailedRequest
-
-# Fields a caller may set on a new crawl, besides name, channel and seeds.
-CRAWL_OPTIONS = (
-    "allowed_domains", "include_patterns", "exclude_patterns", "max_depth", "max_pages",
-    "priority", "threads", "slices", "host_delay", "obey_robots", "user_agent_mode",
-    "user_agent", "timeout", "max_bytes", "max_retries", "keep_bodies",
-)  # fmt: skip
+from crawls.models import CRAWL_OPTIONS, Channel, Crawl, CrawlEvent, CrawlState, FailedRequest
 
 
 class CrawlActionError(ActionRefused):

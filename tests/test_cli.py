@@ -7,7 +7,8 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from crawls.models import Crawl, CrawlState
+from crawls.management.commands.crawl import Command
+from crawls.models import CRAWL_OPTIONS, Crawl, CrawlState
 from tests.crawling import drive
 from tests.sites import pages_site
 
@@ -57,3 +58,34 @@ def test_wait_fails_for_a_crawl_that_did_not_finish(user):
     crawl_cli("cancel", crawl_id)
     with pytest.raises(CommandError, match=f"crawl {crawl_id} ended cancelled"):
         crawl_cli("wait", crawl_id)
+
+
+def test_the_flags_scripts_and_the_readme_use_keep_working():
+    parser = Command().create_parser("manage.py", "crawl")
+    given = parser.parse_args([
+        "create", "--name", "n", "--seed", "http://e.test/", "--allowed-domain", "a.test",
+        "--allowed-domain", "b.test", "--include", "/docs/", "--exclude", r"\.pdf$",
+        "--no-robots", "--keep-bodies", "--max-depth", "2", "--max-pages", "5", "--priority",
+        "1", "--threads", "4", "--slices", "1", "--host-delay", "0.5", "--user-agent-mode",
+        "fixed", "--user-agent", "bot/1", "--timeout", "3", "--max-bytes", "2048",
+        "--max-retries", "0",
+    ])  # fmt: skip
+    assert {name: getattr(given, name) for name in CRAWL_OPTIONS} == {
+        "allowed_domains": ["a.test", "b.test"], "include_patterns": ["/docs/"],
+        "exclude_patterns": [r"\.pdf$"], "max_depth": 2, "max_pages": 5, "priority": 1,
+        "threads": 4, "slices": 1, "host_delay": 0.5, "obey_robots": False,
+        "user_agent_mode": "fixed", "user_agent": "bot/1", "timeout": 3.0, "max_bytes": 2048,
+        "max_retries": 0, "keep_bodies": True,
+    }  # fmt: skip
+    assert parser.parse_args(["create", "--name", "n", "--seed", "http://e.test/",
+                              "--obey-robots"]).obey_robots is True  # fmt: skip
+    with pytest.raises(CommandError, match="not allowed with argument"):
+        parser.parse_args(["create", "--name", "n", "--seed", "http://e.test/",
+                           "--obey-robots", "--no-robots"])  # fmt: skip
+
+
+def test_an_option_left_out_is_the_model_s_default(user):
+    crawl_id = crawl_cli("create", "--name", "d", "--seed", "http://e.test/")
+    crawl = Crawl.objects.get(pk=int(crawl_id))
+    left_out = (crawl.allowed_domains, crawl.obey_robots, crawl.keep_bodies, crawl.host_delay)
+    assert left_out == ([], True, False, None)

@@ -13,7 +13,7 @@ from rest_framework.response import Response
 
 from crawlhub.api_errors import JSONErrors
 from crawls import exports, services
-from crawls.models import Channel, Crawl, FailedRequest, Page
+from crawls.models import CRAWL_OPTIONS, Channel, Crawl, FailedRequest, LinesField, Page
 from crawls.services import visible_crawls
 from crawls.views.exports import export_response
 
@@ -28,7 +28,23 @@ class ChannelSerializer(serializers.ModelSerializer):
         read_only_fields = ["id", "created_at"]
 
 
-class CrawlSerializer(serializers.ModelSerializer):
+# What DRF derives for a JSONField that a ListField also takes (not encoder, decoder, style).
+_LIST_KWARGS = {"required", "allow_null", "label", "help_text", "validators", "read_only"}
+
+
+class CrawlFieldsSerializer(serializers.ModelSerializer):
+    """A crawl serializer's base: a list of lines (LinesField) is a list of strings, not any
+    JSON, so the options' types come from the model alone."""
+
+    def build_standard_field(self, field_name: str, model_field) -> tuple[type, dict]:
+        field_class, kwargs = super().build_standard_field(field_name, model_field)
+        if isinstance(model_field, LinesField):
+            kept = {k: v for k, v in kwargs.items() if k in _LIST_KWARGS}
+            return serializers.ListField, {**kept, "child": serializers.CharField()}
+        return field_class, kwargs
+
+
+class CrawlSerializer(CrawlFieldsSerializer):
     channel = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
     stats = serializers.SerializerMethodField(help_text="Live counters; the final ones once over.")
@@ -37,7 +53,7 @@ class CrawlSerializer(serializers.ModelSerializer):
     class Meta:
         model = Crawl
         fields = [
-            "id", "name", "channel", "seeds", *services.CRAWL_OPTIONS, "state", "created_by",
+            "id", "name", "channel", "seeds", *CRAWL_OPTIONS, "state", "created_by",
             "created_at", "started_at", "finished_at", "error", "schedule", "stats", "page_url",
         ]  # fmt: skip
         read_only_fields = fields
@@ -49,7 +65,7 @@ class CrawlSerializer(serializers.ModelSerializer):
         return services.crawl_stats_safe(crawl)
 
 
-class CrawlCreateSerializer(serializers.ModelSerializer):
+class CrawlCreateSerializer(CrawlFieldsSerializer):
     """A new crawl: name and seeds, any option of the crawl form; `start` starts it at once."""
 
     channel = serializers.SlugRelatedField(
@@ -57,14 +73,11 @@ class CrawlCreateSerializer(serializers.ModelSerializer):
         help_text="Channel slug; the default channel when left out.",
     )  # fmt: skip
     seeds = serializers.ListField(child=serializers.CharField(), allow_empty=False)
-    allowed_domains = serializers.ListField(child=serializers.CharField(), required=False)
-    include_patterns = serializers.ListField(child=serializers.CharField(), required=False)
-    exclude_patterns = serializers.ListField(child=serializers.CharField(), required=False)
     start = serializers.BooleanField(default=False, write_only=True)
 
     class Meta:
         model = Crawl
-        fields = ["name", "channel", "seeds", *services.CRAWL_OPTIONS, "start"]
+        fields = ["name", "channel", "seeds", *CRAWL_OPTIONS, "start"]
 
     def create(self, validated_data: dict) -> Crawl:
         data = dict(validated_data)

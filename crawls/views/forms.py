@@ -6,13 +6,15 @@ from __future__ import annotations
 from django import forms
 from django.conf import settings
 from django.core.exceptions import ValidationError
+from django.db import models
+from django.utils.text import capfirst
 
 from crawls import schedules
-from crawls.models import Channel, Crawl, UserAgentMode, WebhookEvent
+from crawls.models import CRAWL_OPTIONS, Channel, Crawl, LinesField, WebhookEvent
 from crawls.services import visible_crawls
 
 
-class LinesField(forms.CharField):
+class LinesFormField(forms.CharField):
     """One value per line in a textarea; a list in cleaned_data."""
 
     widget = forms.Textarea(attrs={"rows": 3})
@@ -22,35 +24,37 @@ class LinesField(forms.CharField):
         return [line.strip() for line in text.splitlines() if line.strip()]
 
 
+def crawl_formfield(model_field: models.Field, **kwargs) -> forms.Field | None:
+    """The crawl form's field for a model field: a list of lines is a textarea of one value per
+    line, and a choice left empty is the channel's (as Crawl.effective_user_agent_mode says);
+    any other field is the model's own form field."""
+    if isinstance(model_field, LinesField):
+        return LinesFormField(
+            required=not model_field.blank, label=capfirst(model_field.verbose_name),
+            help_text=f"One per line. {model_field.help_text}",
+        )  # fmt: skip
+    if model_field.choices and model_field.blank:
+        return forms.ChoiceField(
+            choices=[("", "The channel's"), *model_field.choices], required=False,
+            label=capfirst(model_field.verbose_name), help_text=model_field.help_text,
+        )  # fmt: skip
+    return model_field.formfield(**kwargs)
+
+
 class CrawlForm(forms.ModelForm):
-    """Parses input only; crawl_create validates seeds and patterns and says what is wrong."""
+    """Parses input only; crawl_create validates seeds and patterns and says what is wrong.
+    Its option fields come from the model (CRAWL_OPTIONS, through crawl_formfield)."""
 
     seeds = forms.CharField(
         widget=forms.Textarea(attrs={"rows": 3, "placeholder": "https://example.com/"}),
         help_text="One URL per line.",
     )
-    allowed_domains = LinesField(
-        required=False, help_text="One per line; subdomains included. Empty: the seeds' hosts."
-    )
-    include_patterns = LinesField(
-        required=False, help_text="Regular expressions; when given, a URL must match one."
-    )
-    exclude_patterns = LinesField(
-        required=False, help_text="Regular expressions; a URL matching one is skipped."
-    )
-    user_agent_mode = forms.ChoiceField(
-        choices=[("", "The channel's")] + list(UserAgentMode.choices), required=False
-    )
     start_now = forms.BooleanField(required=False, initial=True, label="Start now")
 
     class Meta:
         model = Crawl
-        fields = [
-            "name", "channel", "seeds", "allowed_domains", "include_patterns",
-            "exclude_patterns", "max_depth", "max_pages", "priority", "threads", "slices",
-            "host_delay", "obey_robots", "user_agent_mode", "user_agent", "timeout",
-            "max_bytes", "max_retries", "keep_bodies",
-        ]  # fmt: skip
+        fields = ["name", "channel", "seeds", *CRAWL_OPTIONS]
+        formfield_callback = crawl_formfield
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)

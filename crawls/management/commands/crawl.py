@@ -9,34 +9,63 @@ from argparse import ArgumentParser
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
+from django.db import models
 from django.utils import timezone
 
 from crawls import exports, services
-from crawls.models import Channel, Crawl, CrawlState
+from crawls.models import CRAWL_OPTIONS, Channel, Crawl, CrawlState, LinesField
+
+# Older, shorter names a flag also answers to. A new option needs no line here: its flag is
+# its field's name (max_pages: --max-pages; a yes/no field also gets --no-...).
+FLAG_ALIASES = {
+    "--allowed-domains": ["--allowed-domain"],
+    "--include-patterns": ["--include"],
+    "--exclude-patterns": ["--exclude"],
+    "--no-obey-robots": ["--no-robots"],
+}
+
+
+def _flags(flag: str) -> list[str]:
+    return [flag, *FLAG_ALIASES.get(flag, [])]
+
+
+def _value_type(field: models.Field) -> dict:
+    """argparse's reading of one value of a field: its choices, or int, float or text."""
+    if field.choices:
+        return {"choices": [value for value, _label in field.flatchoices]}
+    if isinstance(field, models.IntegerField):
+        return {"type": int}
+    if isinstance(field, models.FloatField):
+        return {"type": float}
+    if isinstance(field, models.CharField):
+        return {}
+    raise TypeError(f"crawl option {field.name}: no command-line form for {type(field).__name__}")
+
+
+def _add_option(parser: ArgumentParser, field: models.Field) -> None:
+    """One crawl option as flags. Left out, an option is None: the model's default applies."""
+    flag = "--" + field.name.replace("_", "-")
+    # argparse formats help with %: a literal one in a help text must be doubled.
+    text = str(field.help_text).replace("%", "%%")
+    if isinstance(field, LinesField):
+        parser.add_argument(*_flags(flag), dest=field.name, action="append",
+                            help=f"{text} (repeat)")  # fmt: skip
+    elif isinstance(field, models.BooleanField):
+        yes_no = parser.add_mutually_exclusive_group()
+        yes_no.add_argument(*_flags(flag), dest=field.name, action="store_true", default=None,
+                            help=text)  # fmt: skip
+        yes_no.add_argument(*_flags("--no-" + flag[2:]), dest=field.name, action="store_false",
+                            default=None)  # fmt: skip
+    else:
+        parser.add_argument(*_flags(flag), dest=field.name, help=text, **_value_type(field))
 
 
 def _add_create_options(parser: ArgumentParser) -> None:
     parser.add_argument("--name", required=True)
     parser.add_argument("--seed", action="append", required=True, help="start URL (repeat)")
     parser.add_argument("--channel", default="default", help="channel slug")
-    parser.add_argument("--allowed-domain", action="append", default=[], dest="allowed_domains")
-    parser.add_argument("--include", action="append", default=[], dest="include_patterns")
-    parser.add_argument("--exclude", action="append", default=[], dest="exclude_patterns")
-    parser.add_argument("--max-depth", type=int)
-    parser.add_argument("--max-pages", type=int)
-    parser.add_argument("--priority", type=int)
-    parser.add_argument("--threads", type=int, help="concurrent fetches per slice")
-    parser.add_argument("--slices", type=int, help="slices in flight")
-    parser.add_argument("--host-delay", type=float, help="seconds between requests to a host")
-    robots = parser.add_mutually_exclusive_group()
-    robots.add_argument("--obey-robots", dest="obey_robots", action="store_true", default=None)
-    robots.add_argument("--no-robots", dest="obey_robots", action="store_false")
-    parser.add_argument("--user-agent-mode", choices=["fixed", "random"])
-    parser.add_argument("--user-agent")
-    parser.add_argument("--timeout", type=float, help="seconds per request")
-    parser.add_argument("--max-bytes", type=int, help="largest body kept and parsed")
-    parser.add_argument("--max-retries", type=int)
-    parser.add_argument("--keep-bodies", action="store_true", default=None)
+    for name in CRAWL_OPTIONS:
+        _add_option(parser, Crawl._meta.get_field(name))
     parser.add_argument("--user", help="username recorded as the creator")
     parser.add_argument("--start", action="store_true", help="start it at once")
 
@@ -104,7 +133,7 @@ class Command(BaseCommand):
             if channel != "default":
                 raise CommandError(f"no channel with slug {channel!r}") from None
             channel_obj = Channel.default()
-        fields = {k: v for k, v in options.items() if k in services.CRAWL_OPTIONS and v is not None}
+        fields = {k: v for k, v in options.items() if k in CRAWL_OPTIONS and v is not None}
         creator = self._user(user)
         crawl = services.crawl_create(
             user=creator, name=name, seeds=seed, channel=channel_obj, **fields

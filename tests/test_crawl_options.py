@@ -1,0 +1,131 @@
+"""A crawl's options are defined once, as the fields of crawls.models.CrawlOptions. The crawl
+form, the CLI's `crawl create` and the API take every one from there, with its type: an option
+that a door misses, or reads as another type, fails here."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.core.exceptions import ValidationError
+from django.core.management import CommandError
+from django.db import models
+from rest_framework import serializers
+
+from crawls.admin import CrawlAdminForm
+from crawls.api.crawls import CrawlCreateSerializer, CrawlSerializer
+from crawls.management.commands.crawl import Command
+from crawls.models import CrawlOptions, LinesField
+from crawls.views.forms import CrawlForm
+
+pytestmark = pytest.mark.django_db
+
+OPTIONS = [field.name for field in CrawlOptions._meta.fields]
+
+
+def kind(field: models.Field) -> str:
+    """What a person gives for an option, whichever door: the model field's class says."""
+    if isinstance(field, LinesField):
+        return "lines"
+    if field.choices:
+        return "choice"
+    for model_class, name in (
+        (models.BooleanField, "bool"),
+        (models.IntegerField, "int"),
+        (models.FloatField, "float"),
+        (models.CharField, "text"),
+    ):
+        if isinstance(field, model_class):
+            return name
+    raise AssertionError(f"{field.name}: no door is known to read a {type(field).__name__}")
+
+
+def samples(name: str) -> list[Any]:
+    """Values every door must read back exactly, with the same Python type."""
+    field = CrawlOptions._meta.get_field(name)
+    return {
+        "lines": [["a.example", "b.example"]],
+        "choice": [value for value, _label in field.flatchoices],
+        "bool": [True, False],
+        "int": [7],
+        "float": [2.5],
+        "text": ["crawler/1.0"],
+    }[kind(field)]
+
+
+def through_form(name: str, value: Any) -> Any:
+    if isinstance(value, list):
+        raw = "\n".join(value)
+    elif isinstance(value, bool):
+        raw = "on" if value else None  # an unticked checkbox is not sent
+    else:
+        raw = str(value)
+    # The type only: limits (max_pages >= 1, ...) are crawl_clean's to check, for every door.
+    return CrawlForm().fields[name].to_python(raw)
+
+
+def through_cli(name: str, value: Any) -> Any:
+    flag = "--" + name.replace("_", "-")
+    if isinstance(value, list):
+        args = [arg for item in value for arg in (flag, item)]
+    elif isinstance(value, bool):
+        args = [flag] if value else ["--no-" + flag[2:]]
+    else:
+        args = [flag, str(value)]
+    parser = Command().create_parser("manage.py", "crawl")
+    parsed = parser.parse_args(["create", "--name", "n", "--seed", "http://e.test/", *args])
+    return getattr(parsed, name)
+
+
+def through_api(name: str, value: Any) -> Any:
+    return CrawlCreateSerializer().fields[name].to_internal_value(value)
+
+
+DOORS = {"form": through_form, "cli": through_cli, "api": through_api}
+
+
+@pytest.mark.parametrize("door", DOORS)
+@pytest.mark.parametrize("name", OPTIONS)
+def test_every_option_is_read_by_every_door_as_its_model_type(door, name):
+    for value in samples(name):
+        read = DOORS[door](name, value)
+        assert (type(read), read) == (type(value), value), f"{door} reads {name} {value!r}"
+
+
+# A value of another type, that a door reading the option's type refuses; a door is left out
+# where it cannot be given one (any text is a line, a yes/no flag is there or not).
+WRONG = {
+    "lines": {"api": "a.example"},
+    "choice": {"form": "nosuch", "cli": "nosuch", "api": "nosuch"},
+    "bool": {"api": "maybe"},
+    "int": {"form": "2.5", "cli": "2.5", "api": "2.5"},
+    "float": {"form": "x", "cli": "x", "api": "x"},
+    "text": {"api": {"a": 1}},
+}
+REFUSED = {
+    "form": (ValidationError, lambda name, raw: CrawlForm().fields[name].clean(raw)),
+    "cli": (CommandError, through_cli),
+    "api": (serializers.ValidationError, through_api),
+}
+WRONG_VALUES = [
+    (door, name, wrong)
+    for name in OPTIONS
+    for door, wrong in WRONG[kind(CrawlOptions._meta.get_field(name))].items()
+]
+
+
+@pytest.mark.parametrize(("door", "name", "wrong"), WRONG_VALUES)
+def test_every_door_refuses_a_value_of_another_type(door, name, wrong):
+    error, read = REFUSED[door]
+    with pytest.raises(error):
+        read(name, wrong)
+
+
+def test_every_option_is_on_the_page_in_the_admin_and_in_the_api_answers(user_client):
+    page = user_client.get("/crawls/new/").content.decode()
+    read = CrawlSerializer().fields
+    create = CrawlCreateSerializer().fields
+    for name in OPTIONS:
+        assert f'name="{name}"' in page, f"the new-crawl page has no input for {name}"
+        assert name in CrawlAdminForm.base_fields, name
+        assert type(read[name]) is type(create[name]) and read[name].read_only, name
