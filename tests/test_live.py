@@ -22,7 +22,8 @@ from crawlhub.asgi import application
 from crawlhub.consumers import CLOSE_FORBIDDEN
 from crawls import consumers, services
 from crawls.engine import jobs, live
-from crawls.engine.frontier import Frontier, Outcome, Request
+from crawls.engine.frontier import Frontier
+from crawls.engine.request import Outcome, Request
 from proxies import pool
 from proxies import services as proxy_services
 from proxies.models import Proxy
