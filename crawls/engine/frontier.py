@@ -265,16 +265,13 @@ class Frontier:
         return bool(self.redis.set(self._key("publish"), "1", nx=True, px=max(1, ms)))
 
     def live_view(self, *, points: int = SERIES_POINTS, record: bool = False) -> dict:
-        """What the live page shows, in one MULTI: stats() plus queue size per host and the
-        last `points` seconds of (unix_s, responses). With record, the current responses count
-        is appended to the series first (at most once a second)."""
+        """What the live page shows, in one MULTI: "stats" (stats()), "hosts" (requests waiting
+        in the queue per host; delayed retries and claimed requests not counted) and "series"
+        (the last `points` seconds of (unix_s, responses)). With record, the current responses
+        count is appended to the series first (at most once a second)."""
         return live_views([self.crawl_id], points=points, record=record, client=self.redis)[
             self.crawl_id
         ]
-
-    def host_queue(self) -> dict[str, int]:
-        """Requests waiting in the queue, per host (delayed retries and claimed ones excluded)."""
-        return {h.decode(): int(n) for h, n in self.redis.hgetall(self._key("hostq")).items()}
 
     # robots.txt, cached per host for the crawl
 
