@@ -78,7 +78,7 @@ def add_pages(crawl, first: int, last: int) -> None:
     """Pages first .. last-1, shaped like the export tests' pages, as slices write them."""
     from django.utils import timezone
 
-    from crawls.engine.slices import PAGE_ROWS
+    from crawls.engine.rows import PAGE_ROWS
     from crawls.models import Page
 
     start = timezone.now() - timedelta(hours=1)

@@ -1,4 +1,5 @@
-"""The embedded Redis: the redis-server crawlhub runs itself when REDIS_URL is unset.
+"""The embedded Redis: the redis-server crawlhub runs itself when REDIS_URL is unset; and the
+children of `up`, started and stopped together.
 
 The web process, the workers and the tests all come through here. One data dir has at most one
 server: its address is recorded in the data dir, a live server found there is reused, and only a
@@ -22,6 +23,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import redis
+import requests
 
 # Unix socket paths longer than this do not fit in sockaddr_un on Linux.
 _MAX_SOCKET_PATH = 100
@@ -117,6 +119,17 @@ def ping(url: str, *, timeout: float = 1.0) -> bool:
         return False
     finally:
         client.close()
+
+
+def answers_http(url: str, *, timeout: float = 2.0) -> bool:
+    """True when a server answers a GET of url, whatever the status: it takes requests."""
+    with requests.Session() as session:
+        session.trust_env = False  # a proxy from the environment must not answer for us
+        try:
+            session.get(url, timeout=timeout, allow_redirects=False)
+        except requests.RequestException:
+            return False
+    return True
 
 
 class EmbeddedRedis:

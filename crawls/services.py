@@ -17,9 +17,10 @@ from crawlhub.connections import REDIS_ERRORS
 from crawlhub.errors import ActionRefused
 from crawlhub.http import netguard
 from crawlhub.http.urls import validate_url
-from crawls.engine.frontier import Frontier, Request, stats_many
+from crawls.engine.frontier import Frontier, stats_many
 from crawls.engine.jobs import enqueue_slices
 from crawls.engine.lifecycle import announce, announce_end, settle_pause
+from crawls.engine.request import Request
 from crawls.engine.scope import ScopeError, compile_patterns
 from crawls.models import CRAWL_OPTIONS, Channel, Crawl, CrawlEvent, CrawlState, FailedRequest
 

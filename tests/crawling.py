@@ -15,7 +15,8 @@ from django.db import connection
 
 from crawlhub.sample_site import SampleSite
 from crawls.engine import lifecycle
-from crawls.engine.frontier import Frontier, canonicalize
+from crawls.engine.frontier import Frontier
+from crawls.engine.request import canonicalize
 from crawls.engine.slices import run_slice
 from crawls.models import Crawl, CrawlState
 from tests.sites import Response

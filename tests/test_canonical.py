@@ -14,7 +14,8 @@ from w3lib.url import canonicalize_url
 
 from crawlhub.sample_site import SampleSite
 from crawls.engine import frontier, scope
-from crawls.engine.frontier import Outcome, Request, _outcome_args, canonicalize
+from crawls.engine.frontier import _outcome_args
+from crawls.engine.request import Outcome, Request, _plain, _split_host, canonicalize, request_host
 from crawls.engine.scope import Scope
 
 HOSTS = [
@@ -93,7 +94,7 @@ def test_canonicalize_equals_w3lib_on_a_large_corpus():
         except Exception as exc:  # noqa: BLE001
             ours = "error", type(exc)
         assert ours == outcome(url), url
-        plain += frontier._plain(url.partition("#")[0])
+        plain += _plain(url.partition("#")[0])
     # The fast path is actually taken, and not for everything.
     assert 0.1 * len(CORPUS) < plain < 0.9 * len(CORPUS)
 
@@ -120,17 +121,17 @@ def test_canonicalize_equals_w3lib_on_a_large_corpus():
     ],  # fmt: skip
 )
 def test_urls_w3lib_would_change_are_not_taken_as_canonical(url):
-    assert not frontier._plain(url)
+    assert not _plain(url)
 
 
 def test_hosts_cached_per_origin_equal_urlsplit():
     for url in CORPUS + ["http:\t//a/b://c/d", "http://a\n/b", " http://a/", "http://a?b/c"]:
         try:
-            expected = "ok", frontier._split_host(url)
+            expected = "ok", _split_host(url)
         except ValueError:
             expected = "error", None
         try:
-            got = "ok", frontier._host(url)
+            got = "ok", request_host(url)
         except ValueError:
             got = "error", None
         assert got == expected, url

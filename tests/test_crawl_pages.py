@@ -236,7 +236,7 @@ def test_seeds_added_on_the_live_page_reach_the_frontier_and_the_audit_trail(use
     assert crawl.seeds == ["http://a.test/", "http://b.test/new"]
     stats = Frontier(crawl.pk).stats()
     assert stats["requests"] == 2 and stats["queued"] == 2 and stats["repeats"] == 1
-    assert Frontier(crawl.pk).host_queue() == {"a.test": 1, "b.test": 1}
+    assert Frontier(crawl.pk).live_view()["hosts"] == {"a.test": 1, "b.test": 1}
 
 
 # The demo crawl and the sample site

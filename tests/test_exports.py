@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from crawlhub import tokens
 from crawls import services
-from crawls.engine.slices import PAGE_ROWS
+from crawls.engine.rows import PAGE_ROWS
 from crawls.models import Page
 
 pytestmark = pytest.mark.django_db

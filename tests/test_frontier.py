@@ -8,15 +8,8 @@ import time
 
 import pytest
 
-from crawls.engine.frontier import (
-    FINGERPRINT_VERSION,
-    Frontier,
-    Outcome,
-    Request,
-    canonicalize,
-    fingerprint,
-    supervisor_lock,
-)
+from crawls.engine.frontier import Frontier, supervisor_lock
+from crawls.engine.request import FINGERPRINT_VERSION, Outcome, Request, canonicalize, fingerprint
 
 
 @pytest.fixture

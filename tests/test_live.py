@@ -22,7 +22,8 @@ from crawlhub.asgi import application
 from crawlhub.consumers import CLOSE_FORBIDDEN
 from crawls import consumers, services
 from crawls.engine import jobs, live
-from crawls.engine.frontier import Frontier, Outcome, Request
+from crawls.engine.frontier import Frontier
+from crawls.engine.request import Outcome, Request
 from proxies import pool
 from proxies import services as proxy_services
 from proxies.models import Proxy
@@ -358,36 +359,41 @@ async def test_the_throttle_holds_across_two_publishing_processes(user, user_cli
 # What snapshots carry
 
 
+def queued_per_host(frontier: Frontier) -> dict[str, int]:
+    """The per-host queue sizes the live page shows."""
+    return frontier.live_view()["hosts"]
+
+
 def test_queue_size_per_host_is_exact_through_claim_release_complete_and_cancel(db):
     frontier = Frontier(7)
     frontier.configure(max_pages=0, max_depth=-1, host_delay=0)
     frontier.set_state("running")
     frontier.add_seeds(["http://a.test/1", "http://a.test/2", "http://b.test:8080/1"])
-    assert frontier.host_queue() == {"a.test": 2, "b.test:8080": 1}
+    assert queued_per_host(frontier) == {"a.test": 2, "b.test:8080": 1}
     claimed = frontier.claim(2, lease_seconds=30)
-    assert sum(frontier.host_queue().values()) == 1
+    assert sum(queued_per_host(frontier).values()) == 1
     frontier.release(claimed[:1])
-    assert sum(frontier.host_queue().values()) == 2
+    assert sum(queued_per_host(frontier).values()) == 2
     # A page done with links: new links count for their hosts; repeats do not.
     done = Outcome(claimed[1], "done", status=200, links=["http://c.test/x", "http://a.test/1"])
     frontier.complete([done])
-    queue = frontier.host_queue()
+    queue = queued_per_host(frontier)
     assert queue.get("c.test") == 1 and sum(queue.values()) == frontier.stats()["queued"] == 3
     # Everything claimed: hosts at 0 are dropped from the hash.
     everything = frontier.claim(10, lease_seconds=30)
-    assert frontier.host_queue() == {}
+    assert queued_per_host(frontier) == {}
     # A retry waits in delayed (not queued), then counts again once it is due.
     frontier.complete([Outcome(everything[0], "retry", retry_delay=0)])
-    assert frontier.host_queue() == {}
+    assert queued_per_host(frontier) == {}
     frontier.claim(0, lease_seconds=30)  # nothing asked: no change
     frontier.requeue_expired()
     time.sleep(0.01)
     again = frontier.claim(10, lease_seconds=30)
-    assert len(again) == 1 and frontier.host_queue() == {}
+    assert len(again) == 1 and queued_per_host(frontier) == {}
     frontier.release(again + everything[1:])
-    assert sum(frontier.host_queue().values()) == frontier.stats()["queued"] == 3
+    assert sum(queued_per_host(frontier).values()) == frontier.stats()["queued"] == 3
     frontier.cancel()
-    assert frontier.host_queue() == {}
+    assert queued_per_host(frontier) == {}
 
 
 def test_queue_size_per_host_matches_the_queue_with_a_host_delay(db):
@@ -399,7 +405,7 @@ def test_queue_size_per_host_matches_the_queue_with_a_host_delay(db):
     for _ in range(5):
         frontier.claim(5, lease_seconds=30)
         time.sleep(0.06)
-    queue = frontier.host_queue()
+    queue = queued_per_host(frontier)
     assert sum(queue.values()) == frontier.stats()["queued"] == 30 - 15
     assert queue == {"h0.test": 5, "h1.test": 5, "h2.test": 5}
 
@@ -412,11 +418,11 @@ def test_expired_leases_and_retried_failures_count_again(db):
     first, second = frontier.claim(2, lease_seconds=0.01)
     time.sleep(0.05)
     assert frontier.requeue_expired() == 2
-    assert frontier.host_queue() == {"a.test": 2}
+    assert queued_per_host(frontier) == {"a.test": 2}
     first, second = frontier.claim(2, lease_seconds=30)
     frontier.complete([Outcome(first, "failed")])
     assert frontier.retry_failed([Request(url=first.url)]) == 1
-    assert frontier.host_queue() == {"a.test": 1}
+    assert queued_per_host(frontier) == {"a.test": 1}
 
 
 def test_the_series_gets_one_point_a_second_and_gives_a_rate(db):

@@ -10,7 +10,10 @@ import pytest
 
 from crawlhub.http.client import Fetcher
 from crawlhub.http.useragents import DEFAULT_USER_AGENT, USER_AGENTS
-from crawls.engine.robots import RobotsPolicy, policy_from_response, robots_url
+from crawls.engine import robots
+from crawls.engine.frontier import Frontier
+from crawls.engine.request import Request
+from crawls.engine.robots import RobotsCache, RobotsPolicy, policy_from_response, robots_url
 from tests.sites import Response, pages_site
 
 ROBOTS = """
@@ -171,3 +174,64 @@ def test_html_served_as_robots_txt_allows_everything(make_site, fetcher):
     # Many sites answer every path, robots.txt included, with their HTML home page.
     site = make_site(lambda r: Response(body="<html><a href='/'>Home</a></html>"))
     assert policy_of(fetcher, site.url + "/").allowed(site.url + "/private/x", BROWSER)
+
+
+# -- the cache slices share through the frontier ---------------------------------------------
+
+
+def running_frontier(crawl_id: int = 1) -> Frontier:
+    frontier = Frontier(crawl_id)
+    frontier.configure(max_pages=0, max_depth=-1, host_delay=0)
+    frontier.set_state("running")
+    return frontier
+
+
+def test_robots_txt_is_fetched_once_for_every_slice_of_the_crawl(make_site, fetcher):
+    site = make_site(pages_site({"/robots.txt": Response(body=ROBOTS, content_type="text/plain")}))
+    frontier = running_frontier()
+    one, two = (RobotsCache(frontier, fetcher, user_agent=BROWSER, host_delay=0) for _ in range(2))
+    assert not one.allows(Request(site.url + "/private/data"))
+    assert one.allows(Request(site.url + "/private/open.html"))
+    assert not two.allows(Request(site.url + "/private/data"))
+    assert two.allows(Request(site.url + "/public"))
+    assert site.paths() == ["/robots.txt"]
+
+
+def test_a_longer_crawl_delay_becomes_the_host_s_delay(make_site, fetcher):
+    site = make_site(pages_site({"/robots.txt": Response(body=ROBOTS, content_type="text/plain")}))
+    frontier = running_frontier(1)
+    frontier.add_seeds([site.url + "/a", site.url + "/b"])
+    cache = RobotsCache(frontier, fetcher, user_agent=BROWSER, host_delay=0)
+    assert cache.allows(Request(site.url + "/public"))
+    # Crawl-delay 2.5 s for browsers: one request of the host now, the next one later.
+    assert len(frontier.claim(2, lease_seconds=30)) == 1
+    # A crawl that waits longer already (5 s) keeps its own delay: nothing is overridden, so
+    # this frontier (configured with none) hands out both.
+    frontier = running_frontier(2)
+    frontier.add_seeds([site.url + "/a", site.url + "/b"])
+    cache = RobotsCache(frontier, fetcher, user_agent=BROWSER, host_delay=5)
+    assert cache.allows(Request(site.url + "/public"))
+    assert len(frontier.claim(2, lease_seconds=30)) == 2
+
+
+def test_an_unreachable_robots_txt_disallows_for_a_while_then_is_asked_again(
+    make_site, fetcher, monkeypatch
+):
+    monkeypatch.setattr(robots, "UNREACHABLE_ROBOTS_SECONDS", 0.5)
+    answers = iter([Response(delay=1.0)])  # the first answer comes after the fetch timeout
+
+    def site_handler(request):
+        return next(answers, Response(status=404))
+
+    site = make_site(site_handler)
+    frontier = running_frontier()
+    cache = RobotsCache(frontier, fetcher, user_agent=BROWSER, host_delay=0)
+    page = Request(site.url + "/page")
+    assert not cache.allows(page)
+    assert frontier.robots_text(page.host) is None  # not kept for the other slices
+    assert not cache.allows(page)  # nor asked again at once
+    assert site.paths() == ["/robots.txt"]
+    time.sleep(0.6)
+    assert cache.allows(page)  # a 404 now: no restrictions
+    assert site.paths() == ["/robots.txt", "/robots.txt"]
+    assert frontier.robots_text(page.host) is not None

@@ -1,13 +1,18 @@
-"""BulkInsert writes the same rows bulk_create would, and skips conflicting ones."""
+"""BulkInsert writes the same rows bulk_create would, and skips conflicting ones; a slice's
+page and failure rows say what was fetched."""
 
+import hashlib
 import threading
 
 import pytest
 from django.utils import timezone
 
+from crawlhub.http.client import Fetcher
 from crawls import services
-from crawls.engine.rows import BulkInsert
-from crawls.models import Page
+from crawls.engine.request import Request
+from crawls.engine.rows import PAGE_ROWS, BulkInsert, failure_row, page_row
+from crawls.models import FailedRequest, Page
+from tests.sites import Response
 
 pytestmark = pytest.mark.django_db
 
@@ -72,3 +77,51 @@ def test_conflicting_rows_are_skipped_and_the_rest_written(crawl):
 def test_no_rows_is_no_statement(crawl, django_assert_num_queries):
     with django_assert_num_queries(0):
         BulkInsert(Page).write([])
+
+
+# -- what a slice writes ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def fetcher():
+    f = Fetcher(timeout=0.5, max_bytes=1024 * 1024, user_agent_mode="fixed")
+    yield f
+    f.close()
+
+
+def test_a_page_row_holds_what_was_fetched_and_the_body_only_when_kept(crawl, make_site, fetcher):
+    title = "T" * 600
+    html = f"<html><title>{title}</title><a href='/next'>next</a></html>"
+    site = make_site(lambda r: Response(body=html))
+    request = Request(site.url + "/é?q=1", depth=2, referrer=site.url + "/")
+    fetch = fetcher.fetch(request.url)
+    now = timezone.now()
+    PAGE_ROWS.write([page_row(crawl, request, now, fetch=fetch)])
+    page = Page.objects.get(crawl=crawl)
+    assert (page.url, page.depth, page.referrer) == (request.url, 2, site.url + "/")
+    assert page.url_hash == hashlib.sha1(request.url.encode()).hexdigest()
+    assert (page.status, page.bytes, page.final_url) == (200, len(html), fetch.final_url)
+    assert page.title == "T" * 500
+    assert page.fetched_at == now and page.error == "" and page.body is None
+    crawl.keep_bodies = True
+    page.delete()
+    PAGE_ROWS.write([page_row(crawl, request, now, fetch=fetch)])
+    assert bytes(Page.objects.get(crawl=crawl).body) == html.encode()
+
+
+def test_a_page_not_fetched_says_why(crawl):
+    request = Request("http://a.test/private", depth=1)
+    PAGE_ROWS.write([page_row(crawl, request, timezone.now(), error="blocked by robots.txt")])
+    page = Page.objects.get(crawl=crawl)
+    assert (page.url, page.status, page.error) == (request.url, None, "blocked by robots.txt")
+
+
+def test_a_failure_row_counts_the_last_attempt_and_names_the_status(crawl, make_site, fetcher):
+    site = make_site(lambda r: Response(status=503))
+    request = Request(site.url + "/busy", depth=1, referrer=site.url + "/", attempts=2)
+    failure = failure_row(crawl, request, fetcher.fetch(request.url), timezone.now())
+    failure.save()
+    stored = FailedRequest.objects.get(crawl=crawl)
+    assert (stored.url, stored.depth, stored.referrer) == (request.url, 1, site.url + "/")
+    assert (stored.attempts, stored.last_status, stored.last_error) == (3, 503, "HTTP 503")
+    assert stored.url_hash == hashlib.sha1(request.url.encode()).hexdigest()

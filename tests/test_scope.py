@@ -49,7 +49,7 @@ def test_domain_check_ignores_case_ports_and_a_trailing_dot():
     s = scope(domains=("Example.COM",))
     assert s.allows("HTTPS://WWW.EXAMPLE.COM:8443/Path")
     assert s.allows("http://example.com.:80/")
-    assert s.allows_host("Sub.Example.com")
+    assert s.allows("http://Sub.Example.com/")
 
 
 def test_domains_written_loosely_are_understood():

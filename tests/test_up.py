@@ -12,10 +12,18 @@ from pathlib import Path
 
 import pytest
 import requests
+from django.core.management.base import CommandError
 
-from crawlhub.management.commands.up import child_env, ensure_admin, served_url
+from crawlhub import launcher
+from crawlhub.management.commands.up import (
+    child_env,
+    ensure_admin,
+    served_url,
+    wait_until_served,
+)
 from tests.conftest import free_port
 from tests.crawling import children
+from tests.sites import Response
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -89,22 +97,30 @@ def wait_for_workers(base: str, count: int, log: Path) -> None:
     raise AssertionError(f"/healthz answered {status} {report}; up printed:\n{log.read_text()}")
 
 
+def wait_for_output(proc: subprocess.Popen, log: Path, text: str) -> str:
+    """up's output once it holds `text`, or once up has exited."""
+    deadline = time.monotonic() + 120
+    while text not in log.read_text() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return log.read_text()
+
+
 @pytest.fixture
 def start_up(tmp_path):
     """Run `manage.py up` on a free port with a fresh data dir; its output goes to a file."""
     started = []
 
-    def start(**env: str) -> tuple[subprocess.Popen, str, Path]:
+    def start(workers: int = 2, **env: str) -> tuple[subprocess.Popen, str, Path]:
         full = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL")}
         full.pop("PROXY_CHECK_URL", None)
         full.update(CRAWLHUB_DATA_DIR=str(tmp_path / "data"), PYTHONUNBUFFERED="1", **env)
         port = free_port()
         log = tmp_path / "up.log"
+        up = ["manage.py", "up", "--port", str(port), "--workers", str(workers)]
         with log.open("w") as out:
             proc = subprocess.Popen(
-                [sys.executable, "manage.py", "up", "--port", str(port), "--workers", "2"],
-                cwd=ROOT, env=full, stdout=out, stderr=subprocess.STDOUT,
-            )  # fmt: skip
+                [sys.executable, *up], cwd=ROOT, env=full, stdout=out, stderr=subprocess.STDOUT
+            )
         started.append(proc)
         return proc, f"http://127.0.0.1:{port}", log
 
@@ -127,7 +143,8 @@ def test_up_serves_the_dashboard_and_a_signal_stops_everything(
     proc, base, log = start_up(CRAWLHUB_ADMIN_PASSWORD=admin_password)
     wait_for_workers(base, 2, log)
 
-    printed = log.read_text()
+    # up says so once its own request is answered, which may come just after ours.
+    printed = wait_for_output(proc, log, "crawlhub is up at")
     assert f"crawlhub is up at {base}/" in printed
     if admin_password:
         assert "Log in as 'admin' with the password in CRAWLHUB_ADMIN_PASSWORD." in printed
@@ -153,6 +170,73 @@ def test_up_serves_the_dashboard_and_a_signal_stops_everything(
     assert "Stopped." in output
     left = [pid for pid in children if alive(pid)]
     assert left == [], f"left behind: {left}"
+
+
+@pytest.mark.slow
+def test_up_says_it_is_up_only_once_the_web_server_answers(start_up):
+    proc, base, log = start_up(workers=0)
+    printed = wait_for_output(proc, log, "crawlhub is up at")
+    assert f"crawlhub is up at {base}/" in printed
+    answer = requests.get(base + "/healthz", timeout=10)  # at once: no retry, no wait
+    assert answer.json()["database"]["ok"], answer.text
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=60)
+    assert proc.returncode == 0, log.read_text()
+
+
+@pytest.mark.slow
+def test_up_stops_everything_when_the_web_server_exits_before_answering(start_up):
+    proc, base, log = start_up(workers=0)
+    web = None
+    deadline = time.monotonic() + 60
+    while web is None and proc.poll() is None and time.monotonic() < deadline:
+        web = next((p for p in child_pids(proc.pid) if "daphne" in command_line(p)), None)
+        time.sleep(0.01)
+    assert web is not None, log.read_text()
+    started = descendants(proc.pid)
+    os.kill(web, signal.SIGKILL)  # daphne takes seconds to listen: it has not answered yet
+    proc.wait(timeout=60)
+    output = log.read_text()
+    assert proc.returncode != 0, output
+    assert "web (exit code -9) exited before answering at " + base + "/healthz" in output
+    assert "crawlhub is up" not in output
+    assert "Stopped." in output
+    assert [pid for pid in started if alive(pid)] == []
+
+
+@pytest.fixture
+def group():
+    """A ProcessGroup whose children are stopped after the test."""
+    made = launcher.ProcessGroup(env=dict(os.environ))
+    yield made
+    made.stop(timeout=5)
+
+
+def test_waiting_for_the_web_server_ends_at_its_first_answer_whatever_the_status(group, make_site):
+    group.add("web", [sys.executable, "-c", "import time; time.sleep(60)"], restart=False)
+    group.start()
+    site = make_site(lambda request: Response(status=503, body="{}"))
+    assert wait_until_served(group, "web", site.url + "/healthz", timeout=10) is True
+    assert site.paths() == ["/healthz"]
+
+
+def test_waiting_for_the_web_server_names_it_when_it_does_not_answer_in_time(group):
+    group.add("web", [sys.executable, "-c", "import time; time.sleep(60)"], restart=False)
+    group.start()
+    url = f"http://127.0.0.1:{free_port()}/healthz"
+    started = time.monotonic()
+    said = f"web did not answer at {url} within 1 s; stopping"
+    with pytest.raises(CommandError, match=f"^{re.escape(said)}$"):
+        wait_until_served(group, "web", url, timeout=1)
+    assert time.monotonic() - started < 10
+
+
+def test_waiting_for_the_web_server_stops_when_it_exits(group):
+    group.add("web", [sys.executable, "-c", "import sys; sys.exit(3)"], restart=False)
+    group.start()
+    url = f"http://127.0.0.1:{free_port()}/healthz"
+    with pytest.raises(CommandError, match=r"^web \(exit code 3\) exited before answering at "):
+        wait_until_served(group, "web", url, timeout=30)
 
 
 @pytest.mark.parametrize(

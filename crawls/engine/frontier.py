@@ -1,7 +1,8 @@
 """A crawl's frontier in Redis: queue, dedup, claimed requests, counters, politeness, robots.
 
-This module owns every Redis key of a crawl and the Lua scripts in crawls/lua/ that change them;
-no other module builds these key names. Keys (hash tag {c<ID>}, so a crawl lives on one Redis
+This module owns every Redis key of a crawl and the Lua scripts in crawls/engine/lua/ that change
+them; no other module builds these key names. What it stores (Request, Outcome, fingerprints)
+is in crawls/engine/request.py. Keys (hash tag {c<ID>}, so a crawl lives on one Redis
 Cluster slot):
 
     ch:{c<ID>}:queue          zset  request JSON -> score (priority, then depth, then seq)
@@ -34,22 +35,21 @@ replication, ZPOPMIN).
 
 from __future__ import annotations
 
-import hashlib
-import json
-import re
-from dataclasses import dataclass, field, replace
-from functools import cached_property, lru_cache
+from dataclasses import replace
 from json.encoder import encode_basestring_ascii as _json_str
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import redis
-from w3lib.url import canonicalize_url
 
 from crawlhub.connections import get_redis
-from crawlhub.http.urls import url_origin
-
-FINGERPRINT_VERSION = 1
+from crawls.engine.request import (
+    OUTCOME_KINDS,
+    Outcome,
+    Request,
+    fingerprint,
+    json_tail,
+    request_host,
+)
 
 # 2^12 buckets: at 1,000,000 URLs a bucket holds ~244 fingerprints (the fullest ~310), well
 # under Redis' set-max-intset-entries=512, so every bucket stays an intset at ~8 bytes per
@@ -65,7 +65,6 @@ SLICE_BEAT_TTL = 10.0
 SUPERVISOR_LOCK_KEY = "ch:supervisor:lock"
 
 STATES = ("running", "paused", "cancelled")
-OUTCOME_KINDS = ("done", "retry", "failed")
 COUNTERS = (
     "requests", "repeats", "responses", "errors", "failed", "retries", "bytes",
     "status_2xx", "status_3xx", "status_4xx", "status_5xx", "dropped", "cancelled",
@@ -89,50 +88,6 @@ def _lua_sources() -> dict[str, str]:
 _SOURCES = _lua_sources()
 
 
-# URLs that w3lib's canonicalize_url returns unchanged: http(s), a lowercase ASCII host name or
-# IPv4 address, an optional port (1-65535, no leading zero), a path of characters it never escapes
-# or unescapes (no "%", ";", "+", "&", no "//" or dot segments, checked apart), and an optional
-# query of plain key=value pairs (checked apart to be in sorted order). Anything else goes
-# through canonicalize_url; tests/test_canonical.py checks the two agree on a large corpus.
-_PLAIN_URL = re.compile(
-    r"https?://(?:[a-z0-9]+(?:-+[a-z0-9]+)*)(?:\.[a-z0-9]+(?:-+[a-z0-9]+)*)*(?::([1-9][0-9]{0,4}))?"
-    r"(/[A-Za-z0-9\-._~!$'()*,=:@/]*)"
-    r"(?:\?([A-Za-z0-9\-._~]+=[A-Za-z0-9\-._~]*(?:&[A-Za-z0-9\-._~]+=[A-Za-z0-9\-._~]*)*))?"
-)
-
-
-def _plain(url: str) -> bool:
-    """True when canonicalize_url(url) == url, by the rules above (False: not known)."""
-    match = _PLAIN_URL.fullmatch(url)
-    if match is None:
-        return False
-    port, path, query = match.groups()
-    if "/." in path or "//" in path or "xn--" in url or (port and int(port) > 65535):
-        return False
-    if query is not None and "&" in query:
-        pairs = [pair.split("=", 1) for pair in query.split("&")]
-        return pairs == sorted(pairs)
-    return True
-
-
-def canonicalize(url: str) -> str:
-    """The URL dedup works on: fragment dropped, query sorted, escapes normalised."""
-    # Most links are already canonical; w3lib takes ~10 us a URL to find that out.
-    plain = url.partition("#")[0] if "#" in url else url
-    if _plain(plain):
-        return plain
-    return canonicalize_url(url, keep_fragments=False)
-
-
-# Links repeat a lot across pages (navigation, footers); the cache saves canonicalize + SHA-1.
-@lru_cache(maxsize=65536)
-def fingerprint(url: str, method: str = "GET", body: bytes = b"") -> int:
-    """SHA-1 of method, canonical URL and body; the first 8 bytes as a signed 64-bit int, so
-    that Redis stores it as an integer (intset) instead of a string."""
-    data = f"{method.upper()} {canonicalize(url)}".encode() + body
-    return int.from_bytes(hashlib.sha1(data).digest()[:8], "big", signed=True)
-
-
 _BUCKET_NAMES = tuple(format(n, "03x") for n in range(1 << SEEN_BUCKET_BITS))
 _BUCKET_MASK = (1 << SEEN_BUCKET_BITS) - 1
 
@@ -140,89 +95,6 @@ _BUCKET_MASK = (1 << SEEN_BUCKET_BITS) - 1
 def _bucket(fp: int) -> str:
     """The seen-set suffix of a fingerprint: its top bits, in hex."""
     return _BUCKET_NAMES[(fp >> (64 - SEEN_BUCKET_BITS)) & _BUCKET_MASK]
-
-
-def _host(url: str) -> str:
-    # The host depends only on what comes before the path: cached per "scheme://netloc".
-    origin = url_origin(url)
-    return _origin_host(origin) if origin else _split_host(url)
-
-
-@lru_cache(maxsize=4096)
-def _origin_host(origin: str) -> str:
-    return _split_host(origin)
-
-
-def _split_host(url: str) -> str:
-    parts = urlsplit(url)
-    host = (parts.hostname or "").lower()
-    if ":" in host:  # IPv6 literal: keep it apart from the port
-        host = f"[{host}]"
-    try:
-        port = parts.port
-    except ValueError:
-        port = None
-    return f"{host}:{port}" if port is not None else host
-
-
-@dataclass(frozen=True)
-class Request:
-    url: str
-    depth: int = 0
-    referrer: str = ""
-    attempts: int = 0
-    priority: int = 0
-
-    @cached_property
-    def fp(self) -> int:
-        return fingerprint(self.url)
-
-    @cached_property
-    def host(self) -> str:
-        """Lowercased hostname[:port]: the unit of politeness."""
-        return _host(self.url)
-
-    def to_json(self) -> str:
-        """Compact and deterministic. Carries fp (as a string: a double would round it) and host
-        for the Lua scripts, which neither hash nor parse URLs; default fields are left out."""
-        # What json.dumps(separators=(",", ":")) gives for {"f", "h", "u", "d", "p", "a", "r"}
-        # (in this order: the Lua scripts find "h" right after "f"), built directly: this runs
-        # once per link. tests/test_canonical.py checks it against json.dumps.
-        return (
-            f'{{"f":"{self.fp}","h":{_json_str(self.host)},"u":{_json_str(self.url)}'
-            + _json_tail(self.depth, self.priority, self.attempts, self.referrer)
-        )
-
-    @classmethod
-    def from_json(cls, raw: str | bytes) -> Request:
-        data = json.loads(raw)
-        request = cls(
-            url=data["u"],
-            depth=data.get("d", 0),
-            referrer=data.get("r", ""),
-            attempts=data.get("a", 0),
-            priority=data.get("p", 0),
-        )
-        # Keep the stored fp and host: the backup hash is keyed by that fp, so complete() must
-        # use it even if fingerprinting changed since the request was queued.
-        if "f" in data:
-            request.__dict__["fp"] = int(data["f"])
-        if "h" in data:
-            request.__dict__["host"] = data["h"]
-        return request
-
-
-@dataclass
-class Outcome:
-    """What a slice reports for one claimed request."""
-
-    request: Request
-    kind: str  # "done" | "retry" | "failed"
-    status: int | None = None  # HTTP status of the final response, None when there was none
-    nbytes: int = 0  # body bytes received
-    # Absolute URLs already filtered by scope; the frontier applies depth, max_pages and dedup.
-    links: list[str] = field(default_factory=list)
-    retry_delay: float = 0.0  # seconds, for kind == "retry"
 
 
 def _ms(seconds: float) -> int:
@@ -236,7 +108,7 @@ class Frontier:
         self.crawl_id = crawl_id
         self.redis = client if client is not None else get_redis()
         self.prefix = f"ch:{{c{crawl_id}}}:"
-        # Every script gets the same KEYS, in the order crawls/lua/_lib.lua names them.
+        # Every script gets the same KEYS, in the order crawls/engine/lua/_lib.lua names them.
         self._keys = [
             self._key(name)
             for name in (
@@ -393,16 +265,13 @@ class Frontier:
         return bool(self.redis.set(self._key("publish"), "1", nx=True, px=max(1, ms)))
 
     def live_view(self, *, points: int = SERIES_POINTS, record: bool = False) -> dict:
-        """What the live page shows, in one MULTI: stats() plus queue size per host and the
-        last `points` seconds of (unix_s, responses). With record, the current responses count
-        is appended to the series first (at most once a second)."""
+        """What the live page shows, in one MULTI: "stats" (stats()), "hosts" (requests waiting
+        in the queue per host; delayed retries and claimed requests not counted) and "series"
+        (the last `points` seconds of (unix_s, responses)). With record, the current responses
+        count is appended to the series first (at most once a second)."""
         return live_views([self.crawl_id], points=points, record=record, client=self.redis)[
             self.crawl_id
         ]
-
-    def host_queue(self) -> dict[str, int]:
-        """Requests waiting in the queue, per host (delayed retries and claimed ones excluded)."""
-        return {h.decode(): int(n) for h, n in self.redis.hgetall(self._key("hostq")).items()}
 
     # robots.txt, cached per host for the crawl
 
@@ -476,18 +345,6 @@ def supervisor_lock(ttl: float, client: redis.Redis | None = None) -> bool:
     return bool(client.set(SUPERVISOR_LOCK_KEY, "1", nx=True, px=max(1, _ms(ttl))))
 
 
-def _json_tail(depth: int, priority: int, attempts: int, referrer: str) -> str:
-    """The end of a request's JSON after "u" (see Request.to_json)."""
-    tail = f',"d":{depth}'
-    if priority:
-        tail += f',"p":{priority}'
-    if attempts:
-        tail += f',"a":{attempts}'
-    if referrer:
-        tail += f',"r":{_json_str(referrer)}'
-    return tail + "}"
-
-
 def _outcome_args(outcome: Outcome) -> list:
     """One outcome as the flat fields complete.lua reads (see the header of that script)."""
     if outcome.kind not in OUTCOME_KINDS:
@@ -499,10 +356,10 @@ def _outcome_args(outcome: Outcome) -> list:
     elif outcome.kind == "done":
         # Request(url, depth + 1, referrer=request.url, priority=...).to_json() for each link,
         # without building the Request: the tail is the same for every link of the page.
-        tail = _json_tail(request.depth + 1, request.priority, 0, request.url)
+        tail = json_tail(request.depth + 1, request.priority, 0, request.url)
         for url in outcome.links:
             fp = fingerprint(url)
-            head = f'{{"f":"{fp}","h":{_json_str(_host(url))},"u":'
+            head = f'{{"f":"{fp}","h":{_json_str(request_host(url))},"u":'
             links += [_bucket(fp), fp, f"{head}{_json_str(url)}{tail}"]
     status = "" if outcome.status is None else outcome.status
     return [

@@ -1,13 +1,21 @@
-"""robots.txt: where to find it, what a fetch of it means, and what it allows (via protego)."""
+"""robots.txt: where to find it, what a fetch of it means, what it allows (via protego), and
+the cache a slice keeps of it, shared with the crawl's other slices through the frontier."""
 
 from __future__ import annotations
 
 import math
+import threading
+import time
 from urllib.parse import urlsplit
 
 from protego import Protego
 
+from crawlhub.http.client import Fetcher
+from crawls.engine.frontier import Frontier
+from crawls.engine.request import Request
+
 DEFAULT_PORTS = {"http": 80, "https": 443}
+UNREACHABLE_ROBOTS_SECONDS = 60.0
 
 
 class RobotsPolicy:
@@ -87,3 +95,67 @@ def policy_from_response(status: int | None, text: str) -> RobotsPolicy:
     if 200 <= status < 300:
         return RobotsPolicy.parse(text)
     return RobotsPolicy.allow_everything()
+
+
+class RobotsCache:
+    """A slice's robots.txt policies, per host; safe to share between its fetch threads.
+
+    robots.txt is fetched once per host per crawl: one worker fetches it and stores it in the
+    frontier, the others read it there. An unreachable robots.txt disallows the host only for
+    a while (RFC 9309): it is not stored, so it is asked for again after
+    UNREACHABLE_ROBOTS_SECONDS. A Crawl-delay longer than the crawl's host delay becomes the
+    host's delay in the frontier.
+    """
+
+    def __init__(
+        self, frontier: Frontier, fetcher: Fetcher, *, user_agent: str, host_delay: float
+    ) -> None:
+        self.frontier = frontier
+        self.fetcher = fetcher
+        self.user_agent = user_agent
+        self.host_delay = host_delay
+        self._policies: dict[str, tuple[RobotsPolicy, float]] = {}  # host -> (policy, until)
+        self._lock = threading.Lock()
+
+    def allows(self, request: Request) -> bool:
+        """May the crawl fetch this request? Loads the host's robots.txt the first time."""
+        host = request.host
+        cached = self._policies.get(host)
+        if cached is None or cached[1] < time.monotonic():
+            with self._lock:
+                cached = self._policies.get(host)
+                if cached is None or cached[1] < time.monotonic():
+                    cached = self._policies[host] = self._load(request.url, host)
+        return cached[0].allowed(request.url, self.user_agent)
+
+    def _load(self, url: str, host: str) -> tuple[RobotsPolicy, float]:
+        """The host's policy and until when (monotonic) it holds."""
+        stored = self._stored_text(host)
+        if stored is None:
+            status, text = self.fetcher.fetch_text(robots_url(url))
+            if status is None:
+                until = time.monotonic() + UNREACHABLE_ROBOTS_SECONDS
+                return policy_from_response(None, ""), until
+            stored = f"{status}\n{text}"
+            self.frontier.robots_store(host, stored)
+        status_line, _, text = stored.partition("\n")
+        policy = policy_from_response(int(status_line), text)
+        delay = policy.crawl_delay(self.user_agent)
+        if delay and delay > self.host_delay:
+            self.frontier.set_host_delay(host, delay)
+        return policy, float("inf")
+
+    def _stored_text(self, host: str) -> str | None:
+        """The robots.txt a worker stored (its status, a newline, its text), waiting while
+        another fetches it; None when this worker is to fetch it (it took the lock, or the
+        other one took too long)."""
+        stored = self.frontier.robots_text(host)
+        deadline = time.monotonic() + self.fetcher.total_timeout + 2
+        while stored is None and not self.frontier.robots_lock(
+            host, ttl=deadline - time.monotonic()
+        ):
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+            stored = self.frontier.robots_text(host)
+        return stored

@@ -1,19 +1,26 @@
-"""Rows inserted in bulk with one prepared statement, for a slice's page rows.
+"""The rows a slice writes: a Page per request done, a FailedRequest per request that used up
+its retries, and the bulk insert that writes the pages.
 
-`bulk_create` adapts every value of every row and builds one SQL string with a placeholder
-per value, all on the thread that calls it: a quarter of a slice thread's CPU at a thousand
-pages a second. Here a row is adapted where it is made (a fetch thread) by the same field
-methods `bulk_create` uses, and the writing thread only runs one statement that the database
-driver repeats per row. Rows that break a unique constraint are skipped, as with
-`bulk_create(ignore_conflicts=True)`.
+Page rows are inserted in bulk with one prepared statement. `bulk_create` adapts every value
+of every row and builds one SQL string with a placeholder per value: a quarter of a slice
+thread's CPU at a thousand pages a second. Here a row is adapted when it is made
+(BulkInsert.row, safe on any thread) by the same field methods `bulk_create` uses, and the
+write only runs one statement that the database driver repeats per row. Rows that break a
+unique constraint are skipped, as with `bulk_create(ignore_conflicts=True)`.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
+from datetime import datetime
 
 from django.db import connections, models, transaction
 from django.db.models.constants import OnConflict
+
+from crawlhub.http.client import FetchResult
+from crawls.engine.request import Request
+from crawls.models import Crawl, FailedRequest, Page
 
 
 class BulkInsert:
@@ -51,3 +58,56 @@ class BulkInsert:
             f"{ops.quote_name(self.model._meta.db_table)} ({columns}) VALUES ({values}) "
             f"{ops.on_conflict_suffix_sql(self.fields, OnConflict.IGNORE, None, None) or ''}"
         ).rstrip()
+
+
+PAGE_ROWS = BulkInsert(Page)
+
+
+def url_hash(url: str) -> str:
+    """The key of a page or failure in its crawl (unique with the crawl), whatever its length."""
+    return hashlib.sha1(url.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def page_row(
+    crawl: Crawl, request: Request, now: datetime, *, fetch: FetchResult | None = None,
+    error: str = "",
+) -> tuple:  # fmt: skip
+    """The page's row, ready for PAGE_ROWS.write; without a fetch, `error` says why there was
+    none (e.g. blocked by robots.txt)."""
+    page = Page(
+        crawl_id=crawl.pk,
+        url=request.url,
+        depth=request.depth,
+        referrer=request.referrer,
+        fetched_at=now,
+        url_hash=url_hash(request.url),
+        error=error,
+    )
+    if fetch is not None:
+        page.final_url = fetch.final_url
+        page.status = fetch.status
+        page.content_type = fetch.content_type[:200]
+        page.bytes = fetch.nbytes
+        page.elapsed_ms = fetch.elapsed_ms
+        page.title = fetch.title[:500]
+        page.error = fetch.error
+        page.redirects = fetch.redirects
+        page.truncated = fetch.truncated
+        if crawl.keep_bodies and fetch.status is not None:
+            page.body = fetch.body
+    return PAGE_ROWS.row(page)
+
+
+def failure_row(crawl: Crawl, request: Request, fetch: FetchResult, now: datetime) -> FailedRequest:
+    """The failure queue's row for a request whose last retry failed with `fetch`."""
+    return FailedRequest(
+        crawl_id=crawl.pk,
+        url=request.url,
+        depth=request.depth,
+        referrer=request.referrer,
+        attempts=request.attempts + 1,
+        last_error=fetch.error or f"HTTP {fetch.status}",
+        last_status=fetch.status,
+        failed_at=now,
+        url_hash=url_hash(request.url),
+    )

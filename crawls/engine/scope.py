@@ -98,12 +98,8 @@ class Scope:
         self.include = compile_patterns(include, "include_patterns")
         self.exclude = compile_patterns(exclude, "exclude_patterns")
 
-    def allows_host(self, host: str) -> bool:
-        """True for an allowed domain or one of its subdomains (any case, Unicode or punycode)."""
-        host_ascii = ascii_host(host)
-        return bool(host_ascii) and self._allows_ascii_host(host_ascii)
-
     def _allows_ascii_host(self, host: str) -> bool:
+        """True for an allowed domain or one of its subdomains (host: lowercase, punycode)."""
         return host in self.domains or host.endswith(self._suffixes)
 
     def allows(self, url: str) -> bool:

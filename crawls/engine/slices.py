@@ -9,7 +9,6 @@ URL) is kept once; a completion that Redis already applied is ignored the second
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import queue
 import signal
@@ -25,13 +24,15 @@ from crawlhub.connections import REDIS_ERRORS
 from crawlhub.http.client import Fetcher, FetchResult
 from crawlhub.http.netguard import BlockedAddress, check_url
 from crawlhub.http.useragents import DEFAULT_USER_AGENT
-from crawls.engine.frontier import Frontier, Outcome, Request
+from crawls.engine import retry
+from crawls.engine.frontier import Frontier
 from crawls.engine.live import publish_crawl
 from crawls.engine.proxying import KeptProxies, Stopped, fetch_via_pool
-from crawls.engine.robots import RobotsPolicy, policy_from_response, robots_url
-from crawls.engine.rows import BulkInsert
+from crawls.engine.request import Outcome, Request
+from crawls.engine.robots import RobotsCache
+from crawls.engine.rows import PAGE_ROWS, failure_row, page_row
 from crawls.engine.scope import Scope
-from crawls.models import Crawl, FailedRequest, Page, ProxyUse
+from crawls.models import Crawl, FailedRequest, ProxyUse
 
 log = logging.getLogger(__name__)
 
@@ -41,23 +42,7 @@ FLUSH_AT_OUTCOMES = 100
 IDLE_EXIT_SECONDS = 2.0
 KEPT_IDLE_SECONDS = 0.5  # nothing fetched for this long: proxies kept (greedy) go back
 EMPTY_CLAIM_BACKOFF = 0.1
-MAX_RETRY_DELAY = 60.0
 REDIS_RETRY_SECONDS = 300.0
-UNREACHABLE_ROBOTS_SECONDS = 60.0
-
-
-PAGE_ROWS = BulkInsert(Page)
-
-
-def url_hash(url: str) -> str:
-    return hashlib.sha1(url.encode("utf-8", "surrogatepass")).hexdigest()
-
-
-def retry_delay(attempts: int, retry_after: float | None) -> float:
-    """Retry-After when the site gave one, else exponential backoff from one second."""
-    if retry_after is not None:
-        return min(retry_after, MAX_RETRY_DELAY)
-    return min(2.0**attempts, MAX_RETRY_DELAY)
 
 
 @dataclass
@@ -151,100 +136,125 @@ class Slice:
         self.host_delay = crawl.effective_host_delay()
         # Politeness needs fetches to start when claimed; without a delay, keep a buffer.
         self.buffer = crawl.threads * (1 if self.host_delay > 0 else 2)
-        self.robots: dict[str, tuple[RobotsPolicy, float]] = {}  # host -> (policy, until)
-        self.robots_lock = threading.Lock()
+        self.robots = RobotsCache(
+            self.frontier, self.fetcher,
+            user_agent=crawl.user_agent or DEFAULT_USER_AGENT, host_delay=self.host_delay,
+        )  # fmt: skip
         self.stop = StopFlag()
         self.report = SliceReport()
         self.kept_proxies = KeptProxies()
+        # What the loop's steps share (a Slice runs once).
+        self.running: dict[Future, Request] = {}
+        # Futures land here when they finish: waiting on it is O(1) per page, where wait() on
+        # every running future would lock and unlock each of them on every loop.
+        self.completed: queue.SimpleQueue[Future] = queue.SimpleQueue()
+        self.done: list[Result] = []  # fetched, for the next flush
+        self.unstarted: list[Request] = []  # claimed but not fetched: released back to the queue
+        self.last_flush = self.last_state = self.last_work = self.last_renew = 0.0
+        self.next_claim = 0.0
 
     # -- the loop ---------------------------------------------------------------------------
 
     def run(self) -> SliceReport:
         started = time.monotonic()
+        self.last_flush = self.last_state = self.last_work = self.last_renew = started
         pool = ThreadPoolExecutor(self.crawl.threads, thread_name_prefix=f"slice-{self.slice_id}")
-        running: dict[Future, Request] = {}
-        # Futures land here when they finish: waiting on it is O(1) per page, where wait() on
-        # every running future would lock and unlock each of them on every loop.
-        completed: queue.SimpleQueue[Future] = queue.SimpleQueue()
-        done: list[Result] = []
-        unstarted: list[Request] = []  # claimed but not fetched: released back to the queue
-        last_flush = last_state = last_work = last_renew = time.monotonic()
-        next_claim = 0.0
         try:
             while True:
                 now = time.monotonic()
-                if now - last_state >= STATE_CHECK_SECONDS:
-                    last_state = now
-                    self._check_state()
-                    self._beat()
-                if now - last_renew >= self.lease / 3:
-                    last_renew = now
-                    held = list(running.values()) + [r.request for r in done]
-                    with_redis_retry(
-                        lambda held=held: self.frontier.renew(held, lease_seconds=self.lease)
-                    )
+                self._check_in(now)
+                self._renew(now)
                 if now - started >= self.budget:
                     self.stop.set("budget")
-                if self.stop:
+                if self.stop or not self._claim(pool, now) or not self._collect(now):
                     break
-                # Claim in batches (half the buffer free, or nothing running), and not again
-                # right after an empty claim: one claim per page would double Redis traffic.
-                free = self.buffer - len(running)
-                if (free * 2 >= self.buffer or not running) and now >= next_claim:
-                    claimed = with_redis_retry(
-                        lambda n=free: self.frontier.claim(n, lease_seconds=self.lease)
-                    )
-                    for request in claimed:
-                        future = pool.submit(self._fetch, request)
-                        running[future] = request
-                        future.add_done_callback(completed.put)
-                    if claimed:
-                        last_work = now
-                    elif not running and not done and self._crawl_done():
-                        self.stop.set("done")
-                        break
-                    else:
-                        next_claim = now + EMPTY_CLAIM_BACKOFF
-                if running:
-                    for future in _drain(completed, timeout=0.05):
-                        running.pop(future)
-                        self._collect(future.result(), done, unstarted)
-                    last_work = time.monotonic()
-                elif now - last_work >= IDLE_EXIT_SECONDS:
-                    self.stop.set("idle")
-                    break
-                else:
-                    if self.kept_proxies and now - last_work >= KEPT_IDLE_SECONDS:
-                        self._release_kept_proxies()
-                    time.sleep(0.05)
-                if len(done) >= FLUSH_AT_OUTCOMES or (
-                    done and time.monotonic() - last_flush >= FLUSH_EVERY_SECONDS
-                ):
-                    self._flush(done)
-                    done = []
-                    last_flush = time.monotonic()
+                self._flush_when_due()
         finally:
-            # Requests not started yet go back; those being fetched finish and are kept.
-            unstarted += [request for future, request in running.items() if future.cancel()]
-            for future in list(running):
-                if not future.cancelled():
-                    self._collect(future.result(), done, unstarted)
-            pool.shutdown(wait=True)
-            self._release_kept_proxies()
-            self._flush(done)
-            if unstarted:
-                self.report.handed_back = with_redis_retry(lambda: self.frontier.release(unstarted))
-            self.fetcher.close()
+            self._shut_down(pool)
         self.report.reason = self.stop.reason
         self.report.seconds = round(time.monotonic() - started, 3)
         return self.report
 
-    @staticmethod
-    def _collect(result: Result, done: list[Result], unstarted: list[Request]) -> None:
-        if result.handed_back:
-            unstarted.append(result.request)
+    def _check_in(self, now: float) -> None:
+        """A few times a second: stop when the crawl left 'running'; tell the supervisor we live."""
+        if now - self.last_state >= STATE_CHECK_SECONDS:
+            self.last_state = now
+            self._check_state()
+            self._beat()
+
+    def _renew(self, now: float) -> None:
+        """Extend the leases of what the slice holds (being fetched, or fetched and not yet
+        flushed) well before they run out."""
+        if now - self.last_renew >= self.lease / 3:
+            self.last_renew = now
+            held = list(self.running.values()) + [r.request for r in self.done]
+            with_redis_retry(lambda: self.frontier.renew(held, lease_seconds=self.lease))
+
+    def _claim(self, pool: ThreadPoolExecutor, now: float) -> bool:
+        """Claim requests and start fetching them; False when the crawl has nothing left."""
+        # Claim in batches (half the buffer free, or nothing running), and not again right
+        # after an empty claim: one claim per page would double Redis traffic.
+        free = self.buffer - len(self.running)
+        if not ((free * 2 >= self.buffer or not self.running) and now >= self.next_claim):
+            return True
+        claimed = with_redis_retry(lambda: self.frontier.claim(free, lease_seconds=self.lease))
+        for request in claimed:
+            future = pool.submit(self._fetch, request)
+            self.running[future] = request
+            future.add_done_callback(self.completed.put)
+        if claimed:
+            self.last_work = now
+        elif not self.running and not self.done and self._crawl_done():
+            self.stop.set("done")
+            return False
         else:
-            done.append(result)
+            self.next_claim = now + EMPTY_CLAIM_BACKOFF
+        return True
+
+    def _collect(self, now: float) -> bool:
+        """Take in the fetches that finished, or wait a little; False once idle too long."""
+        if self.running:
+            for future in _drain(self.completed, timeout=0.05):
+                self.running.pop(future)
+                self._keep(future.result())
+            self.last_work = time.monotonic()
+            return True
+        if now - self.last_work >= IDLE_EXIT_SECONDS:
+            self.stop.set("idle")
+            return False
+        if self.kept_proxies and now - self.last_work >= KEPT_IDLE_SECONDS:
+            self._release_kept_proxies()
+        time.sleep(0.05)
+        return True
+
+    def _keep(self, result: Result) -> None:
+        if result.handed_back:
+            self.unstarted.append(result.request)
+        else:
+            self.done.append(result)
+
+    def _flush_when_due(self) -> None:
+        if len(self.done) >= FLUSH_AT_OUTCOMES or (
+            self.done and time.monotonic() - self.last_flush >= FLUSH_EVERY_SECONDS
+        ):
+            self._flush(self.done)
+            self.done = []
+            self.last_flush = time.monotonic()
+
+    def _shut_down(self, pool: ThreadPoolExecutor) -> None:
+        """Requests not started yet go back; those being fetched finish and are kept."""
+        self.unstarted += [request for future, request in self.running.items() if future.cancel()]
+        for future in list(self.running):
+            if not future.cancelled():
+                self._keep(future.result())
+        pool.shutdown(wait=True)
+        self._release_kept_proxies()
+        self._flush(self.done)
+        if self.unstarted:
+            self.report.handed_back = with_redis_retry(
+                lambda: self.frontier.release(self.unstarted)
+            )
+        self.fetcher.close()
 
     def _release_kept_proxies(self) -> None:
         """No proxy stays leased past the slice; with Redis away, their leases run out."""
@@ -278,7 +288,7 @@ class Slice:
         try:
             if self.fetcher.guard is not None:
                 self.fetcher.guard(request.url)  # before robots.txt, which is on the same host
-            if self.crawl.obey_robots and not self._robots_allow(request.url):
+            if self.crawl.obey_robots and not self.robots.allows(request):
                 return Result(request=request, blocked="blocked by robots.txt")
             if self.channel.proxy_use == ProxyUse.POOL:
                 fetch = fetch_via_pool(
@@ -303,111 +313,38 @@ class Slice:
             log.exception("fetching %s failed", request.url)
             return Result(request=request, blocked=f"internal error: {type(exc).__name__}: {exc}")
 
-    def _robots_allow(self, url: str) -> bool:
-        host = Request(url=url).host
-        cached = self.robots.get(host)
-        if cached is None or cached[1] < time.monotonic():
-            with self.robots_lock:
-                cached = self.robots.get(host)
-                if cached is None or cached[1] < time.monotonic():
-                    cached = self.robots[host] = self._load_robots(url, host)
-        agent = self.crawl.user_agent or DEFAULT_USER_AGENT
-        return cached[0].allowed(url, agent)
-
-    def _load_robots(self, url: str, host: str) -> tuple[RobotsPolicy, float]:
-        """robots.txt once per host per crawl: one worker fetches it, the others read it.
-
-        An unreachable robots.txt disallows the host only for a while (RFC 9309): it is not
-        stored, so it is asked for again after UNREACHABLE_ROBOTS_SECONDS.
-        """
-        cached = self.frontier.robots_text(host)
-        deadline = time.monotonic() + self.fetcher.total_timeout + 2
-        while cached is None and not self.frontier.robots_lock(
-            host, ttl=deadline - time.monotonic()
-        ):
-            if time.monotonic() > deadline:
-                break
-            time.sleep(0.1)
-            cached = self.frontier.robots_text(host)
-        if cached is None:
-            status, text = self.fetcher.fetch_text(robots_url(url))
-            if status is None:
-                until = time.monotonic() + UNREACHABLE_ROBOTS_SECONDS
-                return policy_from_response(None, ""), until
-            cached = f"{status}\n{text}"
-            self.frontier.robots_store(host, cached)
-        status_line, _, text = cached.partition("\n")
-        policy = policy_from_response(int(status_line), text)
-        agent = self.crawl.user_agent or DEFAULT_USER_AGENT
-        delay = policy.crawl_delay(agent)
-        if delay and delay > self.host_delay:
-            self.frontier.set_host_delay(host, delay)
-        return policy, float("inf")
-
     # -- recording --------------------------------------------------------------------------
 
     def _decide(self, result: Result) -> None:
+        """The result's row (page or failure) and the outcome the frontier records."""
         request, fetch = result.request, result.fetch
         now = timezone.now()
-        if fetch is None:
-            result.page = self._page(request, now, error=result.blocked)
-            result.outcome = Outcome(request=request, kind="done")
-            return
-        if fetch.retryable:
-            if request.attempts < self.crawl.max_retries:
-                delay = retry_delay(request.attempts, fetch.retry_after)
-                result.outcome = Outcome(request=request, kind="retry", retry_delay=delay)
-                return
-            result.failure = FailedRequest(
-                crawl_id=self.crawl.pk,
-                url=request.url,
-                depth=request.depth,
-                referrer=request.referrer,
-                attempts=request.attempts + 1,
-                last_error=fetch.error or f"HTTP {fetch.status}",
-                last_status=fetch.status,
-                failed_at=now,
-                url_hash=url_hash(request.url),
-            )
+        kind = retry.decide(fetch, attempts=request.attempts, max_retries=self.crawl.max_retries)
+        if kind == retry.RETRY:
+            delay = retry.retry_delay(request.attempts, fetch.retry_after)
+            result.outcome = Outcome(request=request, kind="retry", retry_delay=delay)
+        elif kind == retry.FAILED:
+            result.failure = failure_row(self.crawl, request, fetch, now)
             result.outcome = Outcome(request=request, kind="failed")
-            return
-        links = []
+        elif fetch is None:
+            result.page = page_row(self.crawl, request, now, error=result.blocked)
+            result.outcome = Outcome(request=request, kind="done")
+        else:
+            result.page = page_row(self.crawl, request, now, fetch=fetch)
+            result.outcome = Outcome(
+                request=request, kind="done", status=fetch.status, nbytes=fetch.nbytes,
+                links=self._links_to_follow(request, fetch),
+            )  # fmt: skip
+
+    def _links_to_follow(self, request: Request, fetch: FetchResult) -> list[str]:
         # Like browsers' users, follow links of pages that worked, not of error pages.
         if (
             fetch.status is not None
             and 200 <= fetch.status < 300
             and request.depth < self.crawl.max_depth
         ):
-            links = [link for link in fetch.links if self.scope.allows(link)]
-        result.page = self._page(request, now, fetch=fetch)
-        result.outcome = Outcome(
-            request=request, kind="done", status=fetch.status, nbytes=fetch.nbytes, links=links
-        )
-
-    def _page(self, request: Request, now, *, fetch: FetchResult | None = None, error=""):
-        """The page's row, ready for PAGE_ROWS.write."""
-        page = Page(
-            crawl_id=self.crawl.pk,
-            url=request.url,
-            depth=request.depth,
-            referrer=request.referrer,
-            fetched_at=now,
-            url_hash=url_hash(request.url),
-            error=error,
-        )
-        if fetch is not None:
-            page.final_url = fetch.final_url
-            page.status = fetch.status
-            page.content_type = fetch.content_type[:200]
-            page.bytes = fetch.nbytes
-            page.elapsed_ms = fetch.elapsed_ms
-            page.title = fetch.title[:500]
-            page.error = fetch.error
-            page.redirects = fetch.redirects
-            page.truncated = fetch.truncated
-            if self.crawl.keep_bodies and fetch.status is not None:
-                page.body = fetch.body
-        return PAGE_ROWS.row(page)
+            return [link for link in fetch.links if self.scope.allows(link)]
+        return []
 
     def _flush(self, results: list[Result]) -> None:
         """Rows first, then one completion call: see the module docstring for why."""

@@ -15,6 +15,9 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from crawlhub import launcher
 
 QUEUES = ["control", "crawls", "default"]
+# Daphne takes a few seconds to import Django and listen; a busy machine takes longer.
+WEB_START_SECONDS = 60.0
+ANSWER_SECONDS = 2.0  # one attempt at /healthz
 
 
 def _port_free(host: str, port: int) -> bool:
@@ -72,6 +75,47 @@ def child_env(environ: dict[str, str], *, redis_url: str, url: str) -> dict[str,
     return env
 
 
+class StopSignals:
+    """Ctrl-C (SIGINT) and SIGTERM ask `up` to stop: true once one came. The handler only
+    records it; the loops that wait look at it between steps."""
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+
+    def install(self) -> None:
+        signal.signal(signal.SIGINT, self._receive)
+        signal.signal(signal.SIGTERM, self._receive)
+
+    def _receive(self, signum: int, frame: object) -> None:
+        self.received = signum
+
+    def __bool__(self) -> bool:
+        return self.received is not None
+
+
+def wait_until_served(
+    group: launcher.ProcessGroup, name: str, url: str, *, timeout: float,
+    stopping: StopSignals | None = None,
+) -> bool:  # fmt: skip
+    """Wait until the child `name` of `group` answers over HTTP at url (with any status).
+
+    False when a stop signal came first. CommandError, naming the child, when a child that may
+    not be restarted exits first, or when url does not answer within timeout seconds;
+    children that may be restarted are restarted meanwhile.
+    """
+    deadline = time.monotonic() + timeout
+    while not stopping:
+        if launcher.answers_http(url, timeout=ANSWER_SECONDS):
+            return True
+        died = group.check()
+        if died:
+            raise CommandError(f"{died} exited before answering at {url}; stopping")
+        if time.monotonic() >= deadline:
+            raise CommandError(f"{name} did not answer at {url} within {timeout:g} s; stopping")
+        time.sleep(0.2)
+    return False
+
+
 class Command(BaseCommand):
     help = (
         "Run crawlhub: migrate, start or reuse Redis, start RQ workers, serve HTTP and websockets."
@@ -89,9 +133,27 @@ class Command(BaseCommand):
             raise CommandError(f"{host}:{port} is already in use: pick another with --port")
         call_command("migrate", interactive=False, verbosity=0)
         login = ensure_admin()
-
-        redis_server = self._start_redis()
         url = served_url(host, port)
+        signals = StopSignals()
+        signals.install()
+        redis_server: launcher.EmbeddedRedis | None = None
+        group: launcher.ProcessGroup | None = None
+        try:
+            redis_server = self._start_redis()
+            group = self._process_group(host=host, port=port, workers=workers, url=url)
+            group.start()
+            if wait_until_served(
+                group, "web", f"{url}/healthz", timeout=WEB_START_SECONDS, stopping=signals
+            ):
+                self._say_up(url, login=login, workers=workers)
+                self._supervise(group, signals)
+        finally:
+            self._stop_all(group, redis_server)
+
+    def _process_group(
+        self, *, host: str, port: int, workers: int, url: str
+    ) -> launcher.ProcessGroup:
+        """Workers (the first one runs RQ's scheduler), cron and the web server."""
         group = launcher.ProcessGroup(
             env=child_env(dict(os.environ), redis_url=self.redis_url, url=url)
         )
@@ -100,44 +162,41 @@ class Command(BaseCommand):
             scheduler = ["--with-scheduler"] if n == 0 else []
             group.add(f"worker-{n + 1}", [*manage, "rqworker", *scheduler, *QUEUES], restart=True)
         group.add("cron", [*manage, "rqcron", "crawlhub.cron"], restart=True)
-        web = [
-            sys.executable,
-            "-m",
-            "daphne",
-            "-b",
-            host,
-            "-p",
-            str(port),
-            "crawlhub.asgi:application",
-        ]
-        group.add("web", web, restart=False)
+        web = [sys.executable, "-m", "daphne", "-b", host, "-p", str(port)]
+        group.add("web", [*web, "crawlhub.asgi:application"], restart=False)
+        return group
 
-        stop = {"signal": None}
+    def _say_up(self, url: str, *, login: str, workers: int) -> None:
+        self.stdout.write(
+            self.style.SUCCESS(f"crawlhub is up at {url}/")
+            + f"\n  {login}"
+            + f"\n  {workers} worker(s), Redis at {self.redis_url}"
+            + f"\n  data in {settings.DATA_DIR}\n  Ctrl-C stops everything."
+        )
 
-        def request_stop(signum, frame):
-            stop["signal"] = signum
+    def _supervise(self, group: launcher.ProcessGroup, signals: StopSignals) -> None:
+        """Until Ctrl-C or SIGTERM: restart workers and cron when they die; stop when the web
+        server does."""
+        while not signals:
+            died = group.check()
+            if died:
+                raise CommandError(f"{died} exited; stopping")
+            time.sleep(0.5)
 
-        signal.signal(signal.SIGINT, request_stop)
-        signal.signal(signal.SIGTERM, request_stop)
+    def _stop_all(
+        self, group: launcher.ProcessGroup | None, redis_server: launcher.EmbeddedRedis | None
+    ) -> None:
+        """Stop what this run started, Redis last (and even when stopping the rest failed)."""
+        if group is None and redis_server is None:
+            return
+        self.stdout.write("Stopping web, workers and Redis…")
         try:
-            group.start()
-            self.stdout.write(
-                self.style.SUCCESS(f"crawlhub is up at {url}/")
-                + f"\n  {login}"
-                + f"\n  {workers} worker(s), Redis at {self.redis_url}"
-                + f"\n  data in {settings.DATA_DIR}\n  Ctrl-C stops everything."
-            )
-            while stop["signal"] is None:
-                died = group.check()
-                if died:
-                    raise CommandError(f"{died} exited; stopping")
-                time.sleep(0.5)
+            if group is not None:
+                group.stop()
         finally:
-            self.stdout.write("Stopping web, workers and Redis…")
-            group.stop()
             if redis_server is not None:
                 redis_server.stop()
-            self.stdout.write("Stopped.")
+        self.stdout.write("Stopped.")
 
     def _start_redis(self) -> launcher.EmbeddedRedis | None:
         if not settings.REDIS_EMBEDDED:

@@ -1,0 +1,167 @@
+"""A crawl's request and what became of it: the URL's identity (canonical form, fingerprint,
+host) and the compact JSON the frontier's Lua scripts read.
+
+Plain values with no Redis in them: crawls/engine/frontier.py stores them, the slice runner
+fetches them, the services add them. The fast paths here (canonical URLs found without w3lib,
+JSON built without json.dumps, hosts cached per origin) are checked against the slow ones by
+tests/test_canonical.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from functools import cached_property, lru_cache
+from json.encoder import encode_basestring_ascii as _json_str
+from urllib.parse import urlsplit
+
+from w3lib.url import canonicalize_url
+
+from crawlhub.http.urls import url_origin
+
+FINGERPRINT_VERSION = 1
+
+OUTCOME_KINDS = ("done", "retry", "failed")
+
+
+# URLs that w3lib's canonicalize_url returns unchanged: http(s), a lowercase ASCII host name or
+# IPv4 address, an optional port (1-65535, no leading zero), a path of characters it never escapes
+# or unescapes (no "%", ";", "+", "&", no "//" or dot segments, checked apart), and an optional
+# query of plain key=value pairs (checked apart to be in sorted order). Anything else goes
+# through canonicalize_url; tests/test_canonical.py checks the two agree on a large corpus.
+_PLAIN_URL = re.compile(
+    r"https?://(?:[a-z0-9]+(?:-+[a-z0-9]+)*)(?:\.[a-z0-9]+(?:-+[a-z0-9]+)*)*(?::([1-9][0-9]{0,4}))?"
+    r"(/[A-Za-z0-9\-._~!$'()*,=:@/]*)"
+    r"(?:\?([A-Za-z0-9\-._~]+=[A-Za-z0-9\-._~]*(?:&[A-Za-z0-9\-._~]+=[A-Za-z0-9\-._~]*)*))?"
+)
+
+
+def _plain(url: str) -> bool:
+    """True when canonicalize_url(url) == url, by the rules above (False: not known)."""
+    match = _PLAIN_URL.fullmatch(url)
+    if match is None:
+        return False
+    port, path, query = match.groups()
+    if "/." in path or "//" in path or "xn--" in url or (port and int(port) > 65535):
+        return False
+    if query is not None and "&" in query:
+        pairs = [pair.split("=", 1) for pair in query.split("&")]
+        return pairs == sorted(pairs)
+    return True
+
+
+def canonicalize(url: str) -> str:
+    """The URL dedup works on: fragment dropped, query sorted, escapes normalised."""
+    # Most links are already canonical; w3lib takes ~10 us a URL to find that out.
+    plain = url.partition("#")[0] if "#" in url else url
+    if _plain(plain):
+        return plain
+    return canonicalize_url(url, keep_fragments=False)
+
+
+# Links repeat a lot across pages (navigation, footers); the cache saves canonicalize + SHA-1.
+@lru_cache(maxsize=65536)
+def fingerprint(url: str, method: str = "GET", body: bytes = b"") -> int:
+    """SHA-1 of method, canonical URL and body; the first 8 bytes as a signed 64-bit int, so
+    that Redis stores it as an integer (intset) instead of a string."""
+    data = f"{method.upper()} {canonicalize(url)}".encode() + body
+    return int.from_bytes(hashlib.sha1(data).digest()[:8], "big", signed=True)
+
+
+def request_host(url: str) -> str:
+    """Lowercased hostname[:port] of url: the unit of politeness (Request.host)."""
+    # The host depends only on what comes before the path: cached per "scheme://netloc".
+    origin = url_origin(url)
+    return _origin_host(origin) if origin else _split_host(url)
+
+
+@lru_cache(maxsize=4096)
+def _origin_host(origin: str) -> str:
+    return _split_host(origin)
+
+
+def _split_host(url: str) -> str:
+    parts = urlsplit(url)
+    host = (parts.hostname or "").lower()
+    if ":" in host:  # IPv6 literal: keep it apart from the port
+        host = f"[{host}]"
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    return f"{host}:{port}" if port is not None else host
+
+
+@dataclass(frozen=True)
+class Request:
+    url: str
+    depth: int = 0
+    referrer: str = ""
+    attempts: int = 0
+    priority: int = 0
+
+    @cached_property
+    def fp(self) -> int:
+        return fingerprint(self.url)
+
+    @cached_property
+    def host(self) -> str:
+        """Lowercased hostname[:port]: the unit of politeness."""
+        return request_host(self.url)
+
+    def to_json(self) -> str:
+        """Compact and deterministic. Carries fp (as a string: a double would round it) and host
+        for the Lua scripts, which neither hash nor parse URLs; default fields are left out."""
+        # What json.dumps(separators=(",", ":")) gives for {"f", "h", "u", "d", "p", "a", "r"}
+        # (in this order: the Lua scripts find "h" right after "f"), built directly: this runs
+        # once per link. tests/test_canonical.py checks it against json.dumps.
+        return (
+            f'{{"f":"{self.fp}","h":{_json_str(self.host)},"u":{_json_str(self.url)}'
+            + json_tail(self.depth, self.priority, self.attempts, self.referrer)
+        )
+
+    @classmethod
+    def from_json(cls, raw: str | bytes) -> Request:
+        data = json.loads(raw)
+        request = cls(
+            url=data["u"],
+            depth=data.get("d", 0),
+            referrer=data.get("r", ""),
+            attempts=data.get("a", 0),
+            priority=data.get("p", 0),
+        )
+        # Keep the stored fp and host: the backup hash is keyed by that fp, so complete() must
+        # use it even if fingerprinting changed since the request was queued.
+        if "f" in data:
+            request.__dict__["fp"] = int(data["f"])
+        if "h" in data:
+            request.__dict__["host"] = data["h"]
+        return request
+
+
+def json_tail(depth: int, priority: int, attempts: int, referrer: str) -> str:
+    """The end of a request's JSON after "u" (see Request.to_json). The frontier builds a
+    page's link JSON from it without a Request per link."""
+    tail = f',"d":{depth}'
+    if priority:
+        tail += f',"p":{priority}'
+    if attempts:
+        tail += f',"a":{attempts}'
+    if referrer:
+        tail += f',"r":{_json_str(referrer)}'
+    return tail + "}"
+
+
+@dataclass
+class Outcome:
+    """What a slice reports for one claimed request."""
+
+    request: Request
+    kind: str  # one of OUTCOME_KINDS: "done" | "retry" | "failed"
+    status: int | None = None  # HTTP status of the final response, None when there was none
+    nbytes: int = 0  # body bytes received
+    # Absolute URLs already filtered by scope; the frontier applies depth, max_pages and dedup.
+    links: list[str] = field(default_factory=list)
+    retry_delay: float = 0.0  # seconds, for kind == "retry"
