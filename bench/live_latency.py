@@ -175,7 +175,7 @@ def percentiles(values: list[float]) -> str:
 async def latency(stack: Stack, cookie: str, *, changes: int, every: float, force: bool) -> list:
     import json
 
-    from crawls import live
+    from crawls.engine import live
     from crawls.engine.frontier import Frontier
     from crawls.models import Crawl, CrawlState
 
