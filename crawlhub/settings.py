@@ -343,7 +343,9 @@ SECURE_HSTS_PRELOAD = HTTPS
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if HTTPS else None
 SECURE_CONTENT_TYPE_NOSNIFF = True
 # Crawls refuse hosts that are or resolve to loopback, private, link-local, CGNAT, multicast or
-# reserved addresses (crawls/netguard.py). On in production; off by default so that local
+# reserved addresses (crawlhub/http/netguard.py), and so do proxy-list downloads and webhook
+# deliveries: the HTTP client asks the guard for every URL and redirect hop, except proxy checks
+# of the operator's own PROXY_CHECK_URL. On in production; off by default so that local
 # development and the tests can crawl sites on 127.0.0.1.
 CRAWLHUB_BLOCK_PRIVATE_NETWORKS = env_bool("CRAWLHUB_BLOCK_PRIVATE_NETWORKS", HTTPS)
 SESSION_COOKIE_HTTPONLY = True

@@ -9,6 +9,10 @@ between tries; every attempt is logged on its row. Retries are scheduled with RQ
 up by the periodic sweep deliver_overdue(). A conditional UPDATE claims each attempt, so two
 jobs for one delivery never both send it.
 
+Each POST goes through the HTTP kit's client (crawlhub/http): it refuses private networks when
+CRAWLHUB_BLOCK_PRIVATE_NETWORKS is on, follows no redirect (a 3xx is an answer like any other
+non-2xx) and reads at most SNIPPET_BYTES of the answer.
+
 The receiver checks `X-Crawlhub-Signature: sha256=<hex>`: the HMAC-SHA256 of the raw request
 body with the webhook's secret (see verify_signature).
 """
@@ -25,22 +29,21 @@ from datetime import datetime, timedelta
 
 import django_rq
 import redis
-import requests
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.validators import URLValidator
 from django.db import close_old_connections, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from crawlhub.http import netguard
+from crawlhub.http import Fetcher, FetchResult, netguard
 from crawls.models import Channel, Crawl, Webhook, WebhookDelivery, WebhookEvent
 
 log = logging.getLogger(__name__)
 
 BACKOFF = (10, 30, 60, 300, 900)  # seconds before retry 1, 2, ...
 MAX_ATTEMPTS = len(BACKOFF) + 1
-TIMEOUT = 10  # seconds per attempt
-# An attempt in progress holds its delivery this long (longer than TIMEOUT plus a margin).
+TIMEOUT = 10  # seconds per connect or read; an attempt takes at most twice that
+# An attempt in progress holds its delivery this long (longer than an attempt, plus a margin).
 ATTEMPT_LEASE = timedelta(seconds=60)
 # The sweep re-enqueues deliveries this late: RQ's scheduler should have run them.
 OVERDUE = timedelta(seconds=60)
@@ -275,25 +278,39 @@ def _claim(delivery_id: int, now: datetime) -> bool:
 
 
 def _post(webhook: Webhook, delivery: WebhookDelivery) -> tuple[int | None, str, str]:
-    """(status code, response snippet, error) of one POST."""
+    """(status code, response snippet, error) of one POST. The status decides: a 2xx is
+    delivered, any other (a 3xx included: redirects are not followed) is "HTTP <status>"."""
     body = encode(delivery.payload)
     headers = {
         "Content-Type": "application/json",
-        "User-Agent": USER_AGENT,
         "X-Crawlhub-Event": delivery.payload.get("event", f"crawl.{delivery.event}"),
         "X-Crawlhub-Delivery": str(delivery.pk),
         "X-Crawlhub-Signature": sign(webhook.secret, body),
     }
-    try:
-        netguard.guard_url(webhook.url)
-        with requests.post(webhook.url, data=body, headers=headers, timeout=TIMEOUT,
-                           allow_redirects=False, stream=True) as response:  # fmt: skip
-            snippet = response.raw.read(SNIPPET_BYTES, decode_content=True)
-            text = snippet.decode(response.encoding or "utf-8", errors="replace")
-            error = "" if 200 <= response.status_code < 300 else f"HTTP {response.status_code}"
-            return response.status_code, text, error
-    except (requests.RequestException, ValueError) as exc:
-        return None, "", f"{type(exc).__name__}: {exc}"[:2000]
+    # The client checks the URL against the private-network guard again: the setting may
+    # have been turned on, or the name may resolve elsewhere, since the webhook was made.
+    with Fetcher(
+        timeout=TIMEOUT, total_timeout=2 * TIMEOUT, max_bytes=SNIPPET_BYTES,
+        user_agent_mode="fixed", user_agent=USER_AGENT, pool_size=1,
+    ) as client:  # fmt: skip
+        result = client.post(webhook.url, body=body, headers=headers)
+    if result.status is None:
+        return None, "", _failure(result)
+    error = "" if 200 <= result.status < 300 else f"HTTP {result.status}"
+    return result.status, result.text(), error
+
+
+# A failed attempt is logged under the name requests gave such failures before the shared
+# client ("ConnectionError: connection refused"), so old and new delivery logs read alike.
+_FAILURE_NAMES = {
+    "refused": "ConnectionError", "dns": "ConnectionError", "connection": "ConnectionError",
+    "timeout": "Timeout", "invalid": "InvalidURL", "blocked": "BlockedAddress",
+}  # fmt: skip
+
+
+def _failure(result: FetchResult) -> str:
+    name = _FAILURE_NAMES.get(result.error_kind, "RequestException")
+    return f"{name}: {result.error.removeprefix('blocked: ')}"[:2000]
 
 
 def deliver(delivery_id: int, *, now: datetime | None = None) -> str:

@@ -8,13 +8,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit, urlunsplit
 
-from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
-from crawlhub.http import netguard
-from crawlhub.http.client import Fetcher
+from crawlhub.http import Fetcher
 from crawlhub.http.urls import url_problem
 from proxies import importer, pool, validation
 from proxies.health import announce
@@ -113,7 +111,7 @@ def _existing(items: list[importer.Parsed]) -> dict[tuple[str, str, int], Proxy]
 
 
 def fetch_list(*, url: str) -> str:
-    """Download a plain-text proxy list: with the crawls' fetcher, so through the private-network
+    """Download a plain-text proxy list with the HTTP kit's client: through its private-network
     guard when CRAWLHUB_BLOCK_PRIVATE_NETWORKS is on (every redirect hop is checked), within a
     whole-fetch deadline, and never more than MAX_LIST_BYTES."""
     shown = shown_url(url)
@@ -121,12 +119,11 @@ def fetch_list(*, url: str) -> str:
         raise ImportFailed("the list URL must start with http:// or https://")
     if problem := url_problem(url):  # before the fetcher, whose error would repeat the URL
         raise ImportFailed(f"could not fetch {shown}: {problem}")
-    guard = netguard.check_url if settings.CRAWLHUB_BLOCK_PRIVATE_NETWORKS else None
     with Fetcher(
         timeout=FETCH_TIMEOUT, total_timeout=FETCH_DEADLINE, max_bytes=MAX_LIST_BYTES,
-        user_agent_mode="fixed", pool_size=1, max_redirects=MAX_REDIRECTS, guard=guard,
-    ) as fetcher:  # fmt: skip
-        result = fetcher.fetch(url)
+        user_agent_mode="fixed", pool_size=1, max_redirects=MAX_REDIRECTS,
+    ) as client:  # fmt: skip
+        result = client.get(url)
     if result.error_kind == "blocked":
         hop = f" (redirected to {shown_url(result.redirects[-1])})" if result.redirects else ""
         reason = result.error.removeprefix("blocked: ")

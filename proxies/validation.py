@@ -1,15 +1,12 @@
-"""Validating proxies: fetch PROXY_CHECK_URL through each one, time it, and tell from what the
-target saw whether the proxy hides us (haipproxy's validator, in batches, one pass at a time).
-
-The check URL answers {"origin": the address it saw, "headers": {proxy-revealing headers}}:
-crawlhub's own /proxies/echo does, and so does any httpbin-style /get.
+"""Validating proxies: passes that check each proxy (proxies/checks.py) in batches, one pass
+at a time, and record what each check found: the pool's score, latency, anonymity and state
+(haipproxy's validator). Also the RQ job that runs a pass, and bringing what crawls did with
+the pool into the inventory.
 """
 
 from __future__ import annotations
 
 import logging
-import re
-import time
 from collections import defaultdict
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -17,31 +14,17 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 import django_rq
-import requests
 from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
 from proxies import pool
+from proxies.checks import CheckResult, check, own_address
 from proxies.health import announce
-from proxies.models import Anonymity, Proxy, ProxyEvent, ProxyState
+from proxies.models import Proxy, ProxyEvent, ProxyState
 
 log = logging.getLogger(__name__)
-
-# Headers by which a proxy gives itself (or its client) away to the target.
-PROXY_HEADERS = ("Via", "X-Forwarded-For", "Forwarded", "X-Real-IP", "Proxy-Connection",
-                 "Client-IP")  # fmt: skip
-_TOKENS = re.compile(r"[\s,;=\"\[\]]+")
-
-
-@dataclass(frozen=True)
-class CheckResult:
-    ok: bool
-    latency_ms: float = 0.0
-    reason: str = ""  # "" when ok, else "timeout", "refused" or "error"
-    error: str = ""
-    anonymity: str = ""
 
 
 @dataclass
@@ -55,80 +38,6 @@ class PassReport:
 
     def as_dict(self) -> dict:
         return self.__dict__.copy()
-
-
-def _session() -> requests.Session:
-    session = requests.Session()
-    session.trust_env = False  # HTTP_PROXY and friends in the environment must not interfere
-    session.headers["User-Agent"] = "crawlhub-proxy-check/1"
-    return session
-
-
-def own_address(*, check_url: str, timeout: float) -> str | None:
-    """Our address as the check URL sees it without a proxy (None if it cannot be reached)."""
-    try:
-        with _session() as session:
-            return session.get(check_url, timeout=timeout).json()["origin"].split(",")[0].strip()
-    except (requests.RequestException, ValueError, KeyError, AttributeError):
-        return None
-
-
-def classify(*, origin: str, headers: dict[str, str], own_ip: str | None) -> str:
-    """transparent: the target sees our address; anonymous: it sees proxy headers; else elite."""
-    revealing = {k.lower(): v for k, v in headers.items() if k.lower() in _LOWER_HEADERS}
-    seen = {t for t in _TOKENS.split(origin) if t}
-    for value in revealing.values():
-        seen.update(t for t in _TOKENS.split(value) if t)
-    if own_ip and own_ip in seen:
-        return Anonymity.TRANSPARENT
-    return Anonymity.ANONYMOUS if revealing else Anonymity.ELITE
-
-
-_LOWER_HEADERS = {h.lower() for h in PROXY_HEADERS}
-
-
-def _refused(exc: BaseException) -> bool:
-    seen: set[int] = set()
-    stack: list[BaseException] = [exc]
-    while stack:
-        current = stack.pop()
-        if id(current) in seen:
-            continue
-        seen.add(id(current))
-        if isinstance(current, ConnectionRefusedError):
-            return True
-        stack += [a for a in current.args if isinstance(a, BaseException)]
-        stack += [e for e in (current.__cause__, current.__context__) if e is not None]
-        reason = getattr(current, "reason", None)
-        if isinstance(reason, BaseException):
-            stack.append(reason)
-    return "Connection refused" in str(exc)
-
-
-def check(*, proxy_url: str, check_url: str, timeout: float, own_ip: str | None) -> CheckResult:
-    started = time.monotonic()
-    try:
-        with _session() as session:
-            response = session.get(
-                check_url, proxies={"http": proxy_url, "https": proxy_url},
-                timeout=timeout, allow_redirects=False,
-            )  # fmt: skip
-            latency = (time.monotonic() - started) * 1000
-            if response.status_code != 200:
-                return CheckResult(False, latency, "error", f"HTTP {response.status_code}")
-            data = response.json()
-            origin, headers = str(data.get("origin", "")), dict(data.get("headers") or {})
-    except requests.RequestException as exc:
-        latency = (time.monotonic() - started) * 1000
-        if _refused(exc):
-            return CheckResult(False, latency, "refused", "connection refused")
-        if isinstance(exc, requests.Timeout) or "timed out" in str(exc):
-            return CheckResult(False, latency, "timeout", f"no answer within {timeout:g} s")
-        return CheckResult(False, latency, "error", f"{type(exc).__name__}: {exc}"[:500])
-    except (ValueError, AttributeError, TypeError):
-        return CheckResult(False, latency, "error", "the check URL did not answer with JSON")
-    anonymity = classify(origin=origin, headers=headers, own_ip=own_ip)
-    return CheckResult(True, latency, anonymity=anonymity)
 
 
 def due(*, everything: bool = False):

@@ -13,8 +13,8 @@ from django.views.decorators.http import require_GET, require_POST
 
 from crawlhub.access import staff_required
 from proxies import pool, services, validation
+from proxies.checks import PROXY_HEADERS
 from proxies.models import Anonymity, Proxy, ProxyState
-from proxies.validation import PROXY_HEADERS
 
 PAGE_SIZE = 100
 

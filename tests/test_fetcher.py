@@ -555,6 +555,71 @@ def test_dead_proxy_is_a_proxy_error(fetcher):
     assert (result.error, result.error_kind) == ("proxy refused the connection", "proxy")
 
 
+# -- POST, and GET without links -------------------------------------------------------------
+
+
+def test_post_sends_its_body_and_headers_and_reads_at_most_max_bytes(make_site):
+    # Connection: close, as the client hangs up on the rest of the answer.
+    answer = Response(body=b"y" * 5000, content_type="text/plain", headers={"Connection": "close"})
+    site = make_site(lambda r: answer)
+    with Fetcher(timeout=1, max_bytes=1000, user_agent_mode="fixed", user_agent="Hook/1") as f:
+        result = f.post(
+            site.url + "/hook", body=b'{"a":1}', headers={"Content-Type": "application/json"}
+        )
+    assert (result.status, result.error) == (200, "")
+    assert result.body == b"y" * 1000 and result.truncated
+    assert result.text() == "y" * 1000
+    [request] = site.log
+    assert request.method == "POST" and request.body == b'{"a":1}'
+    assert request.headers["Content-Type"] == "application/json"
+    assert request.headers["User-Agent"] == "Hook/1" and request.headers["Accept"] == "*/*"
+
+
+def test_a_post_answered_with_a_redirect_keeps_it_as_its_answer(make_site):
+    elsewhere = make_site(pages_site({"/new": "<p>moved here</p>"}))
+    moved = Response(status=307, headers={"Location": elsewhere.url + "/new"}, body="moved")
+    site = make_site(pages_site({"/hook": moved}))
+    with Fetcher(timeout=1, max_bytes=1000) as f:
+        result = f.post(site.url + "/hook", body=b"{}", headers={})
+    assert (result.status, result.error, result.redirects) == (307, "", [])
+    assert result.final_url == site.url + "/hook" and result.text() == "moved"
+    assert elsewhere.log == []
+
+
+def test_post_failures_are_reported_not_raised():
+    with Fetcher(timeout=0.5, max_bytes=1000) as f:
+        result = f.post(f"http://127.0.0.1:{closed_port()}/hook", body=b"{}", headers={})
+    assert (result.status, result.error, result.error_kind) == (
+        None,
+        "connection refused",
+        "refused",
+    )
+    assert result.refused and not result.timed_out
+
+
+def test_get_reads_json_without_looking_for_links(make_site):
+    page = '<title>t</title><a href="/x">x</a>'
+    site = make_site(lambda r: Response(body='{"origin": "1.2.3.4"}' if r.path == "/j" else page))
+    with Fetcher(timeout=0.5, max_bytes=MB) as f:
+        assert f.get(site.url + "/j").json() == {"origin": "1.2.3.4"}
+        html = f.get(site.url + "/h")
+    assert html.status == 200 and (html.title, html.links) == ("", [])
+    with pytest.raises(ValueError):
+        html.json()
+
+
+def test_a_stalling_proxy_is_a_timeout_and_a_dead_one_refused(raw_server, fetcher):
+    def stall(conn: socket.socket, server: RawServer) -> None:
+        while server.alive():
+            time.sleep(0.05)
+
+    stalling = raw_server(stall)
+    slow = fetcher.get("http://example.invalid/", proxy=stalling.url)
+    assert slow.timed_out and not slow.refused
+    dead = fetcher.get("http://example.invalid/", proxy=f"http://127.0.0.1:{closed_port()}")
+    assert dead.refused and not dead.timed_out
+
+
 # -- robots.txt text -------------------------------------------------------------------------
 
 

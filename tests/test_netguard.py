@@ -18,7 +18,7 @@ import pytest
 from django.core.exceptions import ValidationError
 
 from crawlhub.http import netguard
-from crawlhub.http.client import Fetcher
+from crawlhub.http.client import Fetcher, refusal
 from crawls import services
 from crawls.engine import slices as slicer_mod
 from crawls.models import CrawlState
@@ -47,14 +47,20 @@ def blocked(host: str) -> str:
     return str(caught.value)
 
 
-def first_hop_allowed(site_url: str):
-    """The real guard, except for URLs of `site_url`, which plays a public site."""
+@pytest.fixture
+def first_hop_allowed(guard_on, monkeypatch):
+    """first_hop_allowed(site_url): the real guard, on, except for URLs of `site_url`, which
+    plays a public site."""
+    real_check = netguard.check_url
 
-    def guard(url: str) -> None:
-        if not url.startswith(site_url + "/"):
-            netguard.check_url(url)
+    def allow(site_url: str) -> None:
+        def check(url: str) -> None:
+            if not url.startswith(site_url + "/"):
+                real_check(url)
 
-    return guard
+        monkeypatch.setattr(netguard, "check_url", check)
+
+    return allow
 
 
 # -- what counts as private ------------------------------------------------------------------
@@ -119,9 +125,9 @@ def test_check_url_reads_the_host_of_a_url():
 # -- the fetcher: first URL and every redirect hop -------------------------------------------
 
 
-def test_fetcher_refuses_a_loopback_url_without_connecting(make_site):
+def test_fetcher_refuses_a_loopback_url_without_connecting(make_site, guard_on):
     site = make_site(pages_site({"/": "<p>secret</p>"}))
-    with Fetcher(timeout=1, max_bytes=10_000, guard=netguard.check_url) as f:
+    with Fetcher(timeout=1, max_bytes=10_000) as f:
         result = f.fetch(site.url + "/")
     assert result.error == f"blocked: 127.0.0.1 is a loopback address {SETTING}"
     assert result.error_kind == "blocked" and not result.retryable
@@ -129,12 +135,13 @@ def test_fetcher_refuses_a_loopback_url_without_connecting(make_site):
     assert site.log == []
 
 
-def test_a_redirect_to_a_private_address_is_not_followed(make_site):
+def test_a_redirect_to_a_private_address_is_not_followed(make_site, first_hop_allowed):
     site = make_site(
         pages_site({"/": Response(status=302, headers={"Location": "http://10.255.255.1/"})})
     )
+    first_hop_allowed(site.url)
     # 10.255.255.1 blackholes: connecting would take the whole 5 s timeout.
-    with Fetcher(timeout=5, max_bytes=10_000, guard=first_hop_allowed(site.url)) as f:
+    with Fetcher(timeout=5, max_bytes=10_000) as f:
         started = time.monotonic()
         result = f.fetch(site.url + "/")
     assert time.monotonic() - started < 1
@@ -153,17 +160,21 @@ def test_a_redirect_to_a_private_address_is_not_followed(make_site):
         ("http://2130706433:{port}/secret", "2130706433 resolves to 127.0.0.1"),
     ],
 )
-def test_redirects_to_loopback_in_any_spelling_never_reach_it(make_site, target, kind):
+def test_redirects_to_loopback_in_any_spelling_never_reach_it(
+    make_site, first_hop_allowed, target, kind
+):
     inner = make_site(pages_site({"/secret": "<title>internal</title>"}))
     location = target.format(port=inner.port)
     outer = make_site(pages_site({"/": Response(status=301, headers={"Location": location})}))
-    with Fetcher(timeout=1, max_bytes=10_000, guard=first_hop_allowed(outer.url)) as f:
+    first_hop_allowed(outer.url)
+    with Fetcher(timeout=1, max_bytes=10_000) as f:
         result = f.fetch(outer.url + "/")
     assert result.error.startswith(f"blocked: {kind}") and result.error_kind == "blocked"
     assert inner.log == []
 
 
-def test_without_a_guard_the_same_redirect_is_followed(make_site):
+def test_without_a_guard_the_same_redirect_is_followed(make_site, settings):
+    settings.CRAWLHUB_BLOCK_PRIVATE_NETWORKS = False
     inner = make_site(pages_site({"/secret": "<title>internal</title>"}))
     location = f"http://[::ffff:127.0.0.1]:{inner.port}/secret"
     outer = make_site(pages_site({"/": Response(status=301, headers={"Location": location})}))
@@ -171,6 +182,43 @@ def test_without_a_guard_the_same_redirect_is_followed(make_site):
         result = f.fetch(outer.url + "/")
     assert result.status == 200 and result.title == "internal"
     assert inner.paths() == ["/secret"]
+
+
+def test_a_post_to_a_private_address_is_refused_without_connecting(make_site, guard_on):
+    site = make_site(pages_site({"/hook": "ok"}))
+    with Fetcher(timeout=1, max_bytes=1000) as f:
+        result = f.post(site.url + "/hook", body=b"{}", headers={})
+    assert result.error == f"blocked: 127.0.0.1 is a loopback address {SETTING}"
+    assert result.error_kind == "blocked" and result.status is None
+    assert site.log == []
+
+
+def test_the_operators_own_url_passes_the_guard_but_its_redirects_do_not(make_site, guard_on):
+    inner = make_site(pages_site({"/secret": "<title>internal</title>"}))
+    location = f"http://localhost:{inner.port}/secret"
+    own = make_site(
+        pages_site(
+            {
+                "/echo": '{"origin": "x"}',
+                "/moved": Response(status=302, headers={"Location": location}),
+            }
+        )
+    )
+    with Fetcher(timeout=1, max_bytes=10_000) as f:
+        assert f.get(own.url + "/echo").error_kind == "blocked"  # any other caller: refused
+        answer = f.get(own.url + "/echo", operator_url=True)
+        moved = f.get(own.url + "/moved", operator_url=True)
+    assert (answer.status, answer.error) == (200, "") and answer.json() == {"origin": "x"}
+    assert moved.error.startswith("blocked: localhost resolves to") and moved.status == 302
+    assert own.paths() == ["/echo", "/moved"] and inner.log == []
+
+
+def test_refusal_tells_callers_ahead_of_a_fetch_only_with_the_setting_on(settings):
+    settings.CRAWLHUB_BLOCK_PRIVATE_NETWORKS = False
+    assert refusal("http://127.0.0.1/") == ""
+    settings.CRAWLHUB_BLOCK_PRIVATE_NETWORKS = True
+    assert refusal("http://127.0.0.1/") == f"blocked: 127.0.0.1 is a loopback address {SETTING}"
+    assert refusal("http://8.8.8.8/") == ""
 
 
 # -- crawls ----------------------------------------------------------------------------------

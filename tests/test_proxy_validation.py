@@ -8,7 +8,7 @@ import threading
 import django_rq
 import pytest
 
-from proxies import pool, services, validation
+from proxies import checks, pool, services, validation
 from proxies.models import Anonymity, Proxy, ProxyEvent, ProxyState
 from proxies.validation import validate_proxies
 from tests.forward_proxy import ForwardProxy, StallingProxy, refused_port
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.django_db
 
 def echo_handler(request: Request) -> Response:
     """Plays crawlhub's /proxies/echo: the client address and the proxy headers that arrived."""
-    headers = {k: v for k, v in request.headers.items() if k in validation.PROXY_HEADERS}
+    headers = {k: v for k, v in request.headers.items() if k in checks.PROXY_HEADERS}
     body = json.dumps({"origin": request.client[0], "headers": headers})
     return Response(body=body, content_type="application/json")
 
@@ -218,18 +218,74 @@ def test_counting_crawl_outcomes_takes_a_statement_per_distinct_step_not_per_pro
     assert successes == [2] * 10 + [3] * 10
 
 
+# -- one check, through a real forward proxy ---------------------------------------------------
+
+
+def test_a_check_through_a_real_proxy_times_it_and_sees_what_the_target_saw(echo, settings):
+    with ForwardProxy(mode="transparent", source_ip="127.0.0.2") as fp:
+        result = checks.check(
+            proxy_url=fp.url, check_url=settings.PROXY_CHECK_URL, timeout=1, own_ip="127.0.0.1"
+        )
+        [relay] = fp.relays
+    assert (result.ok, result.reason, result.error) == (True, "", "")
+    assert result.anonymity == Anonymity.TRANSPARENT and 0 < result.latency_ms < 1000
+    assert (relay.method, relay.target, relay.status) == ("GET", settings.PROXY_CHECK_URL, 200)
+    assert echo.log[-1].headers["User-Agent"] == checks.USER_AGENT
+    assert checks.own_address(check_url=settings.PROXY_CHECK_URL, timeout=1) == "127.0.0.1"
+
+
+def failed_check(proxy_url: str, check_url: str) -> tuple[str, str]:
+    result = checks.check(proxy_url=proxy_url, check_url=check_url, timeout=1, own_ip=None)
+    assert not result.ok and result.anonymity == ""
+    return result.reason, result.error
+
+
+def test_a_failed_check_says_why(echo, make_site, settings):
+    check_url = settings.PROXY_CHECK_URL
+    assert failed_check(f"http://127.0.0.1:{refused_port()}", check_url) == (
+        "refused",
+        "connection refused",
+    )
+    with StallingProxy() as stalling:
+        assert failed_check(stalling.url, check_url) == ("timeout", "no answer within 1 s")
+    not_json = make_site(lambda r: Response(body="<p>hello</p>"))
+    moved = make_site(lambda r: Response(status=302, headers={"Location": check_url}))
+    with ForwardProxy(auth=("u", "right")) as locked, ForwardProxy() as fp:
+        assert failed_check(locked.url, check_url) == ("error", "HTTP 407")
+        dead_target = f"http://127.0.0.1:{refused_port()}/proxies/echo"
+        assert failed_check(fp.url, dead_target) == ("error", "HTTP 502")
+        assert failed_check(fp.url, not_json.url + "/") == (
+            "error",
+            "the check URL did not answer with JSON",
+        )
+        assert failed_check(fp.url, moved.url + "/") == ("error", "HTTP 302")
+    assert echo.log == [], "the redirect to the check URL was not followed"
+
+
+def test_checks_reach_the_operators_check_url_with_the_private_network_guard_on(echo, settings):
+    """PROXY_CHECK_URL is the operator's own setting (by default crawlhub's /proxies/echo on
+    loopback): the guard, which refuses loopback to everything else, lets it through."""
+    settings.CRAWLHUB_BLOCK_PRIVATE_NETWORKS = True
+    with ForwardProxy(source_ip="127.0.0.2") as fp:
+        proxy = add(fp.url)
+        report = validation.run_pass()
+    proxy.refresh_from_db()
+    assert (report.checked, report.ok) == (1, 1) and proxy.state == ProxyState.ACTIVE
+    assert checks.own_address(check_url=settings.PROXY_CHECK_URL, timeout=1) == "127.0.0.1"
+
+
 def test_classify_tells_transparent_anonymous_and_elite_apart():
     own = "203.0.113.5"
-    assert validation.classify(origin=own, headers={}, own_ip=own) == Anonymity.TRANSPARENT
+    assert checks.classify(origin=own, headers={}, own_ip=own) == Anonymity.TRANSPARENT
     xff = {"X-Forwarded-For": "203.0.113.5, 10.0.0.1"}
-    assert validation.classify(origin="198.51.100.1", headers=xff, own_ip=own) == "transparent"
+    assert checks.classify(origin="198.51.100.1", headers=xff, own_ip=own) == "transparent"
     via = {"Via": "1.1 squid"}
-    assert validation.classify(origin="198.51.100.1", headers=via, own_ip=own) == "anonymous"
-    assert validation.classify(origin="198.51.100.1", headers={}, own_ip=own) == "elite"
+    assert checks.classify(origin="198.51.100.1", headers=via, own_ip=own) == "anonymous"
+    assert checks.classify(origin="198.51.100.1", headers={}, own_ip=own) == "elite"
     # httpbin-style answers carry every header; only the revealing ones count.
     everything = {"Host": "x", "User-Agent": "y", "Accept": "*/*"}
-    assert validation.classify(origin="198.51.100.1", headers=everything, own_ip=own) == "elite"
-    assert validation.classify(origin="203.0.113.50", headers={}, own_ip=own) == "elite"
+    assert checks.classify(origin="198.51.100.1", headers=everything, own_ip=own) == "elite"
+    assert checks.classify(origin="203.0.113.50", headers={}, own_ip=own) == "elite"
 
 
 def test_the_echo_endpoint_needs_no_session_and_reveals_only_what_a_check_needs(client):

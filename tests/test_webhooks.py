@@ -313,6 +313,47 @@ def test_an_unreachable_endpoint_is_logged_and_retried(user):
     assert delivery.log[0]["error"] == delivery.error
 
 
+def pending_delivery(webhook: Webhook, crawl) -> WebhookDelivery:
+    return WebhookDelivery.objects.create(
+        webhook=webhook, crawl=crawl, event="finished", payload={}, next_attempt_at=timezone.now()
+    )
+
+
+def test_a_redirect_is_an_answer_that_is_not_followed(user, make_site):
+    elsewhere = Receiver(make_site)
+    moved = Response(status=302, headers={"Location": elsewhere.url}, body="moved")
+    site = make_site(pages_site({"/hook": moved}))
+    crawl = make_crawl(user)
+    webhook, _ = webhooks.webhook_create(
+        user=user, url=site.url + "/hook", events=["finished"], crawl=crawl
+    )
+    delivery = pending_delivery(webhook, crawl)
+    assert webhooks.deliver(delivery.pk) == Status.PENDING
+    delivery.refresh_from_db()
+    assert (delivery.response_status, delivery.error) == (302, "HTTP 302")
+    assert delivery.response_snippet == "moved" and delivery.log[0]["status_code"] == 302
+    assert [(r.method, r.path) for r in site.log] == [("POST", "/hook")]
+    assert elsewhere.received == []
+
+
+def test_with_the_guard_on_a_delivery_to_a_private_address_is_refused_unsent(
+    user, make_site, settings
+):
+    receiver = Receiver(make_site)
+    crawl = make_crawl(user)
+    webhook = hook_on(receiver, user, crawl=crawl)  # made while the guard was off
+    settings.CRAWLHUB_BLOCK_PRIVATE_NETWORKS = True
+    delivery = pending_delivery(webhook, crawl)
+    assert webhooks.deliver(delivery.pk) == Status.PENDING
+    delivery.refresh_from_db()
+    assert delivery.response_status is None
+    assert delivery.error == (
+        "BlockedAddress: 127.0.0.1 is a loopback address (CRAWLHUB_BLOCK_PRIVATE_NETWORKS)"
+    )
+    assert delivery.log[0]["error"] == delivery.error
+    assert receiver.received == [] and receiver.site.log == []
+
+
 def test_the_sweep_sends_deliveries_the_scheduler_missed(user):
     crawl = make_crawl(user)
     webhook, _ = webhooks.webhook_create(

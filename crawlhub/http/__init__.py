@@ -1,0 +1,12 @@
+"""The HTTP kit both apps use: one client (client.py) for crawl pages, robots.txt, proxy lists,
+proxy checks and webhook deliveries, with the private-network guard (netguard.py), timeouts and
+the whole-fetch deadline (deadline.py), size limits and redirects decided inside it; what went
+wrong in words and kinds (errors.py); URL checks (urls.py), links (links.py), User-Agents
+(useragents.py).
+"""
+
+from crawlhub.http.client import Fetcher, FetchResult, refusal
+from crawlhub.http.errors import FetchError
+from crawlhub.http.netguard import BlockedAddress
+
+__all__ = ["BlockedAddress", "FetchError", "FetchResult", "Fetcher", "refusal"]

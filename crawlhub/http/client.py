@@ -1,34 +1,48 @@
-"""Fetching pages with requests: bounded in time and size, never raising for what a site does.
+"""The HTTP client both apps use: crawl pages, robots.txt, proxy lists, proxy checks, webhooks.
 
-Every fetch returns a FetchResult. Network trouble, hostile servers (endless redirects, bodies
-that never end, gzip bombs, bytes trickled one per second) and odd content become an `error`
-and `error_kind`, so a slice worker can count, retry or give up without a try/except of its own.
+What every request needs is decided here, once, for every caller:
+- the private-network guard (netguard, CRAWLHUB_BLOCK_PRIVATE_NETWORKS) is asked for the first
+  URL and for every redirect hop; refusal() gives its answer to a caller ahead of a fetch;
+- time: (connect, read) timeouts, and a deadline for the whole fetch (deadline.py);
+- size: at most max_bytes of decoded body, which also defuses gzip bombs;
+- redirects: a GET follows up to max_redirects, checking and recording each hop; a POST none.
+
+A fetch never raises for what a network or a server does. Network trouble, hostile servers
+(endless redirects, bodies that never end, gzip bombs, bytes trickled one per second) and odd
+content become FetchResult.error and error_kind (errors.py), so a caller counts, retries or
+gives up without a try/except of its own.
 """
 
 from __future__ import annotations
 
 import contextlib
 import http.client
-import os
-import socket
-import threading
+import json
 import time
-from collections.abc import Callable
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from urllib.parse import urljoin, urlsplit
+from typing import Any
+from urllib.parse import urljoin
 
 import requests
-import urllib3
-import urllib3.connection
 import urllib3.exceptions
-from requests.adapters import HTTPAdapter
 from requests.cookies import extract_cookies_to_jar
 from requests.structures import CaseInsensitiveDict
+from requests.utils import get_encoding_from_headers
 
-from crawlhub.http import links
-from crawlhub.http.netguard import BlockedAddress
+from crawlhub.http import links, netguard
+from crawlhub.http.deadline import arm, disarm, new_session, set_socket_timeout
+from crawlhub.http.errors import (
+    PROXY_REFUSED,
+    PROXY_TIMED_OUT,
+    FetchError,
+    classify,
+    deadline_error,
+    describe,
+    timeout_error,
+)
 from crawlhub.http.urls import url_problem
 from crawlhub.http.useragents import pick_user_agent
 
@@ -67,6 +81,20 @@ class FetchResult:
         return self.status is not None and (self.status >= 500 or self.status == 429)
 
     @property
+    def refused(self) -> bool:
+        """Nothing listened: the server, or the proxy in between, refused the connection."""
+        return self.error_kind == "refused" or (
+            self.error_kind == "proxy" and self.error == PROXY_REFUSED
+        )
+
+    @property
+    def timed_out(self) -> bool:
+        """No answer in time, from the server or from the proxy in between."""
+        return self.error_kind == "timeout" or (
+            self.error_kind == "proxy" and self.error == PROXY_TIMED_OUT
+        )
+
+    @property
     def retry_after(self) -> float | None:
         """Seconds from a Retry-After header (delay or HTTP date), when present and <= 1 h."""
         value = self.headers.get("retry-after", "").strip()
@@ -84,14 +112,48 @@ class FetchResult:
             seconds = max(0.0, (when - datetime.now(UTC)).total_seconds())
         return seconds if seconds <= MAX_RETRY_AFTER else None
 
+    def json(self) -> Any:
+        """The body parsed as JSON; ValueError when it is not JSON."""
+        return json.loads(self.body)
 
-class FetchError(Exception):
-    """Why a fetch stopped; turned into FetchResult.error / error_kind, never raised out."""
+    def text(self) -> str:
+        """The body in the charset the response declared (for text/* without one, HTTP/1.1's
+        ISO-8859-1, as requests reads it; else UTF-8), undecodable bytes replaced."""
+        charset = get_encoding_from_headers(self.headers) or "utf-8"
+        try:
+            return self.body.decode(charset, errors="replace")
+        except LookupError:  # a charset Python does not know
+            return self.body.decode("utf-8", errors="replace")
 
-    def __init__(self, message: str, kind: str) -> None:
-        super().__init__(message)
-        self.message = message
-        self.kind = kind
+
+def refusal(url: str) -> str:
+    """Why the client refuses to fetch `url` ("blocked: <reason>"), or "" when it would.
+
+    The private-network guard, when CRAWLHUB_BLOCK_PRIVATE_NETWORKS is on. Every fetch asks it
+    for its first URL and every redirect hop; a caller that does work for a URL before fetching
+    it (a crawl reads the host's robots.txt first) asks it too.
+    """
+    try:
+        netguard.guard_url(url)
+    except netguard.BlockedAddress as exc:
+        return f"blocked: {exc}"
+    return ""
+
+
+@dataclass(frozen=True)
+class _Call:
+    """What one fetch sends, and whether it follows redirects and guards its first URL."""
+
+    method: str = "GET"
+    body: bytes | None = None
+    headers: Mapping[str, str] | None = None
+    follow: bool = True
+    guard_first: bool = True  # False only for the operator's own URL (Fetcher.get)
+
+
+_GET = _Call()
+_OPERATOR_GET = _Call(guard_first=False)
+_POST_HEADERS = {"Accept": "*/*"}
 
 
 @dataclass
@@ -103,7 +165,7 @@ class _Body:
 
 
 class Fetcher:
-    """One requests.Session with a connection pool, shared by the threads of a slice."""
+    """One requests.Session with a connection pool, shared by the threads of its user."""
 
     def __init__(
         self,
@@ -115,7 +177,6 @@ class Fetcher:
         pool_size: int = 16,
         max_redirects: int = 10,
         total_timeout: float | None = None,
-        guard: Callable[[str], None] | None = None,
     ) -> None:
         if min(timeout, max_bytes, pool_size) <= 0 or max_redirects < 0:
             raise ValueError("timeout, max_bytes and pool_size must be > 0, max_redirects >= 0")
@@ -127,17 +188,15 @@ class Fetcher:
         self.user_agent_mode = user_agent_mode
         self.user_agent = user_agent
         self.max_redirects = max_redirects
-        # The whole fetch (all hops and the body) gets a deadline too: the (connect, read)
-        # timeouts restart on every byte, so a trickling server could otherwise hold a thread
-        # for as long as it likes.
+        # The (connect, read) timeouts restart on every byte, so a trickling server could
+        # otherwise hold a thread for as long as it likes.
         self.total_timeout = total_timeout if total_timeout else 3 * timeout
-        self.session = _session(pool_size)
-        # Called with each URL before it is fetched (first and every redirect hop); raising
-        # BlockedAddress refuses it (crawlhub/http/netguard.py).
-        self.guard = guard
+        self.session = new_session(pool_size)
+        self.session.headers.update({"Accept": ACCEPT, "Accept-Encoding": ACCEPT_ENCODING})
 
     def fetch(self, url: str, *, proxy: str | None = None) -> FetchResult:
-        """GET `url` (through `proxy` if given). Never raises for network or content problems."""
+        """A page for a crawl: GET `url` (through `proxy` if given), following redirects, with
+        its title and links when it is complete HTML."""
         return self._fetch(url, proxy=proxy, max_bytes=self.max_bytes, parse=True)
 
     def fetch_text(
@@ -155,6 +214,27 @@ class Fetcher:
             return None, ""
         return result.status, result.body.decode("utf-8", "replace").lstrip("\ufeff")
 
+    def get(self, url: str, *, proxy: str | None = None, operator_url: bool = False) -> FetchResult:
+        """GET `url` as fetch() does, without looking for links: a proxy list, a check URL's
+        JSON (FetchResult.json()).
+
+        operator_url=True says `url` is the operator's own setting (PROXY_CHECK_URL, by default
+        crawlhub's own /proxies/echo on loopback), not a URL a user or a page named: the
+        private-network guard lets that first URL through, and still checks every redirect
+        hop. Proxy checks are the one caller that passes it.
+        """
+        call = _OPERATOR_GET if operator_url else _GET
+        return self._fetch(url, proxy=proxy, max_bytes=self.max_bytes, parse=False, call=call)
+
+    def post(self, url: str, *, body: bytes, headers: Mapping[str, str]) -> FetchResult:
+        """POST `body` to `url` with `headers`; at most max_bytes of the answer are read.
+
+        Redirects are not followed: a 3xx is the answer, like any other status (a POST cannot
+        safely be sent on to wherever a server points).
+        """
+        call = _Call(method="POST", body=body, headers={**_POST_HEADERS, **headers}, follow=False)
+        return self._fetch(url, proxy=None, max_bytes=self.max_bytes, parse=False, call=call)
+
     def close(self) -> None:
         self.session.close()
 
@@ -164,7 +244,9 @@ class Fetcher:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _fetch(self, url: str, *, proxy: str | None, max_bytes: int, parse: bool) -> FetchResult:
+    def _fetch(
+        self, url: str, *, proxy: str | None, max_bytes: int, parse: bool, call: _Call = _GET
+    ) -> FetchResult:
         started = time.monotonic()
         deadline = started + self.total_timeout
         result = FetchResult(
@@ -172,7 +254,7 @@ class Fetcher:
             truncated=False, elapsed_ms=0, redirects=[], error="", error_kind="",
         )  # fmt: skip
         try:
-            response = self._follow(url, result, proxy, deadline)
+            response = self._follow(url, result, proxy, deadline, call)
             body = self._read_body(response, max_bytes, deadline)
             result.body, result.truncated = body.data, body.truncated
             result.nbytes = body.wire_bytes
@@ -191,19 +273,17 @@ class Fetcher:
         return result
 
     def _follow(
-        self, url: str, result: FetchResult, proxy: str | None, deadline: float
+        self, url: str, result: FetchResult, proxy: str | None, deadline: float, call: _Call
     ) -> requests.Response:
         """The final response (body unread), recording each redirect in `result`."""
         if problem := url_problem(url):
             raise FetchError(f"{problem}: {url[:200]!r}", "invalid")
-        current = url
+        current, guarded = url, call.guard_first
         while True:
-            try:
-                if self.guard is not None:
-                    self.guard(current)
-            except BlockedAddress as exc:
-                raise FetchError(f"blocked: {exc}", "blocked") from None
-            response = self._get(current, proxy, deadline)
+            if guarded and (refused := refusal(current)):
+                raise FetchError(refused, "blocked")
+            guarded = True  # every redirect hop, whoever named the first URL
+            response = self._send(current, proxy, deadline, call)
             result.final_url = current
             result.status = response.status_code
             result.content_type = response.headers.get("Content-Type", "").strip()
@@ -212,7 +292,7 @@ class Fetcher:
                 response.close()
                 raise FetchError("proxy refused: 407 Proxy Authentication Required", "proxy")
             location = response.headers.get("Location", "")
-            if response.status_code not in REDIRECT_STATUSES or not location.strip():
+            if not (call.follow and response.status_code in REDIRECT_STATUSES and location.strip()):
                 return response
             self._read_body(response, REDIRECT_BODY_LIMIT, deadline)  # frees the connection
             if len(result.redirects) >= self.max_redirects:
@@ -220,11 +300,11 @@ class Fetcher:
             current = _redirect_target(current, location)
             result.redirects.append(current)
 
-    def _get(self, url: str, proxy: str | None, deadline: float) -> requests.Response:
-        """One GET, redirects not followed (we follow them ourselves to record and check each
-        hop), body not read.
+    def _send(self, url: str, proxy: str | None, deadline: float, call: _Call) -> requests.Response:
+        """One request, redirects not followed (we follow them ourselves to record and check
+        each hop), body not read.
 
-        What session.get(url, allow_redirects=False, stream=True) does, through the same
+        What session.request(..., allow_redirects=False, stream=True) does, through the same
         adapter, with the same prepared request and the session's cookies, minus the parts
         that cost ~100 us a fetch and do nothing here: merging settings and hooks that are all
         empty, copying the cookie jar, and computing the next request of a redirect (which
@@ -236,10 +316,13 @@ class Fetcher:
             prepared = requests.PreparedRequest()
             headers = CaseInsensitiveDict(session.headers)
             headers["User-Agent"] = pick_user_agent(self.user_agent_mode, self.user_agent)
+            if call.headers:
+                headers.update(call.headers)
             prepared.prepare(
-                method="GET", url=url, headers=headers, cookies=session.cookies, hooks={}
-            )
-            _deadlines.value = deadline
+                method=call.method, url=url, headers=headers, data=call.body,
+                cookies=session.cookies, hooks={},
+            )  # fmt: skip
+            arm(deadline)
             response = session.get_adapter(prepared.url).send(
                 prepared,
                 stream=True,
@@ -252,47 +335,23 @@ class Fetcher:
             return response
         except (requests.RequestException, urllib3.exceptions.HTTPError) as exc:
             if time.monotonic() >= deadline:  # the watchdog cut a response head short
-                raise self._deadline_error() from None
-            raise self._classify(exc, url, timeout) from None
+                raise deadline_error(self.total_timeout) from None
+            raise classify(
+                exc, url=url, used=timeout, timeout=self.timeout, total_timeout=self.total_timeout
+            ) from None
         except (OSError, ValueError, http.client.HTTPException) as exc:
             if time.monotonic() >= deadline:
-                raise self._deadline_error() from None
-            raise FetchError(f"request failed: {_describe(exc)}", "connection") from None
+                raise deadline_error(self.total_timeout) from None
+            raise FetchError(f"request failed: {describe(exc)}", "connection") from None
         finally:
-            _deadlines.value = None
+            disarm()
 
     def _io_timeout(self, deadline: float) -> float:
         """The socket timeout for the next step: the usual one, or less near the deadline."""
         remaining = deadline - time.monotonic()
         if remaining <= 0.001:
-            raise self._deadline_error()
+            raise deadline_error(self.total_timeout)
         return min(self.timeout, remaining)
-
-    def _deadline_error(self) -> FetchError:
-        return FetchError(f"timeout after {self.total_timeout:g} s (whole fetch)", "timeout")
-
-    def _timeout_error(self, used: float, phase: str) -> FetchError:
-        if used < self.timeout:
-            return self._deadline_error()
-        return FetchError(f"timeout after {used:g} s ({phase})", "timeout")
-
-    def _classify(self, exc: Exception, url: str, timeout: float) -> FetchError:
-        chain = _causes(exc)
-        if isinstance(exc, requests.exceptions.ProxyError):
-            return FetchError(_proxy_message(chain), "proxy")
-        if isinstance(exc, requests.exceptions.ConnectTimeout):
-            return self._timeout_error(timeout, "connecting")
-        if isinstance(exc, requests.exceptions.Timeout):
-            return self._timeout_error(timeout, "waiting for the response")
-        if isinstance(exc, requests.exceptions.SSLError):
-            return FetchError(f"TLS error: {_describe(chain[-1])}", "connection")
-        if isinstance(exc, requests.exceptions.ConnectionError):
-            return _connection_error(chain, url)
-        if isinstance(exc, (requests.exceptions.InvalidURL, requests.exceptions.InvalidSchema)):
-            return FetchError(f"invalid URL {url[:200]!r}: {_describe(exc)}", "invalid")
-        if isinstance(exc, (requests.exceptions.InvalidHeader, ValueError)):
-            return FetchError(f"invalid request: {_describe(exc)}", "invalid")
-        return FetchError(f"request failed: {_describe(chain[-1])}", "connection")
 
     def _read_body(self, response: requests.Response, max_bytes: int, deadline: float) -> _Body:
         """Up to max_bytes of decoded body; stops early on the deadline or a broken stream."""
@@ -304,7 +363,7 @@ class Fetcher:
         try:
             while True:
                 timeout = self._io_timeout(deadline)
-                _set_socket_timeout(raw, timeout)
+                set_socket_timeout(raw, timeout)
                 # read1 returns after one socket read, so the deadline is checked between
                 # trickled bytes; decoded output per call is capped, which defuses gzip bombs.
                 chunk = raw.read1(min(CHUNK, max_bytes + 1 - size), decode_content=True)
@@ -318,9 +377,11 @@ class Fetcher:
         except FetchError as exc:
             body.error = exc
         except (TimeoutError, urllib3.exceptions.ReadTimeoutError):
-            body.error = self._timeout_error(timeout, "reading the body")
+            body.error = timeout_error(
+                timeout, "reading the body", timeout=self.timeout, total_timeout=self.total_timeout
+            )
         except urllib3.exceptions.DecodeError as exc:
-            body.error = FetchError(f"could not decode the body: {_describe(exc)}", "invalid")
+            body.error = FetchError(f"could not decode the body: {describe(exc)}", "invalid")
         except (urllib3.exceptions.HTTPError, http.client.HTTPException, OSError, ValueError):
             body.error = FetchError("incomplete body", "connection")
         body.data = b"".join(chunks)[:max_bytes]
@@ -330,122 +391,6 @@ class Fetcher:
         else:
             raw.release_conn()  # read to the end: the connection goes back to the pool
         return body
-
-
-class _Watchdog:
-    """Shuts the socket of a fetch still waiting for its response head after its deadline.
-
-    The read timeout restarts on every byte, so a server that trickles its status line and
-    headers would otherwise hold a fetch thread (and the slice waiting for it) for as long as
-    it liked; the body is bounded by Fetcher._read_body itself. One thread per process, started
-    when first needed; a forked worker starts afresh (it inherits neither the thread nor,
-    safely, a lock another thread held at the fork).
-    """
-
-    def __init__(self) -> None:
-        self._reset()
-        os.register_at_fork(after_in_child=self._reset)
-
-    def _reset(self) -> None:
-        self.cond = threading.Condition()
-        self.watched: dict[int, tuple[float, urllib3.connection.HTTPConnection]] = {}
-        self.wake_at = 0.0  # when the thread next looks; woken early only for a sooner deadline
-        self.started = False
-
-    def watch(self, conn: urllib3.connection.HTTPConnection, deadline: float) -> None:
-        with self.cond:
-            if not self.started:
-                self.started = True
-                threading.Thread(target=self._run, name="fetch-watchdog", daemon=True).start()
-            self.watched[id(conn)] = (deadline, conn)
-            if deadline < self.wake_at:
-                self.cond.notify()
-
-    def unwatch(self, conn: urllib3.connection.HTTPConnection) -> None:
-        with self.cond:
-            self.watched.pop(id(conn), None)
-
-    def _run(self) -> None:
-        with self.cond:
-            while True:
-                now = time.monotonic()
-                for key, (deadline, conn) in list(self.watched.items()):
-                    if deadline <= now:
-                        del self.watched[key]
-                        _shut(conn)
-                self.wake_at = min((d for d, _ in self.watched.values()), default=now + 60)
-                self.cond.wait(timeout=max(0.01, self.wake_at - now))
-
-
-def _shut(conn: urllib3.connection.HTTPConnection) -> None:
-    """Wake a thread blocked reading conn: its recv returns as if the server had closed."""
-    sock = getattr(conn, "sock", None)
-    if sock is not None:
-        with contextlib.suppress(OSError):
-            sock.shutdown(socket.SHUT_RDWR)
-
-
-_WATCHDOG = _Watchdog()
-_deadlines = threading.local()  # .value: the running fetch's deadline, in this thread
-
-
-class _Watched:
-    """An HTTP(S) connection whose wait for a response head ends at the fetch's deadline."""
-
-    def getresponse(self, *args, **kwargs):
-        deadline = getattr(_deadlines, "value", None)
-        if deadline is None:
-            return super().getresponse(*args, **kwargs)
-        _WATCHDOG.watch(self, deadline)
-        try:
-            return super().getresponse(*args, **kwargs)
-        finally:
-            _WATCHDOG.unwatch(self)
-
-
-class _WatchedHTTPConnection(_Watched, urllib3.connection.HTTPConnection):
-    pass
-
-
-class _WatchedHTTPSConnection(_Watched, urllib3.connection.HTTPSConnection):
-    pass
-
-
-class _WatchedHTTPPool(urllib3.HTTPConnectionPool):
-    ConnectionCls = _WatchedHTTPConnection
-
-
-class _WatchedHTTPSPool(urllib3.HTTPSConnectionPool):
-    ConnectionCls = _WatchedHTTPSConnection
-
-
-_WATCHED_POOLS = {"http": _WatchedHTTPPool, "https": _WatchedHTTPSPool}
-
-
-class _Adapter(HTTPAdapter):
-    """requests' adapter with connections that honour the whole-fetch deadline (_Watchdog),
-    direct and through proxies."""
-
-    def init_poolmanager(self, *args, **kwargs) -> None:
-        super().init_poolmanager(*args, **kwargs)
-        self.poolmanager.pool_classes_by_scheme = _WATCHED_POOLS
-
-    def proxy_manager_for(self, proxy, **proxy_kwargs):
-        manager = super().proxy_manager_for(proxy, **proxy_kwargs)
-        manager.pool_classes_by_scheme = _WATCHED_POOLS
-        return manager
-
-
-def _session(pool_size: int) -> requests.Session:
-    session = requests.Session()
-    # No proxies, .netrc or CA bundle from the environment: a crawl's behaviour must not
-    # depend on the shell the worker happened to start in; proxies come per request.
-    session.trust_env = False
-    adapter = _Adapter(pool_connections=pool_size, pool_maxsize=pool_size, max_retries=0)
-    session.mount("http://", adapter)
-    session.mount("https://", adapter)
-    session.headers.update({"Accept": ACCEPT, "Accept-Encoding": ACCEPT_ENCODING})
-    return session
 
 
 def _redirect_target(current: str, location: str) -> str:
@@ -461,61 +406,3 @@ def _redirect_target(current: str, location: str) -> str:
             shown = location.strip()
         raise FetchError(f"redirect to a non-http URL: {shown[:200]}", "redirects")
     return target
-
-
-def _set_socket_timeout(raw: urllib3.response.HTTPResponse, timeout: float) -> None:
-    """Shrink the socket timeout for the next read (urllib3 resets it when reusing a socket)."""
-    sock = getattr(raw.connection, "sock", None)
-    if sock is not None:
-        sock.settimeout(timeout)
-
-
-def _causes(exc: BaseException) -> list[BaseException]:
-    """`exc` and what it wraps (args, .reason, __cause__, __context__), outermost first."""
-    seen: list[BaseException] = []
-    todo = [exc]
-    while todo and len(seen) < 20:
-        current = todo.pop(0)
-        if any(current is s for s in seen):
-            continue
-        seen.append(current)
-        inner = [getattr(current, "reason", None), current.__cause__, current.__context__]
-        inner += list(current.args)
-        todo += [e for e in inner if isinstance(e, BaseException)]
-    return seen
-
-
-def _connection_error(chain: list[BaseException], url: str) -> FetchError:
-    if any(isinstance(e, urllib3.exceptions.NameResolutionError) for e in chain) or any(
-        isinstance(e, socket.gaierror) for e in chain
-    ):
-        return FetchError(f"DNS lookup failed for {_host(url)}", "dns")
-    if any(isinstance(e, ConnectionRefusedError) for e in chain):
-        return FetchError("connection refused", "refused")
-    if any(isinstance(e, http.client.RemoteDisconnected) for e in chain):
-        return FetchError("connection closed by the server without a response", "connection")
-    return FetchError(f"connection failed: {_describe(chain[-1])}", "connection")
-
-
-def _proxy_message(chain: list[BaseException]) -> str:
-    if any(isinstance(e, ConnectionRefusedError) for e in chain):
-        return "proxy refused the connection"
-    if any(isinstance(e, (urllib3.exceptions.NameResolutionError, socket.gaierror)) for e in chain):
-        return "DNS lookup failed for the proxy"
-    if any(isinstance(e, TimeoutError) for e in chain):
-        return "proxy timed out"
-    # Tunnel failures ("Tunnel connection failed: 407 ...") carry the useful text innermost.
-    return f"proxy failed: {_describe(chain[-1])}"
-
-
-def _host(url: str) -> str:
-    try:
-        return urlsplit(url).hostname or url
-    except ValueError:
-        return url
-
-
-def _describe(exc: BaseException) -> str:
-    """A short, one-line text for an exception (urllib3's reprs carry object addresses)."""
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    return text[:300]

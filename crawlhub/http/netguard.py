@@ -3,7 +3,10 @@
 A crawl fetches whatever URLs its users and the pages they point at name. On a server that sits
 inside a network, that would let anyone who may create a crawl read internal services (the
 cloud metadata endpoint, an admin panel on 10.x, Redis on loopback). With the guard on, a crawl
-refuses a URL whose host is, or resolves to, anything but a public address.
+refuses a URL whose host is, or resolves to, anything but a public address. The HTTP client
+(client.py) asks it for every URL it fetches and every redirect hop: crawl pages, robots.txt,
+proxy lists and webhook deliveries alike; only proxy checks of the operator's own
+PROXY_CHECK_URL are let through.
 
 The check resolves names itself just before the fetch does, so it stops mistakes and plain
 server-side request forgery; a DNS server that answers differently a moment later (DNS

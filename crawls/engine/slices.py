@@ -21,8 +21,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from crawlhub.connections import REDIS_ERRORS
-from crawlhub.http.client import Fetcher, FetchResult
-from crawlhub.http.netguard import BlockedAddress, check_url
+from crawlhub.http import Fetcher, FetchResult, refusal
 from crawlhub.http.useragents import DEFAULT_USER_AGENT
 from crawls.engine import retry
 from crawls.engine.frontier import Frontier
@@ -51,7 +50,7 @@ class Result:
 
     request: Request
     fetch: FetchResult | None = None
-    blocked: str = ""  # why the request was not fetched (robots.txt)
+    blocked: str = ""  # why the request was not fetched (the guard, robots.txt)
     handed_back: bool = False  # not fetched because the slice is stopping: back to the queue
     page: tuple | None = None  # the Page row, as PAGE_ROWS writes it
     failure: FailedRequest | None = None
@@ -131,7 +130,6 @@ class Slice:
             user_agent_mode=crawl.effective_user_agent_mode(),
             user_agent=crawl.user_agent,
             pool_size=crawl.threads,
-            guard=check_url if settings.CRAWLHUB_BLOCK_PRIVATE_NETWORKS else None,
         )
         self.host_delay = crawl.effective_host_delay()
         # Politeness needs fetches to start when claimed; without a delay, keep a buffer.
@@ -286,8 +284,8 @@ class Slice:
 
     def _fetch(self, request: Request) -> Result:
         try:
-            if self.fetcher.guard is not None:
-                self.fetcher.guard(request.url)  # before robots.txt, which is on the same host
+            if refused := refusal(request.url):  # before robots.txt, which is on the same host
+                return Result(request=request, blocked=refused)
             if self.crawl.obey_robots and not self.robots.allows(request):
                 return Result(request=request, blocked="blocked by robots.txt")
             if self.channel.proxy_use == ProxyUse.POOL:
@@ -300,8 +298,6 @@ class Slice:
             else:
                 fetch = self.fetcher.fetch(request.url)
             return Result(request=request, fetch=fetch)
-        except BlockedAddress as exc:
-            return Result(request=request, blocked=f"blocked: {exc}")
         except Stopped:
             return Result(request=request, handed_back=True)
         except REDIS_ERRORS:

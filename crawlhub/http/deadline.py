@@ -1,0 +1,154 @@
+"""The whole-fetch deadline while a response head is awaited, and the session that honours it.
+
+The (connect, read) timeouts restart on every byte, so a server that trickles its status line
+and headers would otherwise hold a fetch thread (and the slice waiting for it) for as long as it
+liked. A fetch arms its deadline for its thread (arm/disarm) around each send; the connections
+of new_session()'s pools hand themselves to one watchdog thread while they wait for the head,
+and the watchdog shuts the socket of any still waiting at its deadline. The body is bounded by
+the client itself, between reads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import threading
+import time
+
+import requests
+import urllib3
+import urllib3.connection
+import urllib3.response
+from requests.adapters import HTTPAdapter
+
+_deadlines = threading.local()  # .value: the running fetch's deadline, in this thread
+
+
+def arm(deadline: float) -> None:
+    """Cut this thread's next wait for a response head at `deadline` (time.monotonic())."""
+    _deadlines.value = deadline
+
+
+def disarm() -> None:
+    _deadlines.value = None
+
+
+def new_session(pool_size: int) -> requests.Session:
+    """A requests.Session whose connections (direct and through proxies) honour arm()."""
+    session = requests.Session()
+    # No proxies, .netrc or CA bundle from the environment: a fetch's behaviour must not
+    # depend on the shell the process happened to start in; proxies come per request.
+    session.trust_env = False
+    adapter = _Adapter(pool_connections=pool_size, pool_maxsize=pool_size, max_retries=0)
+    session.mount("http://", adapter)
+    session.mount("https://", adapter)
+    return session
+
+
+def set_socket_timeout(raw: urllib3.response.HTTPResponse, timeout: float) -> None:
+    """Shrink the socket timeout for the next read (urllib3 resets it when reusing a socket)."""
+    sock = getattr(raw.connection, "sock", None)
+    if sock is not None:
+        sock.settimeout(timeout)
+
+
+class _Watchdog:
+    """Shuts the socket of a fetch still waiting for its response head after its deadline.
+
+    One thread per process, started when first needed; a forked worker (RQ forks one per job)
+    starts afresh: it inherits neither the thread nor, safely, a lock another thread held at
+    the fork.
+    """
+
+    def __init__(self) -> None:
+        self._reset()
+        os.register_at_fork(after_in_child=self._reset)
+
+    def _reset(self) -> None:
+        self.cond = threading.Condition()
+        self.watched: dict[int, tuple[float, urllib3.connection.HTTPConnection]] = {}
+        self.wake_at = 0.0  # when the thread next looks; woken early only for a sooner deadline
+        self.started = False
+
+    def watch(self, conn: urllib3.connection.HTTPConnection, deadline: float) -> None:
+        with self.cond:
+            if not self.started:
+                self.started = True
+                threading.Thread(target=self._run, name="fetch-watchdog", daemon=True).start()
+            self.watched[id(conn)] = (deadline, conn)
+            if deadline < self.wake_at:
+                self.cond.notify()
+
+    def unwatch(self, conn: urllib3.connection.HTTPConnection) -> None:
+        with self.cond:
+            self.watched.pop(id(conn), None)
+
+    def _run(self) -> None:
+        with self.cond:
+            while True:
+                now = time.monotonic()
+                for key, (deadline, conn) in list(self.watched.items()):
+                    if deadline <= now:
+                        del self.watched[key]
+                        _shut(conn)
+                self.wake_at = min((d for d, _ in self.watched.values()), default=now + 60)
+                self.cond.wait(timeout=max(0.01, self.wake_at - now))
+
+
+def _shut(conn: urllib3.connection.HTTPConnection) -> None:
+    """Wake a thread blocked reading conn: its recv returns as if the server had closed."""
+    sock = getattr(conn, "sock", None)
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+
+
+_WATCHDOG = _Watchdog()
+
+
+class _Watched:
+    """An HTTP(S) connection whose wait for a response head ends at the fetch's deadline."""
+
+    def getresponse(self, *args, **kwargs):
+        deadline = getattr(_deadlines, "value", None)
+        if deadline is None:
+            return super().getresponse(*args, **kwargs)
+        _WATCHDOG.watch(self, deadline)
+        try:
+            return super().getresponse(*args, **kwargs)
+        finally:
+            _WATCHDOG.unwatch(self)
+
+
+class _WatchedHTTPConnection(_Watched, urllib3.connection.HTTPConnection):
+    pass
+
+
+class _WatchedHTTPSConnection(_Watched, urllib3.connection.HTTPSConnection):
+    pass
+
+
+class _WatchedHTTPPool(urllib3.HTTPConnectionPool):
+    ConnectionCls = _WatchedHTTPConnection
+
+
+class _WatchedHTTPSPool(urllib3.HTTPSConnectionPool):
+    ConnectionCls = _WatchedHTTPSConnection
+
+
+_WATCHED_POOLS = {"http": _WatchedHTTPPool, "https": _WatchedHTTPSPool}
+
+
+class _Adapter(HTTPAdapter):
+    """requests' adapter with connections that honour the whole-fetch deadline (_Watchdog),
+    direct and through proxies."""
+
+    def init_poolmanager(self, *args, **kwargs) -> None:
+        super().init_poolmanager(*args, **kwargs)
+        self.poolmanager.pool_classes_by_scheme = _WATCHED_POOLS
+
+    def proxy_manager_for(self, proxy, **proxy_kwargs):
+        manager = super().proxy_manager_for(proxy, **proxy_kwargs)
+        manager.pool_classes_by_scheme = _WATCHED_POOLS
+        return manager
