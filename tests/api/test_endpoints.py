@@ -5,32 +5,16 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from crawlhub import tokens
 from crawlhub.connections import reset_pools
 from crawls import services
 from crawls.engine.frontier import Frontier
 from crawls.models import Channel, Crawl, CrawlState
 from proxies.models import Proxy, ProxyState
-from tests.conftest import free_port
-from tests.crawling import drive
-from tests.sites import Response, pages_site
+from tests.support.clients import bearer, post
+from tests.support.crawling import drive, make_crawl
+from tests.support.sites import Response, free_port, pages_site
 
 pytestmark = pytest.mark.django_db
-
-
-def bearer(user, name: str = "script") -> dict:
-    _, raw = tokens.token_create(user=user, name=name)
-    return {"HTTP_AUTHORIZATION": f"Bearer {raw}"}
-
-
-def make_crawl(user, name: str = "c", **options) -> Crawl:
-    options.setdefault("obey_robots", False)
-    seeds = options.pop("seeds", ["http://127.0.0.1:9/"])
-    return services.crawl_create(user=user, name=name, seeds=seeds, **options)
-
-
-def post(client: Client, path: str, data=None, **headers):
-    return client.post(path, data or {}, content_type="application/json", **headers)
 
 
 # --- Authentication and visibility ------------------------------------------------------------

@@ -12,7 +12,8 @@ from django.utils import timezone
 
 from crawls import schedules, webhooks
 from crawls.models import Channel, CrawlSchedule, Webhook, WebhookDelivery
-from tests.test_api import bearer, make_crawl, post
+from tests.support.clients import bearer, post
+from tests.support.crawling import make_crawl
 
 pytestmark = pytest.mark.django_db
 

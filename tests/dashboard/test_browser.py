@@ -1,20 +1,13 @@
 """The dashboard in a real browser: headless Chromium (Debian's) driven by Playwright, against a
-real daphne and real RQ workers. Each page is saved as a screenshot, 1280 px and 390 px wide, in
-test-artifacts/."""
+real daphne and real RQ workers (the browser, dashboard and page fixtures: conftest.py). Each page
+is saved as a screenshot, 1280 px and 390 px wide, in test-artifacts/."""
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-import requests
 
 from crawlhub.sample_site import SampleSite
 from crawls import services
@@ -22,104 +15,13 @@ from crawls.models import Crawl, CrawlState
 from proxies import pool
 from proxies import services as proxy_services
 from proxies.models import Proxy, ProxyState
-from tests.conftest import PASSWORD, free_port
-from tests.crawling import ROOT, WorkerFleet, database_url, sample_handler
+from tests.support.clients import PASSWORD
+from tests.support.crawling import ROOT, sample_handler
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-]  # fmt: skip
 ARTIFACTS = ROOT / "test-artifacts"
-FAST = {
-    "CRAWLHUB_LEASE_SECONDS": "5",
-    "CRAWLHUB_SLICE_SECONDS": "3",
-    "CRAWLHUB_SUPERVISOR_SECONDS": "1",
-}
 WIDE, PHONE = {"width": 1280, "height": 900}, {"width": 390, "height": 844}
-
-
-def _browser_missing() -> str:
-    if not Path(CHROMIUM).exists() and not shutil.which("chromium"):
-        return f"Chromium is not installed ({CHROMIUM}); .ci/run installs it"
-    try:
-        import playwright.sync_api  # noqa: F401
-    except ImportError:
-        return "Playwright for Python is not installed"
-    return ""
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator:
-    missing = _browser_missing()
-    if missing:
-        if os.environ.get("CRAWLHUB_REQUIRE_BROWSER") == "1":
-            pytest.fail(missing + " (CRAWLHUB_REQUIRE_BROWSER=1)")
-        pytest.skip(missing)
-    from playwright.sync_api import sync_playwright
-
-    # Playwright's sync API keeps an event loop on this thread for as long as it runs; the
-    # tests' own ORM calls (and the database flush after each) are still plain sync code.
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-    try:
-        with sync_playwright() as playwright:
-            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-            yield browser
-            browser.close()
-    finally:
-        del os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"]
-
-
-@pytest.fixture
-def dashboard(redis_server, browser) -> Iterator[str]:
-    """daphne serving crawlhub on a free port, plus two RQ workers and the cron supervisor."""
-    ARTIFACTS.mkdir(exist_ok=True)
-    port = free_port()
-    env = {
-        **os.environ,
-        **FAST,
-        "DATABASE_URL": database_url(),
-        # redis-py 8's default 5 s read timeout races channels-redis' 5 s BZPOPMIN: see the report.
-        "REDIS_URL": redis_server.url,
-        "CRAWLHUB_DATA_DIR": os.environ.get("CRAWLHUB_DATA_DIR", str(ROOT / "var")),
-    }
-    log = open(ARTIFACTS / "daphne.log", "w")  # noqa: SIM115
-    daphne = subprocess.Popen(
-        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-         "crawlhub.asgi:application"],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
-    fleet = WorkerFleet(env={k: env[k] for k in (*FAST, "REDIS_URL", "CRAWLHUB_DATA_DIR")})
-    fleet.start_worker()
-    fleet.start_worker()
-    fleet.start_cron()
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            requests.get(base + "/healthz", timeout=2)
-            break
-        except requests.ConnectionError:
-            assert daphne.poll() is None, (ARTIFACTS / "daphne.log").read_text()
-            assert time.monotonic() < deadline, "daphne did not start"
-            time.sleep(0.2)
-    yield base
-    fleet.stop()
-    daphne.terminate()
-    daphne.wait(20)
-    log.close()
-
-
-@pytest.fixture
-def page(browser, dashboard) -> Iterator:
-    context = browser.new_context(viewport=WIDE)
-    page = context.new_page()
-    page.set_default_timeout(15_000)
-    page.on("dialog", lambda dialog: dialog.accept())
-    yield page
-    context.close()
 
 
 def shoot(page, name: str) -> None:

@@ -15,7 +15,7 @@ from crawls import services
 from crawls.engine import live
 from crawls.engine.frontier import Frontier
 from crawls.models import Channel, Crawl, CrawlEvent, CrawlState
-from tests.crawling import drive, sample_handler
+from tests.support.crawling import drive, sample_handler
 
 pytestmark = pytest.mark.django_db
 
@@ -139,7 +139,7 @@ def test_the_snapshot_json_is_what_the_websocket_sends(user, user_client):
 
 
 def test_the_activity_fragment_lists_pages_errors_failures_and_events(user, user_client, make_site):
-    from tests.sites import Response
+    from tests.support.sites import Response
 
     def handler(request):
         if request.path == "/":
@@ -182,7 +182,7 @@ def test_the_live_page_links_the_exports(user, user_client):
 
 
 def test_one_failure_is_retried_from_the_live_page(user, user_client, make_site):
-    from tests.sites import Response
+    from tests.support.sites import Response
 
     def handler(request):
         if request.path == "/":

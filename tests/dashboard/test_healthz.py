@@ -4,7 +4,7 @@ import pytest
 from rq import Worker
 
 from crawlhub.connections import get_redis
-from tests.conftest import use_redis
+from tests.support.crawling import use_redis
 
 
 @pytest.mark.django_db
@@ -30,7 +30,7 @@ def test_counts_live_workers(client):
 @pytest.fixture
 def redis_gone(redis_server):
     """Point crawlhub at a port where nothing listens, then back."""
-    from tests.conftest import free_port
+    from tests.support.sites import free_port
 
     use_redis(f"redis://127.0.0.1:{free_port()}/0")
     yield

@@ -16,7 +16,6 @@ import pytest
 from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.db import connection
-from django.test import Client
 
 from crawlhub.asgi import application
 from crawlhub.consumers import CLOSE_FORBIDDEN
@@ -26,7 +25,8 @@ from crawls.engine.frontier import Frontier, Outcome, Request
 from proxies import pool
 from proxies import services as proxy_services
 from proxies.models import Proxy
-from tests.crawling import ROOT, database_url
+from tests.support import processes
+from tests.support.crawling import ROOT, database_url
 
 ORIGIN = "http://127.0.0.1:8000"
 
@@ -63,13 +63,6 @@ def started_crawl(user, seeds=("http://a.test/", "http://a.test/2", "http://b.te
     crawl = services.crawl_create(user=user, name="live", seeds=list(seeds), max_pages=100)
     services.crawl_start(crawl=crawl, user=user)
     return crawl
-
-
-@pytest.fixture
-def other_client(other_user):
-    client = Client()
-    client.force_login(other_user)
-    return client
 
 
 # Who may connect
@@ -332,7 +325,7 @@ async def test_the_throttle_holds_across_two_publishing_processes(user, user_cli
     env = {**os.environ, "DATABASE_URL": await sync_to_async(database_url)(),
            "REDIS_URL": redis_server.url}  # fmt: skip
     procs = [
-        subprocess.Popen(
+        processes.spawn(
             [sys.executable, "-c", PUBLISHER, str(crawl.pk)], cwd=ROOT, env=env,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
         )

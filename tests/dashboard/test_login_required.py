@@ -3,11 +3,10 @@
 import json
 
 import pytest
-from channels.testing import WebsocketCommunicator
 from django.urls import URLPattern, URLResolver, get_resolver
 
-from crawlhub.asgi import application
 from crawlhub.consumers import CLOSE_FORBIDDEN
+from tests.support.clients import session_cookie, ws_connect
 
 # Pages reachable without a session, on purpose.
 PUBLIC = {"/login/", "/healthz", "/admin/login/", "/proxies/echo", "/sample/", "/sample/x"}
@@ -56,7 +55,7 @@ def test_anonymous_users_are_sent_to_a_login_page(client, path):
 
 @pytest.mark.django_db
 def test_login_page_logs_a_user_in(client, user):
-    from tests.conftest import PASSWORD
+    from tests.support.clients import PASSWORD
 
     page = client.get("/login/")
     assert page.status_code == 200
@@ -100,19 +99,6 @@ def test_navigation_shows_staff_links_to_staff_only(user_client, staff_client):
     assert 'href="/workers/"' in page and 'href="/proxies/"' not in page
     page = staff_client.get("/workers/").content.decode()
     assert 'href="/proxies/"' in page and 'href="/admin/"' in page
-
-
-async def ws_connect(path: str, cookies: str = "", origin: str = "http://127.0.0.1:8000"):
-    headers = [(b"origin", origin.encode())]
-    if cookies:
-        headers.append((b"cookie", cookies.encode()))
-    communicator = WebsocketCommunicator(application, path, headers=headers)
-    connected, code = await communicator.connect()
-    return communicator, connected, code
-
-
-def session_cookie(client) -> str:
-    return "; ".join(f"{k}={v.value}" for k, v in client.cookies.items())
 
 
 @pytest.mark.django_db(transaction=True)

@@ -33,7 +33,7 @@ from crawls.models import Channel, Crawl
 from proxies import services as proxy_services
 from proxies.models import Proxy
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SECRET = "secretpass"
 
 # -- the policy ------------------------------------------------------------------------------

@@ -1,9 +1,9 @@
 """Bad input at every door: crawled content, forms, the API, the CLI and proxy lists.
 
-Crawled content goes through a real crawl (tests.crawling.drive) against local servers: a hub
-site links to two good pages and to the bad one; the crawl must finish, the bad page must be
+Crawled content goes through a real crawl (tests.support.crawling.drive) against local servers: a
+hub site links to two good pages and to the bad one; the crawl must finish, the bad page must be
 recorded with a clear error (or a safe result), and every other page must be intact. Servers
-that misbehave at the socket level are tests.test_fetcher's RawServer.
+that misbehave at the socket level are tests.support.sites' RawServer.
 """
 
 from __future__ import annotations
@@ -14,23 +14,20 @@ import io
 import json
 import socket
 import time
-from collections.abc import Callable, Iterator
 
-import lxml.html
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.core.management import CommandError, call_command
 
 from crawls import services
-from crawls.engine import slices as slicer_mod
 from crawls.models import Crawl, CrawlState
 from proxies import services as proxy_services
 from proxies.models import Proxy
-from tests.crawling import drive
-from tests.sites import Request, Response, pages_site
-from tests.test_fetcher import RawServer, _head
+from tests.support.clients import form_data
+from tests.support.crawling import drive
+from tests.support.sites import RawServer, Request, Response, pages_site, raw_head
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("quick_slices")]
 
 MB = 1024 * 1024
 HAS_API = importlib.util.find_spec("crawls.api") is not None
@@ -39,26 +36,6 @@ HAS_API = importlib.util.find_spec("crawls.api") is not None
 def page(*links: str, title: str = "page") -> str:
     anchors = "".join(f'<a href="{link}">x</a>' for link in links)
     return f"<html><head><title>{title}</title></head><body>{anchors}</body></html>"
-
-
-@pytest.fixture(autouse=True)
-def quick_slices(monkeypatch):
-    # A slice waits this long for work before it hands over; drive() runs the next one anyway.
-    monkeypatch.setattr(slicer_mod, "IDLE_EXIT_SECONDS", 0.3)
-
-
-@pytest.fixture
-def raw_server() -> Iterator[Callable[..., RawServer]]:
-    servers: list[RawServer] = []
-
-    def make(play, lifetime: float = 10) -> RawServer:
-        server = RawServer(play, lifetime=lifetime).__enter__()
-        servers.append(server)
-        return server
-
-    yield make
-    for server in servers:
-        server.__exit__()
 
 
 @pytest.fixture
@@ -150,7 +127,7 @@ def test_a_50_mb_body_is_cut_at_max_bytes_and_its_links_not_followed(crawl_with,
     chunk = b"<a href='/never'>x</a>".ljust(65536, b" ")
 
     def play(conn: socket.socket, server: RawServer) -> None:
-        conn.sendall(_head(Content_Type="text/html", Content_Length=str(50 * MB)))
+        conn.sendall(raw_head(Content_Type="text/html", Content_Length=str(50 * MB)))
         for _ in range(50 * MB // len(chunk)):
             if not server.alive():
                 return
@@ -193,7 +170,7 @@ def test_an_endless_redirect_chain_stops_with_a_clear_error(crawl_with, raw_serv
 
     def play(conn: socket.socket, server: RawServer) -> None:
         hop = f"/hop{next(counter)}"
-        conn.sendall(_head("302 Found", Location=hop, Content_Length="0", Connection="close"))
+        conn.sendall(raw_head("302 Found", Location=hop, Content_Length="0", Connection="close"))
 
     server = raw_server(play)
     crawl, hub = crawl_with(server.url + "/start")
@@ -213,7 +190,7 @@ def test_a_redirect_to_a_non_http_scheme_is_a_clear_error(crawl_with):
 
 def test_a_trickling_server_hits_the_whole_fetch_deadline(crawl_with, raw_server):
     def play(conn: socket.socket, server: RawServer) -> None:
-        conn.sendall(_head(Content_Type="text/html", Content_Length="100000"))
+        conn.sendall(raw_head(Content_Type="text/html", Content_Length="100000"))
         while server.alive():
             conn.sendall(b"<")
             time.sleep(0.1)
@@ -228,7 +205,7 @@ def test_a_trickling_server_hits_the_whole_fetch_deadline(crawl_with, raw_server
 
 def test_a_body_shorter_than_its_content_length_goes_to_the_failure_queue(crawl_with, raw_server):
     def play(conn: socket.socket, server: RawServer) -> None:
-        conn.sendall(_head(Content_Type="text/html", Content_Length="5000") + b"<title>Cut")
+        conn.sendall(raw_head(Content_Type="text/html", Content_Length="5000") + b"<title>Cut")
 
     server = raw_server(play)
     crawl, hub = crawl_with(server.url + "/cut", max_retries=1)
@@ -248,7 +225,7 @@ def test_a_body_longer_than_its_content_length_is_cut_at_the_declared_length(
     body = b"<title>Short</title>" + b"<a href='/never'>x</a>" * 10
 
     def play(conn: socket.socket, server: RawServer) -> None:
-        head = _head(Content_Type="text/html", Content_Length="20", Connection="close")
+        head = raw_head(Content_Type="text/html", Content_Length="20", Connection="close")
         conn.sendall(head + body)
 
     server = raw_server(play)
@@ -369,17 +346,6 @@ def test_a_garbage_robots_txt_never_stops_the_crawl(user, make_site, robots, blo
 
 
 # == forms ====================================================================================
-
-
-def form_data(client, path: str, **overrides) -> dict:
-    """The values a browser would post from the page's own form (the one without an action:
-    the navigation has forms too), plus overrides."""
-    response = client.get(path)
-    assert response.status_code == 200, path
-    form = next(f for f in lxml.html.fromstring(response.content).forms if not f.get("action"))
-    data = {k: v for k, v in form.form_values() if k != "csrfmiddlewaretoken"}
-    data.update(overrides)
-    return {k: v for k, v in data.items() if v is not None}
 
 
 def crawl_form_errors(client, **overrides) -> dict:

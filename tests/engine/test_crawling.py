@@ -10,8 +10,8 @@ from crawls import services
 from crawls.engine import lifecycle
 from crawls.engine.slices import IDLE_EXIT_SECONDS, run_slice
 from crawls.models import CrawlState
-from tests.crawling import drive, fetched_paths
-from tests.sites import Response, pages_site
+from tests.support.crawling import drive, fetched_paths
+from tests.support.sites import Response, pages_site
 
 pytestmark = pytest.mark.django_db
 
@@ -197,7 +197,7 @@ def test_two_crawls_share_neither_dedup_nor_counters(user, make_site):
 
 
 def test_fetch_errors_are_recorded_per_page(user, make_site):
-    from tests.conftest import free_port
+    from tests.support.sites import free_port
 
     closed = f"http://127.0.0.1:{free_port()}/"
     site = make_site(pages_site({"/": page(closed, "http://nosuch.invalid/")}))
@@ -214,7 +214,7 @@ def test_fetch_errors_are_recorded_per_page(user, make_site):
 
 
 def test_a_crawl_that_fetched_nothing_ends_failed_saying_why(user):
-    from tests.conftest import free_port
+    from tests.support.sites import free_port
 
     crawl = services.crawl_create(
         user=user, name="t", seeds=[f"http://127.0.0.1:{free_port()}/"], obey_robots=False,

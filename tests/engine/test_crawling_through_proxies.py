@@ -5,9 +5,9 @@ import pytest
 from crawls import services
 from crawls.models import Channel, ProxyStrategy, ProxyUse
 from proxies import pool
-from tests.crawling import drive
-from tests.forward_proxy import ForwardProxy, StallingProxy, refused_port
-from tests.sites import Response, pages_site
+from tests.support.crawling import drive
+from tests.support.forward_proxy import ForwardProxy, StallingProxy, refused_port
+from tests.support.sites import Response, pages_site
 
 pytestmark = pytest.mark.django_db
 

@@ -11,7 +11,7 @@ import pytest
 from crawlhub.http.client import Fetcher
 from crawlhub.http.useragents import DEFAULT_USER_AGENT, USER_AGENTS
 from crawls.engine.robots import RobotsPolicy, policy_from_response, robots_url
-from tests.sites import Response, pages_site
+from tests.support.sites import Response, pages_site
 
 ROBOTS = """
 # comments and blank lines are fine

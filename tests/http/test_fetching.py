@@ -1,6 +1,6 @@
 """Fetching: User-Agents, redirects, statuses, limits in size and time, and every way a network
 or a server can fail. Real local servers only: LocalSite for well-behaved HTTP, RawServer (below)
-for servers that misbehave on purpose at the socket level.
+for servers that misbehave on purpose at the socket level (both in tests/support/sites.py).
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ import gzip
 import os
 import random
 import socket
-import threading
 import time
 import tracemalloc
 import zlib
@@ -21,86 +20,9 @@ import pytest
 
 from crawlhub.http.client import Fetcher, FetchResult
 from crawlhub.http.useragents import DEFAULT_USER_AGENT, USER_AGENTS, pick_user_agent
-from tests.sites import Request, Response, pages_site
+from tests.support.sites import RawServer, Request, Response, pages_site, raw_head
 
 MB = 1024 * 1024
-
-
-class RawServer:
-    """A TCP server on loopback whose `play(conn, server)` misbehaves on purpose.
-
-    The request head is read first (kept in `heads`). Every thread stops when the test leaves the
-    `with` block or after `lifetime` seconds, whichever comes first.
-    """
-
-    def __init__(self, play: Callable[[socket.socket, RawServer], None], lifetime: float = 5):
-        self.play = play
-        self.heads: list[str] = []
-        self._stop = threading.Event()
-        self._until = time.monotonic() + lifetime
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self._listener.settimeout(0.05)
-        self.port = self._listener.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        self._thread = threading.Thread(target=self._accept, daemon=True)
-
-    def alive(self) -> bool:
-        return not self._stop.is_set() and time.monotonic() < self._until
-
-    def __enter__(self) -> RawServer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(2)
-        self._listener.close()
-
-    def _accept(self) -> None:
-        while self.alive():
-            try:
-                conn, _ = self._listener.accept()
-            except TimeoutError:
-                continue
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
-
-    def _serve(self, conn: socket.socket) -> None:
-        with conn:
-            conn.settimeout(2)
-            try:
-                self.heads.append(_read_head(conn))
-                self.play(conn, self)
-            except OSError:
-                pass  # the client hung up, which is what most of these tests make it do
-
-
-def _read_head(conn: socket.socket) -> str:
-    data = b""
-    while b"\r\n\r\n" not in data and len(data) < 65536:
-        chunk = conn.recv(4096)
-        if not chunk:
-            break
-        data += chunk
-    return data.decode("latin-1")
-
-
-def _head(status: str = "200 OK", **headers: str) -> bytes:
-    lines = [f"HTTP/1.1 {status}"] + [f"{k.replace('_', '-')}: {v}" for k, v in headers.items()]
-    return ("\r\n".join(lines) + "\r\n\r\n").encode()
-
-
-@pytest.fixture
-def raw_server() -> Iterator[Callable[..., RawServer]]:
-    servers: list[RawServer] = []
-
-    def make(play: Callable[[socket.socket, RawServer], None]) -> RawServer:
-        server = RawServer(play).__enter__()
-        servers.append(server)
-        return server
-
-    yield make
-    for server in servers:
-        server.__exit__()
 
 
 @pytest.fixture
@@ -232,7 +154,7 @@ def test_endless_redirect_chain_on_a_raw_socket_stops_at_the_default_cap(raw_ser
 
     def play(conn: socket.socket, server: RawServer) -> None:
         hop = f"/hop{next(counter)}"
-        conn.sendall(_head("302 Found", Location=hop, Content_Length="0", Connection="close"))
+        conn.sendall(raw_head("302 Found", Location=hop, Content_Length="0", Connection="close"))
 
     server = raw_server(play)
     result = fetcher.fetch(server.url + "/")
@@ -286,7 +208,7 @@ def test_huge_body_is_cut_at_max_bytes_quickly_with_bounded_memory(raw_server, f
 
     def play(conn: socket.socket, server: RawServer) -> None:
         extra = {"Content_Length": str(fifty_mb)} if framing == "content-length" else {}
-        conn.sendall(_head(Content_Type="text/html", Connection="close", **extra))
+        conn.sendall(raw_head(Content_Type="text/html", Connection="close", **extra))
         for _ in range(fifty_mb // len(chunk)):
             if not server.alive():
                 return
@@ -338,7 +260,7 @@ def test_body_of_exactly_max_bytes_is_not_truncated(make_site):
 
 def test_trickling_server_hits_the_fetch_deadline(raw_server):
     def play(conn: socket.socket, server: RawServer) -> None:
-        conn.sendall(_head(Content_Type="text/html", Content_Length="100000"))
+        conn.sendall(raw_head(Content_Type="text/html", Content_Length="100000"))
         while server.alive():
             conn.sendall(b"<")  # one byte every 0.1 s: the read timeout alone never fires
             time.sleep(0.1)
@@ -355,7 +277,7 @@ def test_trickling_server_hits_the_fetch_deadline(raw_server):
 
 def _trickle_head(conn: socket.socket, server: RawServer) -> None:
     """A status line and then headers, one byte every 0.1 s, for as long as the test runs."""
-    head = _head(Content_Type="text/html") + b"".join(
+    head = raw_head(Content_Type="text/html") + b"".join(
         f"X-Filler-{n}: {'y' * 60}\r\n".encode() for n in range(90)
     )
     for byte in head:
@@ -419,7 +341,7 @@ def test_silent_server_times_out(raw_server, fetcher):
 
 def test_body_that_stalls_times_out_and_keeps_what_came(raw_server, fetcher):
     def play(conn: socket.socket, server: RawServer) -> None:
-        conn.sendall(_head(Content_Type="text/html", Content_Length="1000") + b"<p>start")
+        conn.sendall(raw_head(Content_Type="text/html", Content_Length="1000") + b"<p>start")
         while server.alive():
             time.sleep(0.05)
 
@@ -433,7 +355,7 @@ def test_body_shorter_than_content_length_is_an_incomplete_body(raw_server, fetc
     page = b"<title>Cut</title><a href='/a'>a</a>"
 
     def play(conn: socket.socket, server: RawServer) -> None:
-        conn.sendall(_head(Content_Type="text/html", Content_Length="5000") + page)
+        conn.sendall(raw_head(Content_Type="text/html", Content_Length="5000") + page)
 
     server = raw_server(play)
     result = fetcher.fetch(server.url + "/")
@@ -519,7 +441,9 @@ def test_shift_jis_page_with_charset_header(make_site, fetcher):
 def _forward_proxy(status: str = "200 OK") -> Callable[[socket.socket, RawServer], None]:
     def play(conn: socket.socket, server: RawServer) -> None:
         body = b"<title>via proxy</title>"
-        conn.sendall(_head(status, Content_Type="text/html", Content_Length=str(len(body))) + body)
+        conn.sendall(
+            raw_head(status, Content_Type="text/html", Content_Length=str(len(body))) + body
+        )
 
     return play
 

@@ -20,19 +20,15 @@ from django.core.exceptions import ValidationError
 from crawlhub.http import netguard
 from crawlhub.http.client import Fetcher
 from crawls import services
-from crawls.engine import slices as slicer_mod
 from crawls.models import CrawlState
-from tests.crawling import drive
-from tests.sites import Response, pages_site
-from tests.test_bad_input import form_data
+from tests.support.clients import form_data
+from tests.support.crawling import drive
+from tests.support.sites import Response, pages_site
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SETTING = "(CRAWLHUB_BLOCK_PRIVATE_NETWORKS)"
 
-
-@pytest.fixture(autouse=True)
-def quick_slices(monkeypatch):
-    monkeypatch.setattr(slicer_mod, "IDLE_EXIT_SECONDS", 0.3)
+pytestmark = pytest.mark.usefixtures("quick_slices")
 
 
 @pytest.fixture

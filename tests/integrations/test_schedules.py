@@ -18,8 +18,9 @@ from rq.job import Job
 from crawls import schedules, services
 from crawls.engine.frontier import Frontier
 from crawls.models import Crawl, CrawlSchedule, CrawlState
-from tests.crawling import ROOT, WorkerFleet, database_url, fetched_paths, wait_for_state
-from tests.sites import pages_site
+from tests.support import processes
+from tests.support.crawling import ROOT, WorkerFleet, database_url, fetched_paths, wait_for_state
+from tests.support.sites import pages_site
 
 pytestmark = pytest.mark.django_db
 
@@ -126,7 +127,7 @@ def test_disabled_and_future_schedules_do_not_run(user):
 
 def test_a_run_that_cannot_start_is_reported_on_the_schedule(user, settings):
     from crawlhub.connections import reset_pools
-    from tests.conftest import free_port
+    from tests.support.sites import free_port
 
     schedule = due_schedule(user)
     settings.REDIS_URL = f"redis://127.0.0.1:{free_port()}/0"
@@ -145,12 +146,12 @@ def test_a_run_that_cannot_start_is_reported_on_the_schedule(user, settings):
 def test_a_real_worker_runs_the_periodic_job(user):
     schedule = due_schedule(user)
     django_rq.get_queue("control").enqueue(schedules.run_due_schedules_job)
-    subprocess.run(
+    processes.run(
         [sys.executable, "manage.py", "rqworker", "control", "--burst"],
         cwd=ROOT,
         env={**os.environ, "DATABASE_URL": database_url()},
         check=True,
-        timeout=60,
+        timeout=120,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -204,15 +205,15 @@ def test_rq_cron_starts_a_due_schedule_whose_run_crawls_the_site(user, make_site
     try:
         fleet.start_worker()
         fleet.start_cron()
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 90  # the worker and rqcron start Django first
         while not schedule.runs.exists():
             assert fleet.cron.poll() is None, f"rqcron exited {fleet.cron.returncode}"
             assert time.monotonic() < deadline, "rq cron started no run of the due schedule"
             time.sleep(0.2)
         run = wait_for_state(
-            schedule.runs.get(), {CrawlState.FINISHED, CrawlState.FAILED}, timeout=20
+            schedule.runs.get(), {CrawlState.FINISHED, CrawlState.FAILED}, timeout=60
         )
-        passes = finished_cron_passes(redis, "scheduled crawls", at_least=3, timeout=10)
+        passes = finished_cron_passes(redis, "scheduled crawls", at_least=3, timeout=30)
     finally:
         fleet.stop()
     started = [job.return_value()["started"] for job in passes]

@@ -10,8 +10,8 @@ from warcio.archiveiterator import ArchiveIterator
 
 from crawlhub import tokens
 from crawls import exports, services
-from tests.crawling import drive
-from tests.sites import Response, pages_site
+from tests.support.crawling import drive
+from tests.support.sites import Response, pages_site
 
 pytestmark = pytest.mark.django_db
 

@@ -15,9 +15,9 @@ from django.utils import timezone
 
 from crawls import schedules, services, webhooks
 from crawls.models import Channel, CrawlState, Webhook, WebhookDelivery
-from tests.conftest import free_port
-from tests.crawling import ROOT, database_url, drive
-from tests.sites import Request, Response, pages_site
+from tests.support import processes
+from tests.support.crawling import ROOT, database_url, drive
+from tests.support.sites import Request, Response, free_port, pages_site
 
 pytestmark = pytest.mark.django_db
 Status = WebhookDelivery.Status
@@ -116,12 +116,12 @@ def test_a_cancelled_crawl_posts_a_signed_delivery_through_a_real_worker(user, m
     assert (delivery.event, delivery.status) == ("cancelled", Status.PENDING)
     assert django_rq.get_queue("control").count >= 1
     env = {"DATABASE_URL": database_url()}
-    subprocess.run(
+    processes.run(
         [sys.executable, "manage.py", "rqworker", "control", "--burst"],
         cwd=ROOT,
         env={**os.environ, **env},
         check=True,
-        timeout=60,
+        timeout=120,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -175,11 +175,11 @@ def test_a_crawl_that_fetches_nothing_fails_and_posts_a_signed_failed_event(user
     crawl = make_crawl(user, f"http://127.0.0.1:{free_port()}/", max_retries=0)
     hook_on(receiver, user, crawl=crawl)
     services.crawl_start(crawl=crawl, user=user)
-    worker = subprocess.run(
+    worker = processes.run(
         [sys.executable, "manage.py", "rqworker", "crawls", "control", "--burst"],
         cwd=ROOT,
         env={**os.environ, "DATABASE_URL": database_url()},
-        timeout=60,
+        timeout=120,
         capture_output=True,
         text=True,
     )

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from proxies import pool, services
 from proxies.models import Proxy, ProxyEvent, ProxyState
-from tests.test_access import session_cookie, ws_connect
+from tests.support.clients import session_cookie, ws_connect
 
 pytestmark = pytest.mark.django_db
 

@@ -11,7 +11,7 @@ from django.core.management import CommandError, call_command
 from proxies import services
 from proxies.importer import parse
 from proxies.models import Proxy, ProxyEvent, ProxyState
-from tests.sites import Response
+from tests.support.sites import Response
 
 pytestmark = pytest.mark.django_db
 
@@ -245,7 +245,7 @@ def test_a_bad_list_url_is_refused_without_its_password():
 
 
 def test_no_password_appears_in_the_api_report(client, staff):
-    from tests.test_api import bearer, post
+    from tests.support.clients import bearer, post
 
     auth = bearer(staff)
     for attempt in ("first", "again"):
@@ -295,7 +295,7 @@ def test_the_private_network_guard_refuses_a_list_on_loopback(make_site, setting
 def test_the_guard_refusal_is_reported_on_the_page_the_cli_and_the_api(
     make_site, settings, staff_client, client, staff
 ):
-    from tests.test_api import bearer, post
+    from tests.support.clients import bearer, post
 
     settings.CRAWLHUB_BLOCK_PRIVATE_NETWORKS = True
     site = make_site(lambda r: Response(body="1.2.3.4:80\n", content_type="text/plain"))

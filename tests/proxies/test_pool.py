@@ -11,8 +11,8 @@ import pytest
 import requests
 
 from proxies import pool
-from tests.forward_proxy import ForwardProxy
-from tests.sites import Response
+from tests.support.forward_proxy import ForwardProxy
+from tests.support.sites import Response
 
 
 def admit(proxy: str, *, latency_ms: float = 100, url: str | None = None) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import threading
 
 import django_rq
@@ -11,17 +10,10 @@ import pytest
 from proxies import pool, services, validation
 from proxies.models import Anonymity, Proxy, ProxyEvent, ProxyState
 from proxies.validation import validate_proxies
-from tests.forward_proxy import ForwardProxy, StallingProxy, refused_port
-from tests.sites import Request, Response
+from tests.support.forward_proxy import ForwardProxy, StallingProxy, refused_port
+from tests.support.proxy_checks import add_proxy, echo_handler
 
 pytestmark = pytest.mark.django_db
-
-
-def echo_handler(request: Request) -> Response:
-    """Plays crawlhub's /proxies/echo: the client address and the proxy headers that arrived."""
-    headers = {k: v for k, v in request.headers.items() if k in validation.PROXY_HEADERS}
-    body = json.dumps({"origin": request.client[0], "headers": headers})
-    return Response(body=body, content_type="application/json")
 
 
 @pytest.fixture
@@ -32,19 +24,13 @@ def echo(make_site, settings):
     return site
 
 
-def add(url: str, **fields) -> Proxy:
-    scheme, rest = url.split("://")
-    host, port = rest.rsplit(":", 1)
-    return Proxy.objects.create(scheme=scheme, host=host, port=int(port), **fields)
-
-
 @pytest.mark.parametrize(
     ("mode", "anonymity"),
     [("elite", "elite"), ("anonymous", "anonymous"), ("transparent", "transparent")],
 )
 def test_a_working_proxy_is_admitted_with_its_latency_and_anonymity(echo, mode, anonymity):
     with ForwardProxy(mode=mode, source_ip="127.0.0.2") as fp:
-        proxy = add(fp.url)
+        proxy = add_proxy(fp.url)
         report = validation.run_pass()
     proxy.refresh_from_db()
     assert (report.checked, report.ok, report.admitted) == (1, 1, 1)
@@ -60,7 +46,7 @@ def test_a_working_proxy_is_admitted_with_its_latency_and_anonymity(echo, mode, 
 
 def test_a_proxy_with_credentials_is_checked_with_them(echo):
     with ForwardProxy(auth=("u", "p@ss"), source_ip="127.0.0.2") as fp:
-        proxy = add(fp.url, username="u", password="p@ss")
+        proxy = add_proxy(fp.url, username="u", password="p@ss")
         validation.run_pass()
         assert fp.refused_auth == 0
     proxy.refresh_from_db()
@@ -70,7 +56,7 @@ def test_a_proxy_with_credentials_is_checked_with_them(echo):
 
 def test_wrong_credentials_fail_the_check_without_removing(echo):
     with ForwardProxy(auth=("u", "right"), source_ip="127.0.0.2") as fp:
-        proxy = add(fp.url, username="u", password="wrong")
+        proxy = add_proxy(fp.url, username="u", password="wrong")
         validation.run_pass()
     proxy.refresh_from_db()
     assert proxy.state == ProxyState.NEW
@@ -78,7 +64,7 @@ def test_wrong_credentials_fail_the_check_without_removing(echo):
 
 
 def test_a_refused_connection_removes_the_proxy_at_once(echo):
-    proxy = add(f"http://127.0.0.1:{refused_port()}")
+    proxy = add_proxy(f"http://127.0.0.1:{refused_port()}")
     report = validation.run_pass()
     proxy.refresh_from_db()
     assert report.failed == {"refused": 1} and report.removed == 1
@@ -89,7 +75,7 @@ def test_a_refused_connection_removes_the_proxy_at_once(echo):
 
 def test_a_timeout_costs_a_point_and_the_pool_keeps_an_active_proxy(echo):
     with StallingProxy() as stalling:
-        proxy = add(stalling.url, state=ProxyState.ACTIVE, score=8)
+        proxy = add_proxy(stalling.url, state=ProxyState.ACTIVE, score=8)
         pool.record_check(proxy=proxy.key, url=proxy.url, ok=True)  # pooled, score 6 in Redis
         report = validation.run_pass()
     proxy.refresh_from_db()
@@ -102,7 +88,7 @@ def test_a_timeout_costs_a_point_and_the_pool_keeps_an_active_proxy(echo):
 def test_a_new_proxy_that_keeps_timing_out_is_removed_at_zero(echo, settings):
     settings.PROXY_VALIDATE_EVERY = 5
     with StallingProxy() as stalling:
-        proxy = add(stalling.url, score=2)
+        proxy = add_proxy(stalling.url, score=2)
         validation.run_pass()
         proxy.refresh_from_db()
         assert (proxy.state, proxy.score) == (ProxyState.NEW, 1)
@@ -114,7 +100,7 @@ def test_a_new_proxy_that_keeps_timing_out_is_removed_at_zero(echo, settings):
 
 def test_a_disabled_proxy_validated_with_all_stays_out_of_the_pools(echo):
     with ForwardProxy(source_ip="127.0.0.2") as fp:
-        proxy = add(fp.url, state=ProxyState.DISABLED)
+        proxy = add_proxy(fp.url, state=ProxyState.DISABLED)
         assert validation.run_pass().checked == 0
         assert validation.run_pass(everything=True).checked == 1
     proxy.refresh_from_db()
@@ -123,7 +109,7 @@ def test_a_disabled_proxy_validated_with_all_stays_out_of_the_pools(echo):
 
 
 def test_one_validation_pass_at_a_time(echo):
-    add(f"http://127.0.0.1:{refused_port()}")
+    add_proxy(f"http://127.0.0.1:{refused_port()}")
     with pool.validation_lock(timeout=30) as lock:
         assert lock is not None
         assert validation.run_pass() is None
@@ -159,7 +145,7 @@ def test_passes_started_together_on_several_workers_run_one_at_a_time():
 
 def test_an_admin_removal_during_a_validation_is_not_undone(echo, staff):
     with ForwardProxy(source_ip="127.0.0.2") as fp:
-        proxy = add(fp.url)
+        proxy = add_proxy(fp.url)
         services.remove_proxies(proxies=[proxy], why="bad", user=staff)
         # A check that was already under way finishes after the removal: it cannot admit it.
         score, status = pool.record_check(proxy=proxy.key, url=proxy.url, ok=True)
@@ -182,8 +168,8 @@ def test_new_proxies_are_validated_by_a_job_before_they_enter_the_pools(
 
 
 def test_a_pass_brings_crawl_outcomes_into_the_inventory(echo):
-    good = add("http://10.0.0.1:1", state=ProxyState.ACTIVE)
-    bad = add("http://10.0.0.2:1", state=ProxyState.ACTIVE)
+    good = add_proxy("http://10.0.0.1:1", state=ProxyState.ACTIVE)
+    bad = add_proxy("http://10.0.0.2:1", state=ProxyState.ACTIVE)
     for p in (good, bad):
         pool.record_check(proxy=p.key, url=p.url, ok=True, latency_ms=50)
     lease = pool.acquire(channel="c")
@@ -205,7 +191,7 @@ def test_counting_crawl_outcomes_takes_a_statement_per_distinct_step_not_per_pro
     echo, django_assert_max_num_queries
 ):
     # As many proxies as a channel takes (PROXY_CHANNEL_SIZE, 20), used 2 or 3 times each.
-    proxies = [add(f"http://10.0.1.{n}:1", state=ProxyState.ACTIVE) for n in range(20)]
+    proxies = [add_proxy(f"http://10.0.1.{n}:1", state=ProxyState.ACTIVE) for n in range(20)]
     for p in proxies:
         pool.record_check(proxy=p.key, url=p.url, ok=True, latency_ms=50)
     for _ in range(50):

@@ -11,9 +11,9 @@ import pytest
 
 from proxies import pool, validation
 from proxies.models import ProxyState
-from tests.forward_proxy import ForwardProxy
-from tests.sites import Request, Response
-from tests.test_proxy_validation import add, echo_handler
+from tests.support.forward_proxy import ForwardProxy
+from tests.support.proxy_checks import add_proxy, echo_handler
+from tests.support.sites import Request, Response
 
 pytestmark = pytest.mark.django_db
 
@@ -41,7 +41,7 @@ def test_a_pass_validates_every_proxy_in_batches(make_site, settings):
     settings.PROXY_VALIDATE_BATCH = BATCH
     with ExitStack() as stack:
         forwards = [stack.enter_context(ForwardProxy()) for _ in range(PROXIES)]
-        proxies = [add(fp.url) for fp in forwards]
+        proxies = [add_proxy(fp.url) for fp in forwards]
         report = validation.run_pass()
     assert (report.checked, report.ok, report.admitted) == (PROXIES, PROXIES, PROXIES)
     for fp, proxy in zip(forwards, proxies, strict=True):

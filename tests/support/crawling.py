@@ -11,16 +11,50 @@ import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from channels.layers import channel_layers
+from django.conf import settings
 from django.db import connection
+from rq import Worker
 
+from crawlhub import launcher
+from crawlhub.connections import get_redis, reset_pools
 from crawlhub.sample_site import SampleSite
+from crawls import services
 from crawls.engine import lifecycle
 from crawls.engine.frontier import Frontier, canonicalize
 from crawls.engine.slices import run_slice
 from crawls.models import Crawl, CrawlState
-from tests.sites import Response
+from tests.support import processes
+from tests.support.sites import Response
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
+
+# Short leases, slices and supervisor passes, so that crawls on real workers recover and end in
+# seconds (the fleet fixture's workers run with these).
+FAST_WORKERS = {
+    "CRAWLHUB_LEASE_SECONDS": "3",
+    "CRAWLHUB_SLICE_SECONDS": "3",
+    "CRAWLHUB_SUPERVISOR_SECONDS": "1",
+}
+
+
+def use_redis(url: str) -> None:
+    """Point crawlhub, RQ, Channels and child processes at the Redis at `url`."""
+    settings.REDIS_URL = url
+    for queue in settings.RQ_QUEUES.values():
+        queue["URL"] = url
+    settings.CHANNEL_LAYERS["default"]["CONFIG"]["hosts"] = launcher.channel_layer_hosts(url)
+    os.environ["REDIS_URL"] = url
+    reset_pools()
+    channel_layers.backends.clear()
+
+
+def make_crawl(user, name: str = "c", **options) -> Crawl:
+    """A draft crawl of user's through the services; robots.txt off, a seed nobody answers
+    unless seeds= says otherwise."""
+    options.setdefault("obey_robots", False)
+    seeds = options.pop("seeds", ["http://127.0.0.1:9/"])
+    return services.crawl_create(user=user, name=name, seeds=seeds, **options)
 
 
 def drive(crawl: Crawl, *, timeout: float = 60, budget: float = 5) -> Crawl:
@@ -56,7 +90,9 @@ def database_url() -> str:
 
 
 class WorkerFleet:
-    """Real `manage.py rqworker` processes (and the periodic supervisor) for a test."""
+    """Real `manage.py rqworker` processes (and the periodic supervisor) for a test. Each is
+    registered for stopping as it starts (tests.support.processes): stop() ends them all, and
+    the suite stops what a test left running."""
 
     def __init__(self, *, env: dict[str, str]) -> None:
         self.env = {**os.environ, "DATABASE_URL": database_url(), **env}
@@ -65,26 +101,35 @@ class WorkerFleet:
         self.killed_horses = 0
 
     def start_worker(self) -> subprocess.Popen:
-        proc = subprocess.Popen(
+        proc = processes.spawn(
             [sys.executable, "manage.py", "rqworker", "control", "crawls", "default"],
             cwd=ROOT,
             env=self.env,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
-            start_new_session=True,
         )
         self.workers.append(proc)
         return proc
 
     def start_cron(self) -> None:
-        self.cron = subprocess.Popen(
+        self.cron = processes.spawn(
             [sys.executable, "manage.py", "rqcron", "crawlhub.cron"],
             cwd=ROOT,
             env=self.env,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
-            start_new_session=True,
         )
+
+    def wait_until_registered(self, count: int, *, timeout: float = 120) -> None:
+        """Wait until `count` workers have registered with RQ (Django loaded, Redis reached)."""
+        deadline = time.monotonic() + timeout
+        while (registered := Worker.count(connection=get_redis())) < count:
+            dead = [proc.returncode for proc in self.workers if proc.poll() is not None]
+            assert not dead, f"RQ workers exited with codes {dead} before registering"
+            assert time.monotonic() < deadline, (
+                f"{registered} of {count} RQ workers registered within {timeout:.0f} s"
+            )
+            time.sleep(0.2)
 
     def alive(self) -> list[subprocess.Popen]:
         return [w for w in self.workers if w.poll() is None]
@@ -102,7 +147,7 @@ class WorkerFleet:
         """kill -9 the worker and the work horse running its job. RQ puts the horse in a
         process group of its own (os.setpgrp), so killing the worker's group alone would leave
         the horse to finish its slice."""
-        horses = children(proc.pid)
+        horses = processes.children(proc.pid)
         os.killpg(proc.pid, signal.SIGKILL)
         for pid in horses:
             with contextlib.suppress(ProcessLookupError):
@@ -111,31 +156,9 @@ class WorkerFleet:
         self.killed_horses += len(horses)
 
     def stop(self) -> None:
-        for proc in [*self.workers, *([self.cron] if self.cron else [])]:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-        for proc in [*self.workers, *([self.cron] if self.cron else [])]:
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-
-
-def children(pid: int) -> list[int]:
-    """The pids of a process's direct children (Linux /proc)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        # pid (comm) state ppid ...: comm may hold spaces and parentheses, so split after ")".
-        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-            found.append(int(entry.name))
-    return found
+        """SIGTERM every worker and the supervisor at once (a worker finishes its slice), then
+        SIGKILL what is left of them and of their work horses after 20 s."""
+        processes.stop_all([*self.workers, *([self.cron] if self.cron else [])], timeout=20)
 
 
 def wait_for_state(

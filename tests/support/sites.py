@@ -1,11 +1,13 @@
-"""Local HTTP servers that play the sites crawls fetch. Real sockets on 127.0.0.1, no mocks.
+"""Local servers that play the sites crawls fetch. Real sockets on 127.0.0.1, no mocks.
 
-A site is a function from a Request to a Response; the server logs every request it saw (path,
-headers, client address, time), so tests can assert what reached the site and when.
+LocalSite: a site is a function from a Request to a Response; the server logs every request it
+saw (path, headers, client address, time), so tests can assert what reached the site and when.
+RawServer: a TCP server whose play(conn, server) misbehaves on purpose at the socket level.
 """
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -33,6 +35,13 @@ class Response:
 
 
 Handler = Callable[[Request], Response]
+
+
+def free_port() -> int:
+    """A loopback port nobody listens on (yet): for a server to start on, or to be refused."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 class LocalSite:
@@ -112,3 +121,67 @@ def pages_site(pages: dict[str, str | Response]) -> Handler:
         return page if isinstance(page, Response) else Response(body=page)
 
     return handler
+
+
+class RawServer:
+    """A TCP server on loopback whose `play(conn, server)` misbehaves on purpose.
+
+    The request head is read first (kept in `heads`). Every thread stops when the test leaves the
+    `with` block or after `lifetime` seconds, whichever comes first.
+    """
+
+    def __init__(self, play: Callable[[socket.socket, RawServer], None], lifetime: float = 5):
+        self.play = play
+        self.heads: list[str] = []
+        self._stop = threading.Event()
+        self._until = time.monotonic() + lifetime
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener.settimeout(0.05)
+        self.port = self._listener.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+
+    def alive(self) -> bool:
+        return not self._stop.is_set() and time.monotonic() < self._until
+
+    def __enter__(self) -> RawServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(2)
+        self._listener.close()
+
+    def _accept(self) -> None:
+        while self.alive():
+            try:
+                conn, _ = self._listener.accept()
+            except TimeoutError:
+                continue
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        with conn:
+            conn.settimeout(2)
+            try:
+                self.heads.append(_read_head(conn))
+                self.play(conn, self)
+            except OSError:
+                pass  # the client hung up, which is what most of these tests make it do
+
+
+def _read_head(conn: socket.socket) -> str:
+    data = b""
+    while b"\r\n\r\n" not in data and len(data) < 65536:
+        chunk = conn.recv(4096)
+        if not chunk:
+            break
+        data += chunk
+    return data.decode("latin-1")
+
+
+def raw_head(status: str = "200 OK", **headers: str) -> bytes:
+    """An HTTP/1.1 status line and headers (Content_Type= gives Content-Type:), for a RawServer."""
+    lines = [f"HTTP/1.1 {status}"] + [f"{k.replace('_', '-')}: {v}" for k, v in headers.items()]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode()
