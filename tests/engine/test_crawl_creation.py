@@ -1,4 +1,5 @@
-"""Creating crawls: every bad input named by field; actions allowed only in the right state."""
+"""Creating crawls: every bad input named by field; seeds into the frontier; the admin. (Which
+actions each state allows: test_pause_resume.py.)"""
 
 import pytest
 from django.core.exceptions import ValidationError
@@ -65,25 +66,6 @@ def test_every_bad_field_is_reported_at_once(user):
 
 def test_a_domain_with_a_scheme_is_rejected(user):
     assert "allowed_domains" in errors_of(user, allowed_domains=["https://example.com"])
-
-
-def test_actions_follow_the_state(user):
-    crawl = create(user)
-    with pytest.raises(services.CrawlActionError, match="cannot be paused"):
-        services.crawl_pause(crawl=crawl, user=user)
-    with pytest.raises(services.CrawlActionError, match="cannot be resumed"):
-        services.crawl_resume(crawl=crawl, user=user)
-    services.crawl_start(crawl=crawl, user=user)
-    with pytest.raises(services.CrawlActionError, match="cannot be started"):
-        services.crawl_start(crawl=crawl, user=user)
-    services.crawl_pause(crawl=crawl, user=user)
-    assert crawl.state == CrawlState.PAUSED  # nothing was in flight
-    services.crawl_resume(crawl=crawl, user=user)
-    services.crawl_cancel(crawl=crawl, user=user)
-    with pytest.raises(services.CrawlActionError, match="cannot be resumed"):
-        services.crawl_resume(crawl=crawl, user=user)
-    kinds = list(crawl.events.order_by("id").values_list("kind", flat=True))
-    assert kinds == ["created", "started", "paused", "resumed", "cancelled"]
 
 
 def test_start_puts_the_seeds_in_the_frontier(user):

@@ -19,15 +19,6 @@ from crawls.engine.frontier import (
 )
 
 
-@pytest.fixture
-def frontier() -> Frontier:
-    """Crawl 1, running, with limits that never get in the way."""
-    crawl = Frontier(1)
-    crawl.configure(max_pages=1_000_000, max_depth=100, host_delay=0)
-    crawl.set_state("running")
-    return crawl
-
-
 def assert_invariant(stats: dict[str, int]) -> None:
     unfinished = stats["queued"] + stats["delayed"] + stats["in_flight"] + stats["cancelled"]
     assert stats["requests"] == stats["responses"] + stats["errors"] + unfinished, stats
@@ -107,12 +98,6 @@ def test_seen_fingerprints_are_stored_in_compact_intsets(frontier, redis):
     assert {redis.object("encoding", key) for key in buckets} == {b"intset"}
 
 
-def test_seeds_are_added_in_any_state(frontier):
-    frontier.set_state("paused")
-    assert frontier.add_seeds(["http://a.test/"]) == (1, 0)
-    assert frontier.claim(5, lease_seconds=30) == []
-
-
 # Claim order and state
 
 
@@ -138,21 +123,6 @@ def test_links_inherit_priority_and_get_parent_depth_plus_one(frontier):
     frontier.complete([done(page, links=["http://a.test/child"])])
     [child] = claim_all(frontier)
     assert (child.depth, child.priority, child.referrer) == (3, 7, "http://a.test/")
-
-
-def test_claim_only_when_running(frontier):
-    frontier.add_seeds(urls("a.test", 3))
-    for state in ("paused", "cancelled"):
-        frontier.set_state(state)
-        assert frontier.claim(3, lease_seconds=30) == []
-    unconfigured = Frontier(2)
-    unconfigured.add_seeds(["http://a.test/"])
-    assert unconfigured.state() is None and unconfigured.claim(1, lease_seconds=30) == []
-    frontier.set_state("running")
-    assert frontier.state() == "running"
-    assert len(frontier.claim(3, lease_seconds=30)) == 3
-    with pytest.raises(ValueError):
-        frontier.set_state("finished")
 
 
 def test_claimed_requests_are_backed_up_with_a_lease(frontier, redis):

@@ -161,6 +161,19 @@ class WorkerFleet:
         processes.stop_all([*self.workers, *([self.cron] if self.cron else [])], timeout=20)
 
 
+def start_sample_crawl(user, make_site, *, pages: int, delay: float, **options):
+    """A started crawl of a generated site (SampleSite, seed 3) served with `delay` per page:
+    (site, server, crawl)."""
+    site = SampleSite(pages=pages, seed=3)
+    server = make_site(sample_handler(site, delay))
+    crawl = services.crawl_create(
+        user=user, name="chaos", seeds=[server.url + "/"], obey_robots=False, max_pages=100_000,
+        max_depth=1000, max_retries=1, threads=4, slices=2, **options,
+    )  # fmt: skip
+    services.crawl_start(crawl=crawl, user=user)
+    return site, server, crawl
+
+
 def wait_for_state(
     crawl: Crawl, states: set[str], *, timeout: float, fleet: WorkerFleet | None = None
 ) -> Crawl:
