@@ -93,7 +93,7 @@ _SOURCES = _lua_sources()
 # IPv4 address, an optional port (1-65535, no leading zero), a path of characters it never escapes
 # or unescapes (no "%", ";", "+", "&", no "//" or dot segments, checked apart), and an optional
 # query of plain key=value pairs (checked apart to be in sorted order). Anything else goes
-# through canonicalize_url; tests/test_canonical.py checks the two agree on a large corpus.
+# through canonicalize_url; tests/engine/test_canonical_urls.py checks that the two agree.
 _PLAIN_URL = re.compile(
     r"https?://(?:[a-z0-9]+(?:-+[a-z0-9]+)*)(?:\.[a-z0-9]+(?:-+[a-z0-9]+)*)*(?::([1-9][0-9]{0,4}))?"
     r"(/[A-Za-z0-9\-._~!$'()*,=:@/]*)"
@@ -187,7 +187,7 @@ class Request:
         for the Lua scripts, which neither hash nor parse URLs; default fields are left out."""
         # What json.dumps(separators=(",", ":")) gives for {"f", "h", "u", "d", "p", "a", "r"}
         # (in this order: the Lua scripts find "h" right after "f"), built directly: this runs
-        # once per link. tests/test_canonical.py checks it against json.dumps.
+        # once per link. tests/engine/test_canonical_urls.py checks it against json.dumps.
         return (
             f'{{"f":"{self.fp}","h":{_json_str(self.host)},"u":{_json_str(self.url)}'
             + _json_tail(self.depth, self.priority, self.attempts, self.referrer)
@@ -246,8 +246,13 @@ class Frontier:
         ]  # fmt: skip
         self._scripts = {name: self.redis.register_script(src) for name, src in _SOURCES.items()}
 
-    def _key(self, name: str) -> str:
+    def key(self, name: str) -> str:
+        """This crawl's Redis key `name`, as the module docstring lists them ("queue", "stats",
+        "seen:<bucket>"...); "*" or "seen:*" make a SCAN pattern. Whatever reads a crawl's keys
+        outside this module (the tests, a debugging session) takes their names from here."""
         return self.prefix + name
+
+    _key = key  # the name this module's own methods use
 
     def _run(self, script: str, args: list) -> object:
         return self._scripts[script](keys=self._keys, args=args)

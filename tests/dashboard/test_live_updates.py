@@ -418,7 +418,7 @@ def test_the_series_gets_one_point_a_second_and_gives_a_rate(db):
     view = frontier.live_view(record=True)
     assert len(view["series"]) == 1 and view["series"][0][1] == 0
     time.sleep(1.05)
-    frontier.redis.hincrby("ch:{c10}:stats", "responses", 42)
+    frontier.redis.hincrby(frontier.key("stats"), "responses", 42)
     view = frontier.live_view(record=True)
     assert [n for _, n in view["series"]] == [0, 42]
     assert len(frontier.live_view(points=1)["series"]) == 1

@@ -5,6 +5,7 @@ import pytest
 from django.core.exceptions import ValidationError
 
 from crawls import services
+from crawls.engine.frontier import Frontier
 from crawls.models import Channel, CrawlEvent, CrawlState
 
 pytestmark = pytest.mark.django_db
@@ -135,11 +136,11 @@ def test_deleting_a_crawl_in_the_admin_removes_its_redis_keys(
     crawl = create(staff)
     services.crawl_start(crawl=crawl, user=staff)
     services.crawl_cancel(crawl=crawl, user=staff)
-    assert redis.keys(f"ch:{{c{crawl.pk}}}:*")
+    assert redis.keys(Frontier(crawl.pk).key("*"))
     response = staff_client.post(f"/admin/crawls/crawl/{crawl.pk}/delete/", {"post": "yes"})
     assert response.status_code == 302
     assert not type(crawl).objects.filter(pk=crawl.pk).exists()
-    assert redis.keys(f"ch:{{c{crawl.pk}}}:*") == []
+    assert redis.keys(Frontier(crawl.pk).key("*")) == []
 
 
 def test_a_running_crawl_is_not_deleted_from_the_admin(staff_client, django_user_model, redis):
@@ -150,4 +151,4 @@ def test_a_running_crawl_is_not_deleted_from_the_admin(staff_client, django_user
     services.crawl_start(crawl=crawl, user=staff)
     staff_client.post(f"/admin/crawls/crawl/{crawl.pk}/delete/", {"post": "yes"})
     assert type(crawl).objects.filter(pk=crawl.pk).exists()
-    assert redis.keys(f"ch:{{c{crawl.pk}}}:*")
+    assert redis.keys(Frontier(crawl.pk).key("*"))

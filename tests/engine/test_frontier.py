@@ -93,7 +93,7 @@ def test_seeds_are_deduplicated_and_repeats_counted(frontier):
 
 def test_seen_fingerprints_are_stored_in_compact_intsets(frontier, redis):
     frontier.add_seeds(urls("a.test", 2000))
-    buckets = list(redis.scan_iter(match="ch:{c1}:seen:*"))
+    buckets = list(redis.scan_iter(match=frontier.key("seen:*")))
     assert sum(redis.scard(key) for key in buckets) == 2000
     assert {redis.object("encoding", key) for key in buckets} == {b"intset"}
 
@@ -129,8 +129,8 @@ def test_claimed_requests_are_backed_up_with_a_lease(frontier, redis):
     frontier.add_seeds(["http://a.test/"])
     before_ms = time.time() * 1000
     [request] = frontier.claim(1, lease_seconds=60)
-    assert Request.from_json(redis.hget("ch:{c1}:backup", request.fp)) == request
-    deadline = redis.zscore("ch:{c1}:leases", request.fp)
+    assert Request.from_json(redis.hget(frontier.key("backup"), request.fp)) == request
+    deadline = redis.zscore(frontier.key("leases"), request.fp)
     assert before_ms + 59_000 < deadline < before_ms + 61_000
     assert frontier.stats()["in_flight"] == 1
 
@@ -481,9 +481,9 @@ def test_delete_removes_every_key_of_the_crawl_only(frontier, redis):
     frontier.robots_lock("a.test")
     neighbour = Frontier(10)
     neighbour.add_seeds(["http://a.test/"])
-    assert len(redis.keys("ch:{c1}:*")) > 10
+    assert len(redis.keys(frontier.key("*"))) > 10
     frontier.delete()
-    assert redis.keys("ch:{c1}:*") == []
+    assert redis.keys(frontier.key("*")) == []
     assert neighbour.stats()["queued"] == 1
 
 
