@@ -64,16 +64,17 @@ def stop_started_since(bookmark: int) -> None:
 
 
 def stop(proc: subprocess.Popen, *, timeout: float = 20.0) -> None:
-    """SIGTERM the child's process group and wait up to `timeout` for it and everything below
-    it to exit; then SIGKILL whatever is left of them and of the child's session. Safe to call
-    twice, and on a child that already exited."""
+    """SIGTERM the child's process group and wait up to `timeout` for the child to exit (a
+    worker finishes its job, `up` stops its own children); then SIGKILL whatever is left of it,
+    of the processes below it and of its session. Safe to call twice, and on a child that
+    already exited."""
     if proc.returncode is not None:
         return  # reaped earlier: its pid may name another process by now
     family = descendants(proc.pid) | session_members(proc.pid)
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and any(alive(pid) for pid in {proc.pid, *family}):
+    while time.monotonic() < deadline and alive(proc.pid):
         time.sleep(0.05)
     # Until the child is reaped its pid (and session id) cannot name another process.
     family |= descendants(proc.pid) | session_members(proc.pid)
@@ -116,7 +117,7 @@ def run(
 
 def wait_for_http(
     url: str, *, what: str, timeout: float = 120.0, proc: subprocess.Popen | None = None,
-    log: Path | None = None,
+    log: Path | None = None, request_timeout: float = 10.0,
 ) -> requests.Response:  # fmt: skip
     """Poll url until it answers (any status). Fails naming `what`, with the end of its log,
     when `proc` exits or nothing answers within `timeout` seconds; every way a request can fail
@@ -129,7 +130,7 @@ def wait_for_http(
                 f"{what} exited with code {proc.returncode} before {url} answered{_tail(log)}"
             )
         try:
-            return requests.get(url, timeout=min(10.0, timeout))
+            return requests.get(url, timeout=min(request_timeout, timeout))
         except requests.RequestException as error:
             last = error
         if time.monotonic() > deadline:
