@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 from asgiref.sync import sync_to_async
+from django.conf import settings
 from django.db import connections
 from django.test import Client
 
@@ -34,6 +35,10 @@ TOKEN = f"{os.getpid()}-{secrets.token_hex(4)}"
 
 def pytest_configure(config: pytest.Config) -> None:
     os.environ[processes.MARKER] = f"{TOKEN} the start of the test run"
+    settings.PASSWORD_HASHERS = [
+        "tests.support.clients.QuickPBKDF2PasswordHasher",
+        *settings.PASSWORD_HASHERS,
+    ]
 
 
 @pytest.hookimpl(tryfirst=True)

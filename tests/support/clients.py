@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import lxml.html
 from channels.testing import WebsocketCommunicator
+from django.contrib.auth.hashers import PBKDF2PasswordHasher
 from django.test import Client
 
 from crawlhub import tokens
@@ -12,6 +13,15 @@ from crawlhub.asgi import application
 
 # The password of every named user of the suite (alice, bob, sam: see tests/conftest.py).
 PASSWORD = "correct horse battery staple"
+
+
+class QuickPBKDF2PasswordHasher(PBKDF2PasswordHasher):
+    """Django's PBKDF2 at 1,000 iterations instead of 1,000,000 (~0.2 s a user, and most tests
+    make two or three). The hashes are still pbkdf2_sha256, which the servers tests start (daphne,
+    `up`) check with their own settings."""
+
+    iterations = 1_000
+
 
 ORIGIN = "http://127.0.0.1:8000"
 # A websocket's accept goes through a database read in a thread: on a busy machine that can take

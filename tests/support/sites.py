@@ -90,7 +90,10 @@ class LocalSite:
         self.server.daemon_threads = True
         self.port = self.server.server_address[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        # stop() waits for serve_forever to notice: every poll_interval (0.5 s by default).
+        self._thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
 
     def start(self) -> LocalSite:
         self._thread.start()
