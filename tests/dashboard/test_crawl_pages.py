@@ -320,6 +320,7 @@ def test_a_prefixed_site_is_the_same_site_under_its_prefix():
     assert prefixed.render("/sample/moved/5")[1]["Location"].startswith("/sample/p/")
 
 
+@pytest.mark.slow
 def test_a_sample_crawl_through_the_test_site_finishes(user, make_site):
     site = SampleSite(pages=40, seed=5)
     server = make_site(sample_handler(site, 0))

@@ -107,6 +107,7 @@ async def test_the_crawl_page_gets_the_current_snapshot_on_connect(user, user_cl
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.slow
 async def test_a_published_snapshot_reaches_the_page_and_the_list(user, user_client):
     crawl = await sync_to_async(started_crawl)(user)
     page, _, _ = await connect(f"/ws/crawls/{crawl.pk}/", user_client)
@@ -147,6 +148,7 @@ def test_the_list_rows_on_connect_are_read_in_one_redis_round_trip(user, redis):
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.slow
 async def test_the_list_gets_the_crawls_that_can_change_on_connect(
     user, other_user, user_client, staff_client, monkeypatch
 ):
@@ -182,6 +184,7 @@ async def test_the_list_gets_the_crawls_that_can_change_on_connect(
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.slow
 async def test_the_list_relays_a_crawl_only_to_its_owner_and_staff(
     user, user_client, other_client, staff_client
 ):
@@ -221,6 +224,7 @@ def _end_slices(crawl_id: int, *, threads: int, seconds: float) -> None:
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.slow
 async def test_slice_ends_are_throttled_and_the_last_counters_still_get_out(user, user_client):
     crawl = await sync_to_async(started_crawl)(user)
     page, _, _ = await connect(f"/ws/crawls/{crawl.pk}/", user_client)
@@ -250,6 +254,7 @@ async def test_slice_ends_are_throttled_and_the_last_counters_still_get_out(user
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.slow
 async def test_a_state_change_gets_through_a_taken_publish_slot(user, user_client):
     crawl = await sync_to_async(started_crawl)(user)
     page, _, _ = await connect(f"/ws/crawls/{crawl.pk}/", user_client)
@@ -268,6 +273,7 @@ async def test_a_state_change_gets_through_a_taken_publish_slot(user, user_clien
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.slow
 async def test_every_state_change_is_pushed_without_a_worker(user, user_client):
     crawl = await sync_to_async(started_crawl)(user)
     page, _, _ = await connect(f"/ws/crawls/{crawl.pk}/", user_client)
@@ -318,6 +324,7 @@ print(sent, flush=True)
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.slow
 async def test_the_throttle_holds_across_two_publishing_processes(user, user_client, redis_server):
     crawl = await sync_to_async(started_crawl)(user)
     page, _, _ = await connect(f"/ws/crawls/{crawl.pk}/", user_client)
@@ -412,6 +419,7 @@ def test_expired_leases_and_retried_failures_count_again(db):
     assert frontier.host_queue() == {"a.test": 1}
 
 
+@pytest.mark.slow
 def test_the_series_gets_one_point_a_second_and_gives_a_rate(db):
     frontier = Frontier(10)
     view = frontier.live_view(record=True)
@@ -437,6 +445,7 @@ def pooled_proxy(n: int) -> Proxy:
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.slow
 async def test_staff_see_pool_health_change_when_a_proxy_is_removed(staff, staff_client):
     proxies = [await sync_to_async(pooled_proxy)(n) for n in (1, 2, 3)]
     page, connected, _ = await connect("/ws/proxies/", staff_client)

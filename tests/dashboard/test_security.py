@@ -279,6 +279,7 @@ def test_every_route_is_classified_and_the_list_is_real():
 
 
 @pytest.mark.django_db
+@pytest.mark.slow
 def test_authorization_matrix_over_every_url_pattern(world, user, staff):
     users = {"anonymous": None, "user": user, "staff": staff}
     problems = [f"{where}: {problem}" for problem, where in walk(world, users)]
@@ -360,6 +361,7 @@ async def ws_try(path: str, *, client: Client | None, origin: str | None) -> boo
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.slow
 async def test_websocket_matrix_over_every_route(user, staff):
     from asgiref.sync import sync_to_async
 
@@ -394,6 +396,7 @@ async def test_websocket_matrix_over_every_route(user, staff):
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.slow
 async def test_a_user_cannot_watch_someone_elses_crawl_live(user, other_user):
     from asgiref.sync import sync_to_async
 
@@ -502,6 +505,7 @@ def test_proxy_passwords_are_never_rendered(world, staff, capsys):
 # -- production settings ---------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_production_settings_pass_check_deploy(tmp_path):
     alphabet = string.ascii_letters + string.digits + "!@#%^&*(-_=+)"
     env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL")}

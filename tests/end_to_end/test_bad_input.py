@@ -188,6 +188,7 @@ def test_a_redirect_to_a_non_http_scheme_is_a_clear_error(crawl_with):
     )
 
 
+@pytest.mark.slow
 def test_a_trickling_server_hits_the_whole_fetch_deadline(crawl_with, raw_server):
     def play(conn: socket.socket, server: RawServer) -> None:
         conn.sendall(raw_head(Content_Type="text/html", Content_Length="100000"))
@@ -203,6 +204,7 @@ def test_a_trickling_server_hits_the_whole_fetch_deadline(crawl_with, raw_server
     assert failure.last_error == "timeout after 1.5 s (whole fetch)"
 
 
+@pytest.mark.slow
 def test_a_body_shorter_than_its_content_length_goes_to_the_failure_queue(crawl_with, raw_server):
     def play(conn: socket.socket, server: RawServer) -> None:
         conn.sendall(raw_head(Content_Type="text/html", Content_Length="5000") + b"<title>Cut")
@@ -300,6 +302,7 @@ def test_a_10000_character_link_is_recorded_with_a_clear_error(crawl_with):
     assert row.status is None and len(row.error) < 300
 
 
+@pytest.mark.slow
 def test_a_page_with_100000_links_is_parsed_and_capped_by_max_pages(user, make_site):
     hub = "".join(f'<a href="/p/{i}">{i}</a>' for i in range(100_000))
     site = make_site(

@@ -141,6 +141,7 @@ def test_server_dies_with_the_process_that_started_it(tmp_path):
     assert not launcher.ping(url)
 
 
+@pytest.mark.slow
 def test_start_returns_only_once_the_data_is_loaded(tmp_path):
     port = free_port()
     with launcher.EmbeddedRedis(tmp_path / "data", port=port) as server:

@@ -60,7 +60,7 @@ def test_stop_kills_a_child_that_ignores_sigterm_once_the_timeout_is_over():
     child = processes.spawn([sys.executable, "-c", DEAF_TO_SIGTERM], stdout=subprocess.PIPE)
     child.stdout.readline()  # SIGTERM is ignored from here on
     started = time.monotonic()
-    processes.stop(child, timeout=1)
+    processes.stop(child, timeout=0.5)
     assert child.returncode == -9
     assert time.monotonic() - started < 10
 
@@ -95,7 +95,7 @@ def test_a_readiness_wait_takes_a_read_timeout_for_not_yet():
 
     with RawServer(play, lifetime=60) as server:
         response = processes.wait_for_http(
-            server.url + "/healthz", what="the slow server", timeout=60, request_timeout=0.3
+            server.url + "/healthz", what="the slow server", timeout=60, request_timeout=0.2
         )
     assert response.status_code == 200 and len(server.heads) == 3
     # What each request of the wait got before the third, and what used to end such waits:

@@ -72,6 +72,7 @@ def test_same_arguments_same_site() -> None:
     assert one.render("/p/3") != other.render("/p/3")
 
 
+@pytest.mark.slow
 def test_expected_is_what_a_crawler_fetches(site, base_url) -> None:
     fetched = reference_crawl(base_url)
     assert set(fetched) == site.expected()

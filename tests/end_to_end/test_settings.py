@@ -69,6 +69,7 @@ def test_defaults_are_sqlite_and_the_embedded_redis(tmp_path):
     assert debug == "False"
 
 
+@pytest.mark.slow
 def test_secret_key_is_generated_once_and_kept_private(tmp_path):
     first = load_settings(tmp_path).stdout.split()[0]
     second = load_settings(tmp_path).stdout.split()[0]

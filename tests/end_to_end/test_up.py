@@ -232,6 +232,7 @@ def test_without_an_admin_later_runs_say_how_to_add_one(django_user_model):
     assert ensure_admin() == "Log in as an existing user; `./run createsuperuser` adds an admin."
 
 
+@pytest.mark.slow
 def test_up_refuses_a_port_in_use(tmp_path):
     import socket
 
@@ -253,6 +254,7 @@ def test_up_refuses_a_port_in_use(tmp_path):
 
 
 @pytest.mark.skipif(not (ROOT / ".venv/bin/python").exists(), reason="./run has not set up .venv")
+@pytest.mark.slow
 def test_run_migrates_a_fresh_database_before_a_management_command(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL")}
     env["CRAWLHUB_DATA_DIR"] = str(tmp_path / "data")

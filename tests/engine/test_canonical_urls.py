@@ -85,6 +85,7 @@ def outcome(url):
         return "error", type(exc)
 
 
+@pytest.mark.slow
 def test_canonicalize_equals_w3lib_on_a_large_corpus():
     plain = 0
     for url in CORPUS:

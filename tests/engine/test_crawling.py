@@ -42,6 +42,7 @@ def sample():
     server.server_close()
 
 
+@pytest.mark.slow
 def test_a_generated_site_is_fetched_exactly_once_per_url_with_exact_counters(user, sample):
     site, server, base = sample
     crawl = services.crawl_create(
@@ -142,6 +143,7 @@ def test_robots_txt_is_obeyed(user, make_site):
     assert blocked.status is None
 
 
+@pytest.mark.slow
 def test_per_host_delay_spaces_requests_at_the_site(user, make_site):
     links = [f"/p{n}" for n in range(5)]
     site = make_site(pages_site({"/": page(*links), **{p: page() for p in links}}))
@@ -152,6 +154,7 @@ def test_per_host_delay_spaces_requests_at_the_site(user, make_site):
     assert min(gaps) >= 0.27, gaps
 
 
+@pytest.mark.slow
 def test_server_errors_are_retried_then_land_in_the_failure_queue(user, make_site):
     site = make_site(pages_site({"/": page("/boom"), "/boom": Response(status=503)}))
     crawl = drive(start(user, site, max_retries=2))
@@ -187,6 +190,7 @@ def test_a_fixed_user_agent_is_sent(user, make_site):
     assert {r.headers["User-Agent"] for r in site.log} == {"docs-bot/1.0"}
 
 
+@pytest.mark.slow
 def test_two_crawls_share_neither_dedup_nor_counters(user, make_site):
     site = make_site(pages_site({"/": page("/a", "/b"), "/a": page("/b"), "/b": page()}))
     first, second = start(user, site), start(user, site)
@@ -238,6 +242,7 @@ def test_a_slice_ends_as_soon_as_the_crawl_has_nothing_left(user, make_site):
     assert lifecycle.finish_if_done(crawl.pk)
 
 
+@pytest.mark.slow
 def test_a_slice_waits_while_a_retry_is_pending(user, make_site):
     calls = Counter()
 

@@ -108,6 +108,7 @@ def test_no_usable_proxy_is_a_clear_retryable_error(user, channel, make_site):
     assert site.log == []
 
 
+@pytest.mark.slow
 def test_more_threads_than_proxies_wait_their_turn_instead_of_failing(
     user, channel, forward_proxy, make_site
 ):

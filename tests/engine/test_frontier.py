@@ -138,6 +138,7 @@ def test_claimed_requests_are_backed_up_with_a_lease(frontier, redis):
 # Politeness
 
 
+@pytest.mark.slow
 def test_host_delay_gives_one_request_per_host_per_delay(frontier):
     frontier.configure(max_pages=100, max_depth=5, host_delay=1.0)
     frontier.add_seeds(urls("a.test", 3) + urls("b.test", 3))

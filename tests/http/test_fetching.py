@@ -258,6 +258,7 @@ def test_body_of_exactly_max_bytes_is_not_truncated(make_site):
 # -- time limits and broken servers ---------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_trickling_server_hits_the_fetch_deadline(raw_server):
     def play(conn: socket.socket, server: RawServer) -> None:
         conn.sendall(raw_head(Content_Type="text/html", Content_Length="100000"))
@@ -288,6 +289,7 @@ def _trickle_head(conn: socket.socket, server: RawServer) -> None:
 
 
 @pytest.mark.parametrize("via", ["direct", "proxy"])
+@pytest.mark.slow
 def test_a_server_trickling_its_headers_hits_the_fetch_deadline(raw_server, via):
     # Each byte comes well inside the read timeout: only the whole-fetch deadline stops it.
     server = raw_server(_trickle_head)
@@ -307,6 +309,7 @@ def test_a_server_trickling_its_headers_hits_the_fetch_deadline(raw_server, via)
     assert len(server.heads) == 2
 
 
+@pytest.mark.slow
 def test_the_header_deadline_holds_in_a_forked_worker(raw_server):
     # RQ forks a work horse for each job: the watchdog thread of the parent is not there.
     server = raw_server(_trickle_head)

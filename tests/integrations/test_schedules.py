@@ -143,6 +143,7 @@ def test_a_run_that_cannot_start_is_reported_on_the_schedule(user, settings):
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.slow
 def test_a_real_worker_runs_the_periodic_job(user):
     schedule = due_schedule(user)
     django_rq.get_queue("control").enqueue(schedules.run_due_schedules_job)

@@ -106,6 +106,7 @@ def test_the_database_refuses_a_webhook_with_two_targets(user):
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.slow
 def test_a_cancelled_crawl_posts_a_signed_delivery_through_a_real_worker(user, make_site):
     receiver = Receiver(make_site)
     crawl = make_crawl(user)
@@ -168,6 +169,7 @@ def test_a_finished_crawl_notifies_its_channels_webhooks_that_want_it(
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.slow
 def test_a_crawl_that_fetches_nothing_fails_and_posts_a_signed_failed_event(user, make_site):
     """The crawl runs on a real worker, ends FAILED (not one answer, only errors), and the same
     worker then sends the delivery the end enqueued."""

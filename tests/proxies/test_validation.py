@@ -73,6 +73,7 @@ def test_a_refused_connection_removes_the_proxy_at_once(echo):
     assert proxy.events.get(kind=ProxyEvent.Kind.REMOVED).actor == "validator"
 
 
+@pytest.mark.slow
 def test_a_timeout_costs_a_point_and_the_pool_keeps_an_active_proxy(echo):
     with StallingProxy() as stalling:
         proxy = add_proxy(stalling.url, state=ProxyState.ACTIVE, score=8)
@@ -85,6 +86,7 @@ def test_a_timeout_costs_a_point_and_the_pool_keeps_an_active_proxy(echo):
     assert pool.members()[proxy.key]["score"] == 5
 
 
+@pytest.mark.slow
 def test_a_new_proxy_that_keeps_timing_out_is_removed_at_zero(echo, settings):
     settings.PROXY_VALIDATE_EVERY = 5
     with StallingProxy() as stalling:

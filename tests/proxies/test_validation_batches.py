@@ -22,6 +22,7 @@ PROXIES = 7  # three batches: 3, 3 and 1
 CHECK_SECONDS = 0.4  # long enough for the checks of one batch to overlap at the echo site
 
 
+@pytest.mark.slow
 def test_a_pass_validates_every_proxy_in_batches(make_site, settings):
     in_flight, most, lock = 0, 0, threading.Lock()
 
