@@ -108,7 +108,7 @@ def page(browser, dashboard) -> Iterator:
     context = browser.new_context(viewport=WIDE)
     try:
         page = context.new_page()
-        page.set_default_timeout(15_000)
+        page.set_default_timeout(30_000)  # a busy machine renders slowly
         page.on("dialog", lambda dialog: dialog.accept())
         yield page
     finally:

@@ -26,6 +26,7 @@ from proxies import pool
 from proxies import services as proxy_services
 from proxies.models import Proxy
 from tests.support import processes
+from tests.support.clients import WS_CONNECT_SECONDS
 from tests.support.crawling import ROOT, database_url
 
 ORIGIN = "http://127.0.0.1:8000"
@@ -37,7 +38,7 @@ async def connect(path: str, client=None) -> tuple[WebsocketCommunicator, bool, 
         cookies = "; ".join(f"{k}={v.value}" for k, v in client.cookies.items())
         headers.append((b"cookie", cookies.encode()))
     communicator = WebsocketCommunicator(application, path, headers=headers)
-    connected, code = await communicator.connect(timeout=5)
+    connected, code = await communicator.connect(timeout=WS_CONNECT_SECONDS)
     return communicator, connected, code
 
 

@@ -32,6 +32,7 @@ from crawls import schedules, services, webhooks
 from crawls.models import Channel, Crawl
 from proxies import services as proxy_services
 from proxies.models import Proxy
+from tests.support.clients import WS_CONNECT_SECONDS
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "secretpass"
@@ -354,7 +355,7 @@ async def ws_try(path: str, *, client: Client | None, origin: str | None) -> boo
         headers.append((b"cookie", cookie.encode()))
     communicator = WebsocketCommunicator(application, path, headers=headers)
     try:
-        connected, _ = await communicator.connect(timeout=5)
+        connected, _ = await communicator.connect(timeout=WS_CONNECT_SECONDS)
     finally:
         await communicator.disconnect()
     return connected

@@ -239,10 +239,15 @@ def refetched(crawl, site: SampleSite, server) -> int:
     return len(fetches) - len(expected) - moved - crawl.stats["retries"]
 
 
-def wait_for_progress(crawl, pages: int, fleet: WorkerFleet, timeout: float = 60):
+def wait_for_progress(crawl, pages: int, fleet: WorkerFleet, timeout: float = 120):
+    """Until the crawl has `pages` responses, replacing workers that died; the workers' own
+    start-up (Django, Redis) counts in the timeout."""
     frontier = Frontier(crawl.pk)
     deadline = time.monotonic() + timeout
     while frontier.stats()["responses"] < pages:
-        assert time.monotonic() < deadline, f"no progress: {frontier.stats()}"
+        assert time.monotonic() < deadline, (
+            f"crawl {crawl.pk} did not reach {pages} responses within {timeout:.0f} s: "
+            f"{frontier.stats()}"
+        )
         fleet.keep_alive()
         time.sleep(0.1)
