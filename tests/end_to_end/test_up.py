@@ -41,7 +41,7 @@ def alive(pid: int) -> bool:
 
 def get_json(url: str) -> tuple[int, dict]:
     try:
-        with urllib.request.urlopen(url, timeout=3) as response:
+        with urllib.request.urlopen(url, timeout=10) as response:
             return response.status, json.loads(response.read())
     except urllib.error.HTTPError as error:
         return error.code, json.loads(error.read())
@@ -63,12 +63,12 @@ def environment(pid: int) -> dict[str, str]:
 
 def log_in(base: str, username: str, password: str) -> requests.Session:
     session = requests.Session()
-    form = session.get(base + "/login/", timeout=5).text
+    form = session.get(base + "/login/", timeout=30).text
     token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', form).group(1)
     answer = session.post(
         base + "/login/",
         data={"username": username, "password": password, "csrfmiddlewaretoken": token},
-        timeout=5,
+        timeout=30,
     )
     assert answer.status_code == 200, answer.text
     assert answer.url == base + "/", f"{username!r} could not log in: ended at {answer.url}"
