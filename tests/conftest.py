@@ -1,41 +1,68 @@
-"""Fixtures shared by the whole suite: a private real Redis, local sites, named users."""
+"""Fixtures shared by the whole suite: a private real Redis, local sites, named users and their
+clients, real RQ workers; and the guard that no test leaves a process running.
+
+Folders have their own conftest.py for what only they use (tests/dashboard: the browser and a
+live dashboard server). Helpers that are not fixtures are in tests/support/.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 import socket
 from collections.abc import Callable, Iterator
 
 import pytest
 from asgiref.sync import sync_to_async
-from channels.layers import channel_layers
 from django.conf import settings
 from django.db import connections
 from django.test import Client
 
 from crawlhub import launcher
-from crawlhub.connections import get_redis, reset_pools
-from tests.sites import Handler, LocalSite
+from crawlhub.connections import get_redis
+from crawls.engine import slices
+from tests.support import processes
+from tests.support.clients import PASSWORD
+from tests.support.crawling import FAST_WORKERS, WorkerFleet, use_redis
+from tests.support.sites import Handler, LocalSite, RawServer, free_port
 
-PASSWORD = "correct horse battery staple"
+# Every process this test run starts carries MARKER=<TOKEN> <test id> in its environment (set
+# before each test, inherited by whatever it spawns): a process still carrying it after its
+# module, or at the end of the run, was left behind.
+TOKEN = f"{os.getpid()}-{secrets.token_hex(4)}"
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+def pytest_configure(config: pytest.Config) -> None:
+    os.environ[processes.MARKER] = f"{TOKEN} the start of the test run"
+    settings.PASSWORD_HASHERS = [
+        "tests.support.clients.QuickPBKDF2PasswordHasher",
+        *settings.PASSWORD_HASHERS,
+    ]
 
 
-def use_redis(url: str) -> None:
-    """Point crawlhub, RQ, Channels and child processes at the Redis at `url`."""
-    settings.REDIS_URL = url
-    for queue in settings.RQ_QUEUES.values():
-        queue["URL"] = url
-    settings.CHANNEL_LAYERS["default"]["CONFIG"]["hosts"] = launcher.channel_layer_hosts(url)
-    os.environ["REDIS_URL"] = url
-    reset_pools()
-    channel_layers.backends.clear()
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    os.environ[processes.MARKER] = f"{TOKEN} {item.nodeid}"
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """The last check, once every fixture is torn down (the session's Redis included)."""
+    left = processes.reap_leftovers(TOKEN)
+    if left:
+        session.config.stash[_LEFT_AT_THE_END] = left
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
+    left = config.stash.get(_LEFT_AT_THE_END, [])
+    if left:
+        terminalreporter.section("processes left running", red=True)
+        for leftover in left:
+            terminalreporter.line(f"killed {leftover}", red=True)
+
+
+_LEFT_AT_THE_END = pytest.StashKey[list]()
 
 
 @pytest.fixture(scope="session")
@@ -51,10 +78,33 @@ def django_db_setup(django_db_setup):
 def redis_server(tmp_path_factory) -> Iterator[launcher.EmbeddedRedis]:
     """One embedded Redis for the test session, on a free loopback port."""
     server = launcher.EmbeddedRedis(tmp_path_factory.mktemp("redis"), port=free_port())
-    server.start()
-    use_redis(server.url)
-    yield server
-    server.stop()
+    try:
+        server.start(timeout=60)
+        use_redis(server.url)
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def no_process_left_behind(redis_server) -> Iterator[None]:
+    """After each module: any process a test of it started and nobody stopped (a worker's work
+    horse, a child of `up`, a browser...) fails the module's last test, and is killed before it
+    can disturb the next module."""
+    yield
+    session_redis = {redis_server.process.pid} if redis_server.process else set()
+    left = processes.reap_leftovers(TOKEN, exclude=session_redis)
+    if left:
+        pytest.fail("processes left running, now killed:\n" + "\n".join(map(str, left)))
+
+
+@pytest.fixture(autouse=True)
+def stop_what_the_test_started() -> Iterator[None]:
+    """Processes spawned during a test (tests.support.processes.spawn) are stopped when it ends,
+    whatever happened to the test or to the fixture that started them."""
+    bookmark = processes.started()
+    yield
+    processes.stop_started_since(bookmark)
 
 
 @pytest.fixture(autouse=True)
@@ -64,6 +114,9 @@ def redis(redis_server):
     client.flushall()
     yield client
     client.flushall()
+
+
+# -- sites -----------------------------------------------------------------------------------
 
 
 @pytest.fixture
@@ -79,6 +132,24 @@ def make_site() -> Iterator[Callable[[Handler], LocalSite]]:
     yield make
     for site in sites:
         site.stop()
+
+
+@pytest.fixture
+def raw_server() -> Iterator[Callable[..., RawServer]]:
+    """Start servers that misbehave at the socket level: raw_server(play, lifetime=10)."""
+    servers: list[RawServer] = []
+
+    def make(play: Callable[[socket.socket, RawServer], None], lifetime: float = 10) -> RawServer:
+        server = RawServer(play, lifetime=lifetime).__enter__()
+        servers.append(server)
+        return server
+
+    yield make
+    for server in servers:
+        server.__exit__()
+
+
+# -- named users and their clients -------------------------------------------------------------
 
 
 @pytest.fixture
@@ -104,7 +175,34 @@ def user_client(user):
 
 
 @pytest.fixture
+def other_client(other_user):
+    client = Client()
+    client.force_login(other_user)
+    return client
+
+
+@pytest.fixture
 def staff_client(staff):
     client = Client()
     client.force_login(staff)
     return client
+
+
+# -- crawling ----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def quick_slices(monkeypatch):
+    """In-process slices hand over after 0.3 s without work (drive() runs the next one anyway)."""
+    monkeypatch.setattr(slices, "IDLE_EXIT_SECONDS", 0.3)
+
+
+@pytest.fixture
+def fleet() -> Iterator[WorkerFleet]:
+    """Real RQ worker processes with short leases and slices (FAST_WORKERS), stopped after the
+    test, even when it fails: fleet.start_worker(), fleet.start_cron(), fleet.kill9(proc)."""
+    fleet = WorkerFleet(env=FAST_WORKERS)
+    try:
+        yield fleet
+    finally:
+        fleet.stop()

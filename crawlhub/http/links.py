@@ -127,8 +127,8 @@ class Resolver:
     links. The common shapes ("/path", "path", "?q", "//host/x", "https://...", "../path",
     "mailto:...") are joined with string operations here. Those with dot segments or a scheme
     give exactly what urljoin gives (compared on thousands of generated hrefs in
-    tests/test_links.py); the rare rest ("HTTP:", ";params", a base that is not plain) goes to
-    urljoin.
+    tests/http/test_link_extraction.py); the rare rest ("HTTP:", ";params", a base that is not
+    plain) goes to urljoin.
     """
 
     def __init__(self, base: str, encoding: str = "utf-8") -> None:

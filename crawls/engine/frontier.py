@@ -118,8 +118,13 @@ class Frontier:
         ]  # fmt: skip
         self._scripts = {name: self.redis.register_script(src) for name, src in _SOURCES.items()}
 
-    def _key(self, name: str) -> str:
+    def key(self, name: str) -> str:
+        """This crawl's Redis key `name`, as the module docstring lists them ("queue", "stats",
+        "seen:<bucket>"...); "*" or "seen:*" make a SCAN pattern. Whatever reads a crawl's keys
+        outside this module (the tests, a debugging session) takes their names from here."""
         return self.prefix + name
+
+    _key = key  # the name this module's own methods use
 
     def _run(self, script: str, args: list) -> object:
         return self._scripts[script](keys=self._keys, args=args)

@@ -4,7 +4,7 @@ host) and the compact JSON the frontier's Lua scripts read.
 Plain values with no Redis in them: crawls/engine/frontier.py stores them, the slice runner
 fetches them, the services add them. The fast paths here (canonical URLs found without w3lib,
 JSON built without json.dumps, hosts cached per origin) are checked against the slow ones by
-tests/test_canonical.py.
+tests/engine/test_canonical_urls.py.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ OUTCOME_KINDS = ("done", "retry", "failed")
 # IPv4 address, an optional port (1-65535, no leading zero), a path of characters it never escapes
 # or unescapes (no "%", ";", "+", "&", no "//" or dot segments, checked apart), and an optional
 # query of plain key=value pairs (checked apart to be in sorted order). Anything else goes
-# through canonicalize_url; tests/test_canonical.py checks the two agree on a large corpus.
+# through canonicalize_url; tests/engine/test_canonical_urls.py checks the two agree on a large corpus.
 _PLAIN_URL = re.compile(
     r"https?://(?:[a-z0-9]+(?:-+[a-z0-9]+)*)(?:\.[a-z0-9]+(?:-+[a-z0-9]+)*)*(?::([1-9][0-9]{0,4}))?"
     r"(/[A-Za-z0-9\-._~!$'()*,=:@/]*)"
@@ -116,7 +116,7 @@ class Request:
         for the Lua scripts, which neither hash nor parse URLs; default fields are left out."""
         # What json.dumps(separators=(",", ":")) gives for {"f", "h", "u", "d", "p", "a", "r"}
         # (in this order: the Lua scripts find "h" right after "f"), built directly: this runs
-        # once per link. tests/test_canonical.py checks it against json.dumps.
+        # once per link. tests/engine/test_canonical_urls.py checks it against json.dumps.
         return (
             f'{{"f":"{self.fp}","h":{_json_str(self.host)},"u":{_json_str(self.url)}'
             + json_tail(self.depth, self.priority, self.attempts, self.referrer)

@@ -1,0 +1,115 @@
+"""The dashboard live: headless Chromium (Debian's) driven by Playwright, against a real daphne
+with real RQ workers and the cron supervisor."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support import processes
+from tests.support.crawling import ROOT, WorkerFleet, database_url
+from tests.support.sites import free_port
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]  # fmt: skip
+ARTIFACTS = ROOT / "test-artifacts"
+FAST = {
+    "CRAWLHUB_LEASE_SECONDS": "5",
+    "CRAWLHUB_SLICE_SECONDS": "3",
+    "CRAWLHUB_SUPERVISOR_SECONDS": "1",
+}
+WIDE = {"width": 1280, "height": 900}
+# How long daphne and the workers may take to come up on a busy machine.
+START_SECONDS = 120
+
+
+def _browser_missing() -> str:
+    if not Path(CHROMIUM).exists() and not shutil.which("chromium"):
+        return f"Chromium is not installed ({CHROMIUM}); .ci/run installs it"
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return "Playwright for Python is not installed"
+    return ""
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator:
+    missing = _browser_missing()
+    if missing:
+        if os.environ.get("CRAWLHUB_REQUIRE_BROWSER") == "1":
+            pytest.fail(missing + " (CRAWLHUB_REQUIRE_BROWSER=1)")
+        pytest.skip(missing)
+    from playwright.sync_api import sync_playwright
+
+    # Playwright's sync API keeps an event loop on this thread for as long as it runs; the
+    # tests' own ORM calls (and the database flush after each) are still plain sync code.
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    try:
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            try:
+                yield browser
+            finally:
+                browser.close()
+    finally:
+        del os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"]
+
+
+@pytest.fixture
+def dashboard(redis_server, browser) -> Iterator[str]:
+    """daphne serving crawlhub on a free port, plus two RQ workers and the cron supervisor; the
+    base URL, once daphne answers and both workers have registered. Every process is registered
+    for stopping as it starts, and stopped even when the start-up fails."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    port = free_port()
+    env = {
+        **os.environ,
+        **FAST,
+        "DATABASE_URL": database_url(),
+        # redis-py 8's default 5 s read timeout races channels-redis' 5 s BZPOPMIN: see the report.
+        "REDIS_URL": redis_server.url,
+        "CRAWLHUB_DATA_DIR": os.environ.get("CRAWLHUB_DATA_DIR", str(ROOT / "var")),
+    }
+    fleet = WorkerFleet(env={k: env[k] for k in (*FAST, "REDIS_URL", "CRAWLHUB_DATA_DIR")})
+    log_path = ARTIFACTS / "daphne.log"
+    with open(log_path, "w") as log:
+        daphne = processes.spawn(
+            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+             "crawlhub.asgi:application"],
+            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        try:
+            fleet.start_worker()
+            fleet.start_worker()
+            fleet.start_cron()
+            base = f"http://127.0.0.1:{port}"
+            processes.wait_for_http(
+                base + "/healthz", what="daphne", proc=daphne, log=log_path, timeout=START_SECONDS
+            )
+            fleet.wait_until_registered(2, timeout=START_SECONDS)
+            yield base
+        finally:
+            fleet.stop()
+            processes.stop(daphne)
+
+
+@pytest.fixture
+def page(browser, dashboard) -> Iterator:
+    context = browser.new_context(viewport=WIDE)
+    try:
+        page = context.new_page()
+        page.set_default_timeout(30_000)  # a busy machine renders slowly
+        page.on("dialog", lambda dialog: dialog.accept())
+        yield page
+    finally:
+        context.close()

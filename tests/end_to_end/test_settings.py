@@ -1,0 +1,157 @@
+"""Settings come from the environment; a bad value stops start-up naming the variable."""
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.db import connection
+
+from tests.support import processes
+
+ROOT = Path(__file__).resolve().parents[2]
+SHOW = (
+    "import django, os; os.environ.setdefault('DJANGO_SETTINGS_MODULE', 'crawlhub.settings');"
+    "django.setup(); from django.conf import settings as s;"
+    "print(s.SECRET_KEY, s.DATABASES['default']['ENGINE'], s.REDIS_URL, s.DEBUG)"
+)
+
+
+def load_settings(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
+    clean = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL")}
+    clean.update({"CRAWLHUB_DATA_DIR": str(tmp_path / "data"), **env})
+    return subprocess.run(
+        [sys.executable, "-c", SHOW], cwd=ROOT, env=clean, capture_output=True, text=True
+    )
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "expected"),
+    [
+        ("DEBUG", "maybe", "DEBUG must be a boolean"),
+        ("REDIS_URL", "localhost:6379", "REDIS_URL must start with redis://"),
+        ("DATABASE_URL", "mysqlx://nowhere/db", "DATABASE_URL"),
+        ("SECRET_KEY", "short", "SECRET_KEY must be at least 32 characters"),
+        ("SECURE_HSTS_SECONDS", "a year", "SECURE_HSTS_SECONDS must be a whole number"),
+        ("LOG_LEVEL", "bogus", "LOG_LEVEL must be one of DEBUG, INFO, WARNING"),
+        ("TIME_ZONE", "Mars/Base", "TIME_ZONE must be an IANA time zone name"),
+        ("TIME_ZONE", "../etc/passwd", "TIME_ZONE must be an IANA time zone name"),
+        ("ALLOWED_HOSTS", "", "ALLOWED_HOSTS must name at least one host"),
+        ("ALLOWED_HOSTS", " , ", "ALLOWED_HOSTS must name at least one host"),
+        ("ALLOWED_HOSTS", "https://crawl.example.com", "ALLOWED_HOSTS must be host names"),
+        ("ALLOWED_HOSTS", "localhost:8000", "ALLOWED_HOSTS must be host names"),
+    ],
+)
+def test_bad_value_stops_startup_naming_the_variable(tmp_path, variable, value, expected):
+    result = load_settings(tmp_path, **{variable: value})
+    assert result.returncode != 0
+    assert "ImproperlyConfigured" in result.stderr
+    assert expected in result.stderr
+
+
+def test_data_dir_that_is_a_file_is_refused(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    result = load_settings(tmp_path, CRAWLHUB_DATA_DIR=str(blocker))
+    assert result.returncode != 0
+    assert "CRAWLHUB_DATA_DIR must be a directory" in result.stderr
+
+
+def test_defaults_are_sqlite_and_the_embedded_redis(tmp_path):
+    result = load_settings(tmp_path)
+    assert result.returncode == 0, result.stderr
+    _, engine, redis_url, debug = result.stdout.split()
+    assert engine == "django.db.backends.sqlite3"
+    assert redis_url == f"unix://{tmp_path / 'data' / 'redis' / 'redis.sock'}"
+    assert debug == "False"
+
+
+@pytest.mark.slow
+def test_secret_key_is_generated_once_and_kept_private(tmp_path):
+    first = load_settings(tmp_path).stdout.split()[0]
+    second = load_settings(tmp_path).stdout.split()[0]
+    assert len(first) >= 50
+    assert first == second
+    key_file = tmp_path / "data" / "secret_key"
+    assert key_file.stat().st_mode & 0o777 == 0o600
+
+
+def test_secret_key_from_the_environment_wins(tmp_path):
+    key = "k" * 40
+    assert load_settings(tmp_path, SECRET_KEY=key).stdout.split()[0] == key
+    assert not (tmp_path / "data" / "secret_key").exists()
+
+
+def test_good_values_are_accepted(tmp_path):
+    result = load_settings(
+        tmp_path,
+        LOG_LEVEL="debug",
+        TIME_ZONE="Europe/Paris",
+        ALLOWED_HOSTS="crawl.example.com, .example.org,[::1],*",
+    )
+    assert result.returncode == 0, result.stderr
+
+
+# Each process imports everything the settings need, spins until a shared moment (a sleep
+# would wake the processes too far apart), then reads the settings: the key is created by
+# several processes within microseconds of each other.
+RACE = (
+    "import sys, time; import dj_database_url, django.conf, crawlhub.launcher\n"
+    "start = float(sys.argv[1])\n"
+    "while time.time() < start: pass\n"
+    "from crawlhub import settings; print(settings.SECRET_KEY)"
+)
+
+
+@pytest.mark.slow
+def test_processes_starting_at_once_share_one_secret_key(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "SECRET_KEY")}
+    for attempt in range(1, 4):  # a race: a few rounds make a lost one likely to show
+        data = tmp_path / f"data{attempt}"
+        env["CRAWLHUB_DATA_DIR"] = str(data)
+        start = time.time() + 1.5
+        procs = [
+            processes.spawn(
+                [sys.executable, "-c", RACE, str(start)],
+                cwd=ROOT,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(8)
+        ]
+        results = [proc.communicate(timeout=60) for proc in procs]
+        for proc, (_, err) in zip(procs, results, strict=True):
+            assert proc.returncode == 0, f"round {attempt}: {err}"
+        keys = {out.strip() for out, _ in results}
+        assert len(keys) == 1, f"round {attempt}: the processes got different keys: {keys}"
+        assert len(keys.pop()) >= 50
+        assert (data / "secret_key").stat().st_mode & 0o777 == 0o600
+        assert [p.name for p in data.iterdir() if p.name.startswith(".secret_key")] == []
+
+
+def test_an_empty_secret_key_file_is_refused_not_used(tmp_path):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "secret_key").write_text("")
+    result = load_settings(tmp_path)
+    assert result.returncode != 0
+    assert "ImproperlyConfigured" in result.stderr
+    assert "secret_key holds no usable SECRET_KEY" in result.stderr
+
+
+@pytest.mark.django_db
+def test_sqlite_runs_in_wal_mode_with_the_busy_timeout():
+    if connection.vendor != "sqlite":
+        pytest.skip("WAL and the busy timeout are SQLite's; DATABASE_URL names another database")
+    with connection.cursor() as cursor:
+        cursor.execute("PRAGMA journal_mode")
+        (journal_mode,) = cursor.fetchone()
+        cursor.execute("PRAGMA busy_timeout")
+        (busy_timeout_ms,) = cursor.fetchone()
+    assert journal_mode == "wal"
+    assert busy_timeout_ms == settings.DATABASES["default"]["OPTIONS"]["timeout"] * 1000
+    assert busy_timeout_ms >= 10_000  # several worker processes write at once

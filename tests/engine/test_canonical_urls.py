@@ -1,0 +1,201 @@
+"""The fast paths of the frontier and the scope give exactly what the slow ones give.
+
+canonicalize() skips w3lib for URLs it can tell are canonical already; Request.to_json and the
+link JSON of complete() are built without json.dumps; hosts are cached per scheme://netloc. Each
+is checked here against the plain computation on a large generated corpus.
+"""
+
+import json
+import random
+from urllib.parse import urlsplit
+
+import pytest
+from w3lib.url import canonicalize_url
+
+from crawlhub.sample_site import SampleSite
+from crawls.engine import frontier, scope
+from crawls.engine.frontier import _outcome_args
+from crawls.engine.request import Outcome, Request, _plain, _split_host, canonicalize, request_host
+from crawls.engine.scope import Scope
+
+HOSTS = [
+    "example.com", "a.b.c", "127.0.0.1", "127.1", "0x7f.1", "a---b", "xn--bcher-kva.example",
+    "EXAMPLE.com", "ex_ample.com", "[::1]", "[::0:1]", "bücher.example", "a..b", ".a", "a.",
+    "user@example.com", "u:p@example.com", "1.2.3.4.5", "999.1.1.1", "012.1.1.1", "-a.com", "",
+]  # fmt: skip
+PORTS = ["", ":80", ":443", ":8080", ":0", ":00", ":080", ":65535", ":65536", ":99999", ":", ":x"]
+PATH_CHARS = list("abcXYZ019-._~!$'()*,=:@/;+&%|[]{}\"<>^` \t\\#") + ["é", "%41", "%7e", "%2F"]
+SEGMENTS = ["", ".", "..", "p", "P", "a.b", "%2e", "%2E%2E", "~u", "x y", "a;b=c"]
+QUERY_CHARS = list("abcAB019-._~=&+;%/?:@ ") + ["%20", "%41", "é", "=="]
+
+
+def random_path(rng: random.Random) -> str:
+    if rng.random() < 0.5:
+        return "/" + "/".join(rng.choice(SEGMENTS) for _ in range(rng.randint(0, 4)))
+    return "/" + "".join(rng.choice(PATH_CHARS) for _ in range(rng.randint(0, 12)))
+
+
+def random_query(rng: random.Random) -> str:
+    roll = rng.random()
+    if roll < 0.3:
+        return ""
+    if roll < 0.7:  # key=value pairs, sorted or not, with repeats and blanks
+        pairs = [
+            (rng.choice("abAB_~"), rng.choice(["", "1", "0", "x", "1.5", "~", "-"]))
+            for _ in range(rng.randint(1, 4))
+        ]
+        if rng.random() < 0.5:
+            pairs.sort()
+        return "?" + "&".join(f"{k}={v}" if rng.random() < 0.9 else k for k, v in pairs)
+    return "?" + "".join(rng.choice(QUERY_CHARS) for _ in range(rng.randint(0, 10)))
+
+
+def random_url(rng: random.Random) -> str:
+    scheme = rng.choice(["http", "https", "http", "https", "HTTP", "ftp", "Https"])
+    url = f"{scheme}://{rng.choice(HOSTS)}{rng.choice(PORTS)}"
+    if rng.random() < 0.95:
+        url += random_path(rng)
+    url += random_query(rng)
+    if rng.random() < 0.2:
+        url += "#" + rng.choice(["", "x", "a b", "#", "é"])
+    return url
+
+
+def corpus() -> list[str]:
+    rng = random.Random(20240601)
+    urls = [random_url(rng) for _ in range(60_000)]
+    # What crawls produce: the sample site's links in all their equivalent forms.
+    from crawlhub.http import links
+
+    site = SampleSite(pages=400, seed=3)
+    origin = "http://127.0.0.1:8123"
+    for n in range(site.pages):
+        path = site.path_for(n)
+        _, found = links.extract(site.render(path, origin=origin)[2], origin + path, "text/html")
+        urls += found
+    return urls
+
+
+CORPUS = corpus()
+
+
+def outcome(url):
+    try:
+        return "ok", canonicalize_url(url, keep_fragments=False)
+    except Exception as exc:  # noqa: BLE001 - both must fail the same way
+        return "error", type(exc)
+
+
+@pytest.mark.slow
+def test_canonicalize_equals_w3lib_on_a_large_corpus():
+    plain = 0
+    for url in CORPUS:
+        try:
+            ours = "ok", canonicalize(url)
+        except Exception as exc:  # noqa: BLE001
+            ours = "error", type(exc)
+        assert ours == outcome(url), url
+        plain += _plain(url.partition("#")[0])
+    # The fast path is actually taken, and not for everything.
+    assert 0.1 * len(CORPUS) < plain < 0.9 * len(CORPUS)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://a/p?b=1&a=2",
+        "http://A/",
+        "http://a",
+        "http://a/?",
+        "http://a/p?a",
+        "http://a/..",
+        "http://a/p/./q",
+        "http://a//b",
+        "http://a:99999/",
+        "http://xn--a/",
+        "http://a/%7e",
+        "http://a/p?a=1&a=0",
+        "http://a/p?a=b=c",
+        "HTTP://a/",
+        "http://a/b;c",
+        "http://a/b+c",
+    ],  # fmt: skip
+)
+def test_urls_w3lib_would_change_are_not_taken_as_canonical(url):
+    assert not _plain(url)
+
+
+def test_hosts_cached_per_origin_equal_urlsplit():
+    for url in CORPUS + ["http:\t//a/b://c/d", "http://a\n/b", " http://a/", "http://a?b/c"]:
+        try:
+            expected = "ok", _split_host(url)
+        except ValueError:
+            expected = "error", None
+        try:
+            got = "ok", request_host(url)
+        except ValueError:
+            got = "error", None
+        assert got == expected, url
+        assert scope._url_host(url) == scope._split_url_host(url), url
+
+
+def test_scope_allows_is_unchanged_by_the_host_cache():
+    allowed = Scope(seeds=["http://example.com/"], allowed_domains=[], include=[], exclude=[])
+    for url in CORPUS:
+        host = scope._split_url_host(url)
+        assert allowed.allows(url) == bool(host and allowed._allows_ascii_host(host)), url
+
+
+def reference_json(request: Request) -> str:
+    data = {"f": str(request.fp), "h": request.host, "u": request.url, "d": request.depth}
+    if request.priority:
+        data["p"] = request.priority
+    if request.attempts:
+        data["a"] = request.attempts
+    if request.referrer:
+        data["r"] = request.referrer
+    return json.dumps(data, separators=(",", ":"))
+
+
+def valid(url: str) -> bool:
+    try:
+        urlsplit(url).port  # noqa: B018
+    except ValueError:
+        return False
+    return True
+
+
+def test_request_json_equals_json_dumps():
+    rng = random.Random(5)
+    urls = [url for url in CORPUS if valid(url)]
+    for url in urls[:20_000]:
+        request = Request(
+            url=url,
+            depth=rng.choice([0, 1, 7, 4095]),
+            referrer=rng.choice(["", 'http://r.example/é"\\\n', url]),
+            attempts=rng.choice([0, 0, 2]),
+            priority=rng.choice([0, 0, 3, -5]),
+        )
+        raw = request.to_json()
+        assert raw == reference_json(request)
+        assert Request.from_json(raw) == request
+
+
+def test_link_arguments_equal_those_of_link_requests():
+    urls = [url for url in CORPUS if valid(url)]
+    for n in range(0, 4000, 40):
+        parent = Request(url=urls[n], depth=n % 5, priority=(n % 3) - 1, attempts=n % 2)
+        links = urls[n + 1 : n + 41]
+        args = _outcome_args(Outcome(request=parent, kind="done", status=200, links=links))
+        expected = []
+        for url in links:
+            link = Request(url, parent.depth + 1, referrer=parent.url, priority=parent.priority)
+            expected += [frontier._bucket(link.fp), link.fp, reference_json(link)]
+        assert args[9:] == expected
+        assert args[8] == len(links)
+
+
+def test_bucket_names_are_the_top_bits_in_hex():
+    for fp in [0, 1, -1, 2**63 - 1, -(2**63), 0x123 << 52, -(0x123 << 52)]:
+        expected = format((fp >> 52) & 0xFFF, "03x")
+        assert frontier._bucket(fp) == expected

@@ -1,0 +1,154 @@
+"""Creating crawls: every bad input named by field; seeds into the frontier; the admin. (Which
+actions each state allows: test_pause_resume.py.)"""
+
+import pytest
+from django.core.exceptions import ValidationError
+
+from crawls import services
+from crawls.engine.frontier import Frontier
+from crawls.models import Channel, CrawlEvent, CrawlState
+
+pytestmark = pytest.mark.django_db
+
+
+def create(user, **kwargs):
+    kwargs.setdefault("name", "docs")
+    kwargs.setdefault("seeds", ["http://127.0.0.1:9/"])
+    return services.crawl_create(user=user, **kwargs)
+
+
+def errors_of(user, **kwargs) -> dict:
+    with pytest.raises(ValidationError) as caught:
+        create(user, **kwargs)
+    return caught.value.message_dict
+
+
+def test_a_crawl_is_created_in_draft_in_the_default_channel(user):
+    crawl = create(user, seeds="http://127.0.0.1:9/a\n\nhttp://127.0.0.1:9/a\nhttps://x.test/")
+    assert crawl.state == CrawlState.DRAFT
+    assert crawl.channel == Channel.default()
+    assert crawl.seeds == ["http://127.0.0.1:9/a", "https://x.test/"]
+    assert list(crawl.events.values_list("kind", "user")) == [("created", user.pk)]
+
+
+@pytest.mark.parametrize(
+    "seed", ["ftp://example.com/", "example.com", "javascript:alert(1)", "http://", "mailto:a@b.c"]
+)
+def test_a_seed_that_is_not_an_http_url_is_rejected_naming_the_field(user, seed):
+    errors = errors_of(user, seeds=["http://ok.test/", seed])
+    assert "seeds" in errors
+    assert "line 2" in errors["seeds"][0]
+
+
+def test_no_seed_at_all_is_rejected(user):
+    assert errors_of(user, seeds="  \n ")["seeds"] == ["Give at least one http(s) URL."]
+
+
+def test_an_invalid_regex_is_rejected_naming_the_field_and_line(user):
+    errors = errors_of(user, include_patterns=["/docs/", "a(b"], exclude_patterns="[z")
+    assert "a(b" in errors["include_patterns"][0]
+    assert "line 2" in errors["include_patterns"][0]
+    assert "[z" in errors["exclude_patterns"][0]
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("max_pages", -1), ("max_pages", 0), ("max_depth", -2), ("threads", 0), ("timeout", -1.0),
+     ("max_retries", 99), ("priority", 1000), ("host_delay", -0.5)],
+)  # fmt: skip
+def test_a_bad_limit_is_rejected_naming_the_field(user, field, value):
+    assert field in errors_of(user, **{field: value})
+
+
+def test_every_bad_field_is_reported_at_once(user):
+    errors = errors_of(user, name="", seeds=["nope"], max_pages=0, include_patterns=["("])
+    assert {"name", "seeds", "max_pages", "include_patterns"} <= set(errors)
+
+
+def test_a_domain_with_a_scheme_is_rejected(user):
+    assert "allowed_domains" in errors_of(user, allowed_domains=["https://example.com"])
+
+
+def test_start_puts_the_seeds_in_the_frontier(user):
+    crawl = create(user, seeds=["http://127.0.0.1:9/", "http://127.0.0.1:9/#x"])
+    services.crawl_start(crawl=crawl, user=user)
+    stats = services.crawl_stats(crawl)
+    assert stats["requests"] == 1  # one URL after canonicalization
+    assert stats["queued"] == 1
+
+
+def test_seeds_added_to_a_running_crawl_are_deduplicated(user):
+    crawl = create(user)
+    services.crawl_start(crawl=crawl, user=user)
+    added, seen = services.crawl_add_seeds(
+        crawl=crawl, user=user, urls=["http://127.0.0.1:9/", "http://127.0.0.1:9/new"]
+    )
+    assert (added, seen) == (1, 1)
+    assert crawl.seeds == ["http://127.0.0.1:9/", "http://127.0.0.1:9/new"]
+    assert crawl.events.filter(kind=CrawlEvent.Kind.SEEDS_ADDED).count() == 1
+
+
+def test_bad_seeds_added_later_are_rejected(user):
+    crawl = create(user)
+    with pytest.raises(ValidationError) as caught:
+        services.crawl_add_seeds(crawl=crawl, user=user, urls=["not a url"])
+    assert "seeds" in caught.value.message_dict
+
+
+def test_the_default_channel_exists_after_migrations():
+    assert Channel.objects.filter(slug="default").exists()
+
+
+def test_the_admin_creates_and_starts_crawls_through_the_services(staff_client, django_user_model):
+    from crawls.models import Crawl
+
+    staff = django_user_model.objects.get(username="sam")
+    staff.is_superuser = True
+    staff.save()
+    response = staff_client.post(
+        "/admin/crawls/crawl/add/",
+        {
+            "name": "from admin", "channel": Channel.default().pk,
+            "seeds": '["http://127.0.0.1:9/"]', "allowed_domains": "[]",
+            "include_patterns": '["("]', "exclude_patterns": "[]", "max_depth": 2,
+            "max_pages": 10, "priority": 0, "threads": 2, "slices": 1, "timeout": 5,
+            "max_bytes": 100000, "max_retries": 1, "user_agent_mode": "", "user_agent": "",
+            "events-TOTAL_FORMS": 0, "events-INITIAL_FORMS": 0,
+        },
+    )  # fmt: skip
+    assert response.status_code == 200  # the bad regex is refused
+    assert not Crawl.objects.exists()
+    assert "not a valid regular expression" in response.content.decode()
+    data = {**response.wsgi_request.POST.dict(), "include_patterns": '["/docs/"]'}
+    created = staff_client.post("/admin/crawls/crawl/add/", data)
+    assert created.status_code == 302
+    crawl = Crawl.objects.get()
+    assert crawl.created_by == staff
+    assert list(crawl.events.values_list("kind", flat=True)) == ["created"]
+
+
+def test_deleting_a_crawl_in_the_admin_removes_its_redis_keys(
+    staff_client, django_user_model, redis
+):
+    staff = django_user_model.objects.get(username="sam")
+    staff.is_superuser = True
+    staff.save()
+    crawl = create(staff)
+    services.crawl_start(crawl=crawl, user=staff)
+    services.crawl_cancel(crawl=crawl, user=staff)
+    assert redis.keys(Frontier(crawl.pk).key("*"))
+    response = staff_client.post(f"/admin/crawls/crawl/{crawl.pk}/delete/", {"post": "yes"})
+    assert response.status_code == 302
+    assert not type(crawl).objects.filter(pk=crawl.pk).exists()
+    assert redis.keys(Frontier(crawl.pk).key("*")) == []
+
+
+def test_a_running_crawl_is_not_deleted_from_the_admin(staff_client, django_user_model, redis):
+    staff = django_user_model.objects.get(username="sam")
+    staff.is_superuser = True
+    staff.save()
+    crawl = create(staff)
+    services.crawl_start(crawl=crawl, user=staff)
+    staff_client.post(f"/admin/crawls/crawl/{crawl.pk}/delete/", {"post": "yes"})
+    assert type(crawl).objects.filter(pk=crawl.pk).exists()
+    assert redis.keys(Frontier(crawl.pk).key("*"))

@@ -1,0 +1,127 @@
+"""BulkInsert writes the same rows bulk_create would, and skips conflicting ones; a slice's
+page and failure rows say what was fetched."""
+
+import hashlib
+import threading
+
+import pytest
+from django.utils import timezone
+
+from crawlhub.http.client import Fetcher
+from crawls import services
+from crawls.engine.request import Request
+from crawls.engine.rows import PAGE_ROWS, BulkInsert, failure_row, page_row
+from crawls.models import FailedRequest, Page
+from tests.support.sites import Response
+
+pytestmark = pytest.mark.django_db
+
+FIELDS = [f.name for f in Page._meta.concrete_fields if not f.primary_key]
+
+
+def page(crawl, n: int, **values) -> Page:
+    return Page(
+        crawl=crawl, url=f"http://a.test/{n}", url_hash=f"{n:040d}", fetched_at=timezone.now(),
+        **values,
+    )  # fmt: skip
+
+
+@pytest.fixture
+def crawl(user):
+    return services.crawl_create(user=user, name="rows", seeds=["http://a.test/"])
+
+
+def test_rows_read_back_like_bulk_create_rows(crawl):
+    full = dict(
+        final_url="http://a.test/é?q=1", status=200, content_type="text/html; charset=utf-8",
+        bytes=1234, elapsed_ms=56, depth=3, referrer="http://a.test/", title="Título ✓",
+        error="", redirects=["http://a.test/x", "http://a.test/é"], truncated=True,
+        body=b"\x00\xffbinary",
+    )  # fmt: skip
+    empty = dict(status=None, error="timeout after 3 s", body=None)
+    Page.objects.bulk_create([page(crawl, 1, **full), page(crawl, 2, **empty)])
+    rows = BulkInsert(Page)
+    # Rows made on other threads, as a slice's fetch threads make them.
+    made = []
+    threads = [
+        threading.Thread(target=lambda n=n, v=v: made.append(rows.row(page(crawl, n, **v))))
+        for n, v in ((11, full), (12, empty))
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    rows.write(made)
+
+    def stored(n: int) -> dict:
+        values = Page.objects.filter(url_hash=f"{n:040d}").values(*FIELDS).get()
+        values["body"] = None if values["body"] is None else bytes(values["body"])
+        return {k: v for k, v in values.items() if k not in ("url", "url_hash", "fetched_at")}
+
+    assert stored(11) == stored(1)
+    assert stored(12) == stored(2)
+    assert stored(11)["redirects"] == full["redirects"]
+    assert abs(Page.objects.get(url_hash=f"{11:040d}").fetched_at - timezone.now()).seconds < 60
+
+
+def test_conflicting_rows_are_skipped_and_the_rest_written(crawl):
+    rows = BulkInsert(Page)
+    rows.write([rows.row(page(crawl, 1, title="first"))])
+    rows.write([rows.row(page(crawl, 1, title="again")), rows.row(page(crawl, 2))])
+    assert dict(Page.objects.values_list("url_hash", "title")) == {
+        f"{1:040d}": "first",
+        f"{2:040d}": "",
+    }
+
+
+def test_no_rows_is_no_statement(crawl, django_assert_num_queries):
+    with django_assert_num_queries(0):
+        BulkInsert(Page).write([])
+
+
+# -- what a slice writes ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def fetcher():
+    f = Fetcher(timeout=0.5, max_bytes=1024 * 1024, user_agent_mode="fixed")
+    yield f
+    f.close()
+
+
+def test_a_page_row_holds_what_was_fetched_and_the_body_only_when_kept(crawl, make_site, fetcher):
+    title = "T" * 600
+    html = f"<html><title>{title}</title><a href='/next'>next</a></html>"
+    site = make_site(lambda r: Response(body=html))
+    request = Request(site.url + "/é?q=1", depth=2, referrer=site.url + "/")
+    fetch = fetcher.fetch(request.url)
+    now = timezone.now()
+    PAGE_ROWS.write([page_row(crawl, request, now, fetch=fetch)])
+    page = Page.objects.get(crawl=crawl)
+    assert (page.url, page.depth, page.referrer) == (request.url, 2, site.url + "/")
+    assert page.url_hash == hashlib.sha1(request.url.encode()).hexdigest()
+    assert (page.status, page.bytes, page.final_url) == (200, len(html), fetch.final_url)
+    assert page.title == "T" * 500
+    assert page.fetched_at == now and page.error == "" and page.body is None
+    crawl.keep_bodies = True
+    page.delete()
+    PAGE_ROWS.write([page_row(crawl, request, now, fetch=fetch)])
+    assert bytes(Page.objects.get(crawl=crawl).body) == html.encode()
+
+
+def test_a_page_not_fetched_says_why(crawl):
+    request = Request("http://a.test/private", depth=1)
+    PAGE_ROWS.write([page_row(crawl, request, timezone.now(), error="blocked by robots.txt")])
+    page = Page.objects.get(crawl=crawl)
+    assert (page.url, page.status, page.error) == (request.url, None, "blocked by robots.txt")
+
+
+def test_a_failure_row_counts_the_last_attempt_and_names_the_status(crawl, make_site, fetcher):
+    site = make_site(lambda r: Response(status=503))
+    request = Request(site.url + "/busy", depth=1, referrer=site.url + "/", attempts=2)
+    failure = failure_row(crawl, request, fetcher.fetch(request.url), timezone.now())
+    failure.save()
+    stored = FailedRequest.objects.get(crawl=crawl)
+    assert (stored.url, stored.depth, stored.referrer) == (request.url, 1, site.url + "/")
+    assert (stored.attempts, stored.last_status, stored.last_error) == (3, 503, "HTTP 503")
+    assert stored.url_hash == hashlib.sha1(request.url.encode()).hexdigest()

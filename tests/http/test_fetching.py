@@ -1,0 +1,563 @@
+"""Fetching: User-Agents, redirects, statuses, limits in size and time, and every way a network
+or a server can fail. Real local servers only: LocalSite for well-behaved HTTP, RawServer (below)
+for servers that misbehave on purpose at the socket level (both in tests/support/sites.py).
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import os
+import random
+import socket
+import time
+import tracemalloc
+import zlib
+from collections.abc import Callable, Iterator
+from email.utils import formatdate
+
+import pytest
+
+from crawlhub.http.client import Fetcher, FetchResult
+from crawlhub.http.useragents import DEFAULT_USER_AGENT, USER_AGENTS, pick_user_agent
+from tests.support.sites import RawServer, Request, Response, pages_site, raw_head
+
+MB = 1024 * 1024
+
+
+@pytest.fixture
+def fetcher() -> Iterator[Fetcher]:
+    f = Fetcher(timeout=0.5, max_bytes=MB, user_agent_mode="random")
+    yield f
+    f.close()
+
+
+def closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def peak_memory(fn: Callable[[], FetchResult]) -> tuple[FetchResult, int]:
+    tracemalloc.start()
+    try:
+        result = fn()
+        return result, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+# -- User-Agents ---------------------------------------------------------------------------
+
+
+def test_user_agent_pool_is_realistic_and_distinct():
+    assert 25 <= len(USER_AGENTS) == len(set(USER_AGENTS))
+    assert all(ua.startswith("Mozilla/5.0 (") for ua in USER_AGENTS)
+    assert any("Mobile" in ua for ua in USER_AGENTS) and any("Windows" in ua for ua in USER_AGENTS)
+
+
+def test_pick_user_agent_modes():
+    assert pick_user_agent("fixed", "MyBot/2.0 ") == "MyBot/2.0"
+    assert pick_user_agent("fixed") == DEFAULT_USER_AGENT == "crawlhub/0.1 (+self-hosted crawler)"
+    assert pick_user_agent("random") in USER_AGENTS
+    with pytest.raises(ValueError, match="user_agent_mode: 'sometimes'"):
+        pick_user_agent("sometimes")
+
+
+def test_random_user_agent_varies_per_request_and_comes_from_the_pool(make_site, fetcher):
+    site = make_site(pages_site({"/": "<p>hi</p>"}))
+    for _ in range(20):
+        assert fetcher.fetch(site.url + "/").status == 200
+    seen = [r.headers["User-Agent"] for r in site.log]
+    assert set(seen) <= set(USER_AGENTS)
+    assert len(set(seen)) >= 3
+
+
+def test_fixed_user_agent_is_sent_with_accept_headers(make_site):
+    site = make_site(pages_site({"/": "<p>hi</p>"}))
+    with Fetcher(timeout=0.5, max_bytes=MB, user_agent_mode="fixed", user_agent="Bot/1") as f:
+        f.fetch(site.url + "/")
+    with Fetcher(timeout=0.5, max_bytes=MB, user_agent_mode="fixed") as f:
+        f.fetch(site.url + "/")
+    first, second = site.log
+    assert first.headers["User-Agent"] == "Bot/1"
+    assert second.headers["User-Agent"] == DEFAULT_USER_AGENT
+    assert first.headers["Accept-Encoding"] == "gzip, deflate"
+    assert first.headers["Accept"].startswith("text/html")
+
+
+def test_bad_settings_fail_when_the_fetcher_is_made():
+    with pytest.raises(ValueError, match="user_agent_mode"):
+        Fetcher(timeout=1, max_bytes=MB, user_agent_mode="rotating")
+    with pytest.raises(ValueError, match="single line"):
+        Fetcher(timeout=1, max_bytes=MB, user_agent_mode="fixed", user_agent="a\r\nX-Evil: 1")
+
+
+# -- pages, statuses, redirects --------------------------------------------------------------
+
+
+def test_html_page_gives_title_links_and_timing(make_site, fetcher):
+    site = make_site(pages_site({"/": "<title> Home </title><a href='/a#x'>a</a><a href='b'>"}))
+    result = fetcher.fetch(site.url + "/")
+    assert (result.status, result.error, result.error_kind) == (200, "", "")
+    assert result.title == "Home"
+    assert result.links == [site.url + "/a", site.url + "/b"]
+    assert result.content_type == "text/html; charset=utf-8"
+    assert result.nbytes == len(result.body) > 0
+    assert result.final_url == result.url == site.url + "/"
+    assert result.redirects == [] and not result.truncated and result.elapsed_ms >= 0
+
+
+def test_connections_are_pooled_across_fetches(make_site, fetcher):
+    site = make_site(pages_site({"/a": "a", "/b": "b"}))
+    fetcher.fetch(site.url + "/a")
+    fetcher.fetch(site.url + "/b")
+    assert site.log[0].client == site.log[1].client  # same client port: one kept-alive socket
+
+
+def test_redirects_are_followed_and_each_hop_recorded(make_site, fetcher):
+    site = make_site(
+        pages_site(
+            {
+                "/old": Response(status=301, headers={"Location": "/middle"}),
+                "/middle": Response(status=302, headers={"Location": "/sub/new?x=1#frag"}),
+                "/sub/new?x=1": Response(status=303, headers={"Location": "final"}),
+                "/sub/final": "<title>Final</title><a href='../up'>up</a>",
+            }
+        )
+    )
+    result = fetcher.fetch(site.url + "/old")
+    assert result.status == 200 and result.error == ""
+    assert result.redirects == [
+        site.url + "/middle",
+        site.url + "/sub/new?x=1",
+        site.url + "/sub/final",
+    ]
+    assert result.final_url == site.url + "/sub/final"
+    assert result.url == site.url + "/old"
+    assert result.links == [site.url + "/up"]  # resolved against the final URL
+    assert site.paths() == ["/old", "/middle", "/sub/new?x=1", "/sub/final"]
+
+
+def test_redirect_loop_is_capped_with_a_clear_error(make_site):
+    site = make_site(pages_site({"/loop": Response(status=302, headers={"Location": "/loop"})}))
+    with Fetcher(timeout=0.5, max_bytes=MB, max_redirects=3) as f:
+        result = f.fetch(site.url + "/loop")
+    assert result.error == "too many redirects (over 3)"
+    assert result.error_kind == "redirects" and not result.retryable
+    assert result.redirects == [site.url + "/loop"] * 3
+    assert len(site.log) == 4
+
+
+def test_endless_redirect_chain_on_a_raw_socket_stops_at_the_default_cap(raw_server, fetcher):
+    counter = iter(range(1000))
+
+    def play(conn: socket.socket, server: RawServer) -> None:
+        hop = f"/hop{next(counter)}"
+        conn.sendall(raw_head("302 Found", Location=hop, Content_Length="0", Connection="close"))
+
+    server = raw_server(play)
+    result = fetcher.fetch(server.url + "/")
+    assert result.error == "too many redirects (over 10)"
+    assert len(result.redirects) == 10 and len(server.heads) == 11
+
+
+def test_redirect_to_a_non_http_url_is_an_error(make_site, fetcher):
+    site = make_site(pages_site({"/": Response(status=302, headers={"Location": "ftp://x/f"})}))
+    result = fetcher.fetch(site.url + "/")
+    assert result.error == "redirect to a non-http URL: ftp://x/f"
+    assert result.error_kind == "redirects"
+    assert result.status == 302 and result.redirects == []
+
+
+@pytest.mark.parametrize(("status", "retryable"), [(404, False), (410, False), (500, True)])
+def test_error_statuses_are_kept_as_responses(make_site, fetcher, status, retryable):
+    site = make_site(lambda r: Response(status=status, body="<title>Oops</title>"))
+    result = fetcher.fetch(site.url + "/")
+    assert result.status == status and result.error == "" and result.error_kind == ""
+    assert result.retryable is retryable
+    assert result.title == "Oops"  # the caller decides whether links of error pages count
+
+
+@pytest.mark.parametrize(
+    ("header", "expected"),
+    [("120", 120.0), ("0", 0.0), ("3601", None), ("soon", None), ("-5", None), (None, None)],
+)
+def test_retry_after_in_seconds(make_site, fetcher, header, expected):
+    headers = {"Retry-After": header} if header is not None else {}
+    site = make_site(lambda r: Response(status=429, headers=headers))
+    result = fetcher.fetch(site.url + "/")
+    assert result.status == 429 and result.retryable
+    assert result.retry_after == expected
+
+
+def test_retry_after_as_http_date(make_site, fetcher):
+    when = formatdate(time.time() + 90, usegmt=True)
+    site = make_site(lambda r: Response(status=503, headers={"Retry-After": when}))
+    result = fetcher.fetch(site.url + "/")
+    assert 85 <= result.retry_after <= 91
+
+
+# -- size limits -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("framing", ["content-length", "until-close"])
+def test_huge_body_is_cut_at_max_bytes_quickly_with_bounded_memory(raw_server, framing):
+    fifty_mb = 50 * MB
+    chunk = b"x" * 65536
+
+    def play(conn: socket.socket, server: RawServer) -> None:
+        extra = {"Content_Length": str(fifty_mb)} if framing == "content-length" else {}
+        conn.sendall(raw_head(Content_Type="text/html", Connection="close", **extra))
+        for _ in range(fifty_mb // len(chunk)):
+            if not server.alive():
+                return
+            conn.sendall(chunk)
+
+    server = raw_server(play)
+    with Fetcher(timeout=1, max_bytes=MB) as f:
+        started = time.monotonic()
+        result, peak = peak_memory(lambda: f.fetch(server.url + "/"))
+    assert time.monotonic() - started < 1
+    assert result.status == 200 and result.truncated and result.error == ""
+    assert result.body == b"x" * MB
+    assert result.links == [] and result.title == ""  # a cut-off page is not parsed
+    assert peak < 6 * MB
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "deflate"])
+def test_compression_bomb_is_capped_on_decoded_bytes(make_site, encoding):
+    zeros = b"\0" * (10 * MB)
+    packed = gzip.compress(zeros, 9) if encoding == "gzip" else zlib.compress(zeros, 9)
+    assert len(packed) < 20_000
+    site = make_site(lambda r: Response(body=packed, headers={"Content-Encoding": encoding}))
+    with Fetcher(timeout=1, max_bytes=100_000) as f:
+        result, peak = peak_memory(lambda: f.fetch(site.url + "/"))
+    assert result.truncated and result.error == ""
+    assert result.body == b"\0" * 100_000
+    assert result.nbytes <= len(packed)  # wire bytes, not decoded ones
+    assert peak < 3 * MB
+
+
+def test_compressed_page_is_decoded_and_parsed(make_site, fetcher):
+    page = b"<title>Packed</title>" + b"<a href='/x'>x</a>" * 500
+    packed = gzip.compress(page)
+    site = make_site(lambda r: Response(body=packed, headers={"Content-Encoding": "gzip"}))
+    result = fetcher.fetch(site.url + "/")
+    assert result.body == page and result.nbytes == len(packed)
+    assert result.title == "Packed" and len(result.links) == 500
+
+
+def test_body_of_exactly_max_bytes_is_not_truncated(make_site):
+    site = make_site(lambda r: Response(body=b"a" * 1000, content_type="text/plain"))
+    with Fetcher(timeout=0.5, max_bytes=1000) as f:
+        result = f.fetch(site.url + "/")
+    assert not result.truncated and len(result.body) == 1000
+
+
+# -- time limits and broken servers ---------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_trickling_server_hits_the_fetch_deadline(raw_server):
+    def play(conn: socket.socket, server: RawServer) -> None:
+        conn.sendall(raw_head(Content_Type="text/html", Content_Length="100000"))
+        while server.alive():
+            conn.sendall(b"<")  # one byte every 0.1 s: the read timeout alone never fires
+            time.sleep(0.1)
+
+    server = raw_server(play)
+    with Fetcher(timeout=0.5, max_bytes=MB, total_timeout=1.0) as f:
+        started = time.monotonic()
+        result = f.fetch(server.url + "/")
+    assert 0.9 <= time.monotonic() - started < 1.5
+    assert result.error == "timeout after 1 s (whole fetch)"
+    assert result.error_kind == "timeout" and result.retryable
+    assert result.status == 200 and 0 < len(result.body) < 20
+
+
+def _trickle_head(conn: socket.socket, server: RawServer) -> None:
+    """A status line and then headers, one byte every 0.1 s, for as long as the test runs."""
+    head = raw_head(Content_Type="text/html") + b"".join(
+        f"X-Filler-{n}: {'y' * 60}\r\n".encode() for n in range(90)
+    )
+    for byte in head:
+        if not server.alive():
+            return
+        conn.sendall(bytes([byte]))
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize("via", ["direct", "proxy"])
+@pytest.mark.slow
+def test_a_server_trickling_its_headers_hits_the_fetch_deadline(raw_server, via):
+    # Each byte comes well inside the read timeout: only the whole-fetch deadline stops it.
+    server = raw_server(_trickle_head)
+    # Through a proxy, it is the proxy that trickles the head back.
+    proxy = server.url if via == "proxy" else None
+    url = server.url + "/" if via == "direct" else "http://example.invalid/"
+    with Fetcher(timeout=0.5, max_bytes=MB, total_timeout=1.0) as f:
+        started = time.monotonic()
+        result = f.fetch(url, proxy=proxy)
+        took = time.monotonic() - started
+        # The connection was dropped, not handed back to the pool half-read.
+        again = f.fetch(url, proxy=proxy)
+    assert 0.9 <= took < 1.6, took
+    assert (result.error, result.error_kind) == ("timeout after 1 s (whole fetch)", "timeout")
+    assert result.retryable and result.status is None
+    assert again.error == result.error
+    assert len(server.heads) == 2
+
+
+@pytest.mark.slow
+def test_the_header_deadline_holds_in_a_forked_worker(raw_server):
+    # RQ forks a work horse for each job: the watchdog thread of the parent is not there.
+    server = raw_server(_trickle_head)
+    with Fetcher(timeout=0.5, max_bytes=MB, total_timeout=1.0) as f:
+        assert f.fetch(server.url + "/").error == "timeout after 1 s (whole fetch)"
+    pid = os.fork()
+    if pid == 0:  # the child: exit 0 only if its own fetch was cut at the deadline
+        ok = False
+        try:
+            with Fetcher(timeout=0.5, max_bytes=MB, total_timeout=1.0) as f:
+                started = time.monotonic()
+                result = f.fetch(server.url + "/")
+                ok = result.error_kind == "timeout" and time.monotonic() - started < 1.6
+        finally:
+            os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_silent_server_times_out(raw_server, fetcher):
+    def play(conn: socket.socket, server: RawServer) -> None:
+        while server.alive():
+            time.sleep(0.05)
+
+    server = raw_server(play)
+    started = time.monotonic()
+    result = fetcher.fetch(server.url + "/")
+    assert time.monotonic() - started < 1
+    assert result.error == "timeout after 0.5 s (waiting for the response)"
+    assert (result.status, result.error_kind, result.retryable) == (None, "timeout", True)
+
+
+def test_body_that_stalls_times_out_and_keeps_what_came(raw_server, fetcher):
+    def play(conn: socket.socket, server: RawServer) -> None:
+        conn.sendall(raw_head(Content_Type="text/html", Content_Length="1000") + b"<p>start")
+        while server.alive():
+            time.sleep(0.05)
+
+    server = raw_server(play)
+    result = fetcher.fetch(server.url + "/")
+    assert result.error == "timeout after 0.5 s (reading the body)"
+    assert result.status == 200 and result.body == b"<p>start" and result.links == []
+
+
+def test_body_shorter_than_content_length_is_an_incomplete_body(raw_server, fetcher):
+    page = b"<title>Cut</title><a href='/a'>a</a>"
+
+    def play(conn: socket.socket, server: RawServer) -> None:
+        conn.sendall(raw_head(Content_Type="text/html", Content_Length="5000") + page)
+
+    server = raw_server(play)
+    result = fetcher.fetch(server.url + "/")
+    assert (result.error, result.error_kind) == ("incomplete body", "connection")
+    assert result.status == 200 and result.body == page and result.retryable
+    assert result.links == [] and result.title == ""
+
+
+def test_server_hanging_up_without_a_response(raw_server, fetcher):
+    server = raw_server(lambda conn, server: None)
+    result = fetcher.fetch(server.url + "/")
+    assert result.status is None and result.error_kind == "connection" and result.retryable
+    assert "closed by the server" in result.error
+
+
+def test_garbage_instead_of_http_is_a_connection_error(raw_server, fetcher):
+    server = raw_server(lambda conn, server: conn.sendall(b"SSH-2.0-OpenSSH_9.6\r\n\r\n"))
+    result = fetcher.fetch(server.url + "/")
+    assert result.status is None and result.error_kind == "connection"
+
+
+def test_refused_port(fetcher):
+    result = fetcher.fetch(f"http://127.0.0.1:{closed_port()}/")
+    assert (result.status, result.error, result.error_kind) == (
+        None,
+        "connection refused",
+        "refused",
+    )
+    assert result.retryable
+
+
+def test_dns_failure(fetcher):
+    result = fetcher.fetch("http://nosuch.invalid/page")
+    assert result.error == "DNS lookup failed for nosuch.invalid"
+    assert result.error_kind == "dns" and not result.retryable
+
+
+@pytest.mark.parametrize("url", ["ftp://example.com/", "/relative", "http://", "http://[::1/x", ""])
+def test_invalid_url_is_reported_not_raised(fetcher, url):
+    result = fetcher.fetch(url)
+    assert result.error_kind == "invalid" and result.status is None
+    assert result.error.startswith("not an http(s) URL")
+
+
+# -- content ---------------------------------------------------------------------------------
+
+
+def test_non_html_is_not_parsed(make_site, fetcher):
+    body = '{"html": "<title>No</title><a href=\'/x\'>x</a>"}'
+    site = make_site(lambda r: Response(body=body, content_type="application/json"))
+    result = fetcher.fetch(site.url + "/")
+    assert result.status == 200 and result.body == body.encode()
+    assert result.title == "" and result.links == []
+
+
+def test_binary_content_never_crashes(make_site, fetcher):
+    noise = random.Random(7).randbytes(200_000)
+    site = make_site(
+        lambda r: Response(body=noise, content_type="text/html" if r.path == "/h" else "image/png")
+    )
+    for path in ("/h", "/p"):
+        result = fetcher.fetch(site.url + path)
+        assert result.status == 200 and result.body == noise and result.error == ""
+
+
+def test_windows_1251_page_with_meta_charset(make_site, fetcher):
+    page = '<meta charset="windows-1251"><title>Новости дня</title><a href="/статья">a</a>'
+    site = make_site(lambda r: Response(body=page.encode("cp1251"), content_type="text/html"))
+    result = fetcher.fetch(site.url + "/")
+    assert result.title == "Новости дня"
+    assert result.links == [site.url + "/%D1%81%D1%82%D0%B0%D1%82%D1%8C%D1%8F"]
+
+
+def test_shift_jis_page_with_charset_header(make_site, fetcher):
+    page = "<title>東京の天気</title>".encode("shift_jis")
+    site = make_site(lambda r: Response(body=page, content_type="text/html; charset=Shift_JIS"))
+    assert fetcher.fetch(site.url + "/").title == "東京の天気"
+
+
+# -- proxies ---------------------------------------------------------------------------------
+
+
+def _forward_proxy(status: str = "200 OK") -> Callable[[socket.socket, RawServer], None]:
+    def play(conn: socket.socket, server: RawServer) -> None:
+        body = b"<title>via proxy</title>"
+        conn.sendall(
+            raw_head(status, Content_Type="text/html", Content_Length=str(len(body))) + body
+        )
+
+    return play
+
+
+def test_proxy_is_used_with_its_credentials(raw_server, fetcher):
+    proxy = raw_server(_forward_proxy())
+    result = fetcher.fetch(
+        "http://example.invalid/page?q=1", proxy=f"http://bob:s3cret@127.0.0.1:{proxy.port}"
+    )
+    assert result.status == 200 and result.title == "via proxy" and result.error == ""
+    head = proxy.heads[0]
+    assert head.startswith("GET http://example.invalid/page?q=1 HTTP/1.1\r\n")
+    assert f"Proxy-Authorization: Basic {base64.b64encode(b'bob:s3cret').decode()}" in head
+
+
+def test_proxy_asking_for_credentials_is_a_proxy_error(raw_server, fetcher):
+    proxy = raw_server(_forward_proxy("407 Proxy Authentication Required"))
+    result = fetcher.fetch("http://example.invalid/", proxy=f"http://127.0.0.1:{proxy.port}")
+    assert result.error_kind == "proxy" and result.retryable
+    assert "407" in result.error
+
+
+def test_https_through_a_proxy_that_refuses_the_tunnel(raw_server, fetcher):
+    proxy = raw_server(_forward_proxy("403 Forbidden"))
+    result = fetcher.fetch("https://example.invalid/", proxy=f"http://127.0.0.1:{proxy.port}")
+    assert proxy.heads[0].startswith("CONNECT example.invalid:443 HTTP/1.")
+    assert result.status is None and result.error_kind == "proxy"
+    assert "403" in result.error
+
+
+def test_dead_proxy_is_a_proxy_error(fetcher):
+    result = fetcher.fetch("http://example.invalid/", proxy=f"http://127.0.0.1:{closed_port()}")
+    assert (result.error, result.error_kind) == ("proxy refused the connection", "proxy")
+
+
+# -- POST, and GET without links -------------------------------------------------------------
+
+
+def test_post_sends_its_body_and_headers_and_reads_at_most_max_bytes(make_site):
+    # Connection: close, as the client hangs up on the rest of the answer.
+    answer = Response(body=b"y" * 5000, content_type="text/plain", headers={"Connection": "close"})
+    site = make_site(lambda r: answer)
+    with Fetcher(timeout=1, max_bytes=1000, user_agent_mode="fixed", user_agent="Hook/1") as f:
+        result = f.post(
+            site.url + "/hook", body=b'{"a":1}', headers={"Content-Type": "application/json"}
+        )
+    assert (result.status, result.error) == (200, "")
+    assert result.body == b"y" * 1000 and result.truncated
+    assert result.text() == "y" * 1000
+    [request] = site.log
+    assert request.method == "POST" and request.body == b'{"a":1}'
+    assert request.headers["Content-Type"] == "application/json"
+    assert request.headers["User-Agent"] == "Hook/1" and request.headers["Accept"] == "*/*"
+
+
+def test_a_post_answered_with_a_redirect_keeps_it_as_its_answer(make_site):
+    elsewhere = make_site(pages_site({"/new": "<p>moved here</p>"}))
+    moved = Response(status=307, headers={"Location": elsewhere.url + "/new"}, body="moved")
+    site = make_site(pages_site({"/hook": moved}))
+    with Fetcher(timeout=1, max_bytes=1000) as f:
+        result = f.post(site.url + "/hook", body=b"{}", headers={})
+    assert (result.status, result.error, result.redirects) == (307, "", [])
+    assert result.final_url == site.url + "/hook" and result.text() == "moved"
+    assert elsewhere.log == []
+
+
+def test_post_failures_are_reported_not_raised():
+    with Fetcher(timeout=0.5, max_bytes=1000) as f:
+        result = f.post(f"http://127.0.0.1:{closed_port()}/hook", body=b"{}", headers={})
+    assert (result.status, result.error, result.error_kind) == (
+        None,
+        "connection refused",
+        "refused",
+    )
+    assert result.refused and not result.timed_out
+
+
+def test_get_reads_json_without_looking_for_links(make_site):
+    page = '<title>t</title><a href="/x">x</a>'
+    site = make_site(lambda r: Response(body='{"origin": "1.2.3.4"}' if r.path == "/j" else page))
+    with Fetcher(timeout=0.5, max_bytes=MB) as f:
+        assert f.get(site.url + "/j").json() == {"origin": "1.2.3.4"}
+        html = f.get(site.url + "/h")
+    assert html.status == 200 and (html.title, html.links) == ("", [])
+    with pytest.raises(ValueError):
+        html.json()
+
+
+def test_a_stalling_proxy_is_a_timeout_and_a_dead_one_refused(raw_server, fetcher):
+    def stall(conn: socket.socket, server: RawServer) -> None:
+        while server.alive():
+            time.sleep(0.05)
+
+    stalling = raw_server(stall)
+    slow = fetcher.get("http://example.invalid/", proxy=stalling.url)
+    assert slow.timed_out and not slow.refused
+    dead = fetcher.get("http://example.invalid/", proxy=f"http://127.0.0.1:{closed_port()}")
+    assert dead.refused and not dead.timed_out
+
+
+# -- robots.txt text -------------------------------------------------------------------------
+
+
+def test_fetch_text_reads_leniently_and_reports_failures(make_site, fetcher):
+    def handler(request: Request) -> Response:
+        if request.path == "/robots.txt":
+            return Response(body=b"\xef\xbb\xbfUser-agent: *\nDisallow: /\xff\n", content_type="")
+        return Response(status=404)
+
+    site = make_site(handler)
+    status, text = fetcher.fetch_text(site.url + "/robots.txt")
+    assert status == 200 and text == "User-agent: *\nDisallow: /\ufffd\n"
+    assert fetcher.fetch_text(site.url + "/other")[0] == 404
+    assert fetcher.fetch_text(f"http://127.0.0.1:{closed_port()}/robots.txt") == (None, "")

@@ -1,0 +1,306 @@
+"""CRAWLHUB_BLOCK_PRIVATE_NETWORKS: crawls refuse hosts on private networks, at every hop.
+
+The local sites of the suite live on 127.0.0.1, which the guard refuses: a test that needs a
+site to play a public one lets exactly that site's first URL through and leaves every other
+check to crawlhub.http.netguard.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from django.core.exceptions import ValidationError
+
+from crawlhub.http import netguard
+from crawlhub.http.client import Fetcher, refusal
+from crawls import services
+from crawls.models import CrawlState
+from tests.support.clients import form_data
+from tests.support.crawling import drive
+from tests.support.sites import Response, pages_site
+
+ROOT = Path(__file__).resolve().parents[2]
+SETTING = "(CRAWLHUB_BLOCK_PRIVATE_NETWORKS)"
+
+pytestmark = pytest.mark.usefixtures("quick_slices")
+
+
+@pytest.fixture
+def guard_on(settings):
+    settings.CRAWLHUB_BLOCK_PRIVATE_NETWORKS = True
+    return settings
+
+
+def blocked(host: str) -> str:
+    with pytest.raises(netguard.BlockedAddress) as caught:
+        netguard.check_host(host)
+    return str(caught.value)
+
+
+@pytest.fixture
+def first_hop_allowed(guard_on, monkeypatch):
+    """first_hop_allowed(site_url): the real guard, on, except for URLs of `site_url`, which
+    plays a public site."""
+    real_check = netguard.check_url
+
+    def allow(site_url: str) -> None:
+        def check(url: str) -> None:
+            if not url.startswith(site_url + "/"):
+                real_check(url)
+
+        monkeypatch.setattr(netguard, "check_url", check)
+
+    return allow
+
+
+# -- what counts as private ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("host", "kind"),
+    [
+        ("127.0.0.1", "loopback"),
+        ("127.255.0.9", "loopback"),
+        ("10.0.0.5", "private"),
+        ("172.16.3.4", "private"),
+        ("192.168.1.1", "private"),
+        ("169.254.169.254", "link-local"),
+        ("100.64.0.1", "carrier-grade NAT"),
+        ("224.0.0.251", "multicast"),
+        ("240.0.0.1", "reserved"),
+        ("0.0.0.0", "unspecified"),
+        ("::1", "loopback"),
+        ("[::1]", "loopback"),
+        ("::", "unspecified"),
+        ("fe80::1", "link-local"),
+        ("fd12:3456::1", "private"),
+        ("ff02::1", "multicast"),
+        ("::ffff:127.0.0.1", "loopback"),
+        ("::ffff:10.0.0.5", "private"),
+        ("[::ffff:a00:5]", "private"),
+        ("64:ff9b::a9fe:a9fe", "link-local"),
+    ],
+)
+def test_private_addresses_are_blocked_with_their_kind(host, kind):
+    address = ipaddress.ip_address(host.strip("[]"))
+    article = "an" if kind[0] in "aeiou" else "a"
+    assert blocked(host) == f"{address} is {article} {kind} address {SETTING}"
+
+
+@pytest.mark.parametrize("host", ["8.8.8.8", "93.184.216.34", "2606:4700:4700::1111"])
+def test_public_addresses_pass(host):
+    assert netguard.check_host(host) is None
+
+
+def test_the_message_for_the_issue_example():
+    assert blocked("10.0.0.5") == f"10.0.0.5 is a private address {SETTING}"
+
+
+@pytest.mark.parametrize("host", ["localhost", "127.1", "2130706433", "0x7f000001", "0177.0.0.1"])
+def test_names_and_odd_ipv4_forms_are_resolved_before_the_check(host):
+    assert blocked(host) == f"{host} resolves to 127.0.0.1, a loopback address {SETTING}"
+
+
+def test_a_name_that_does_not_resolve_is_left_to_the_fetch():
+    assert netguard.check_host("nosuch.invalid") is None
+
+
+def test_check_url_reads_the_host_of_a_url():
+    assert netguard.check_url("http://8.8.8.8/x") is None
+    with pytest.raises(netguard.BlockedAddress, match="::1 is a loopback"):
+        netguard.check_url("https://[::1]:8443/admin")
+    assert netguard.check_url("http://[::1/") is None  # malformed: the fetch says so
+
+
+# -- the fetcher: first URL and every redirect hop -------------------------------------------
+
+
+def test_fetcher_refuses_a_loopback_url_without_connecting(make_site, guard_on):
+    site = make_site(pages_site({"/": "<p>secret</p>"}))
+    with Fetcher(timeout=1, max_bytes=10_000) as f:
+        result = f.fetch(site.url + "/")
+    assert result.error == f"blocked: 127.0.0.1 is a loopback address {SETTING}"
+    assert result.error_kind == "blocked" and not result.retryable
+    assert result.status is None and result.body == b""
+    assert site.log == []
+
+
+def test_a_redirect_to_a_private_address_is_not_followed(make_site, first_hop_allowed):
+    site = make_site(
+        pages_site({"/": Response(status=302, headers={"Location": "http://10.255.255.1/"})})
+    )
+    first_hop_allowed(site.url)
+    # 10.255.255.1 blackholes: connecting would take the whole 5 s timeout.
+    with Fetcher(timeout=5, max_bytes=10_000) as f:
+        started = time.monotonic()
+        result = f.fetch(site.url + "/")
+    assert time.monotonic() - started < 1
+    assert result.error == f"blocked: 10.255.255.1 is a private address {SETTING}"
+    assert result.error_kind == "blocked" and not result.retryable
+    assert result.redirects == ["http://10.255.255.1/"] and result.status == 302
+    assert site.paths() == ["/"]
+
+
+@pytest.mark.parametrize(
+    ("target", "kind"),
+    [
+        ("http://[::1]:{port}/secret", "::1 is a loopback"),
+        ("http://[::ffff:127.0.0.1]:{port}/secret", "::ffff:7f00:1 is a loopback"),
+        ("http://localhost:{port}/secret", "localhost resolves to"),
+        ("http://2130706433:{port}/secret", "2130706433 resolves to 127.0.0.1"),
+    ],
+)
+def test_redirects_to_loopback_in_any_spelling_never_reach_it(
+    make_site, first_hop_allowed, target, kind
+):
+    inner = make_site(pages_site({"/secret": "<title>internal</title>"}))
+    location = target.format(port=inner.port)
+    outer = make_site(pages_site({"/": Response(status=301, headers={"Location": location})}))
+    first_hop_allowed(outer.url)
+    with Fetcher(timeout=1, max_bytes=10_000) as f:
+        result = f.fetch(outer.url + "/")
+    assert result.error.startswith(f"blocked: {kind}") and result.error_kind == "blocked"
+    assert inner.log == []
+
+
+def test_without_a_guard_the_same_redirect_is_followed(make_site, settings):
+    settings.CRAWLHUB_BLOCK_PRIVATE_NETWORKS = False
+    inner = make_site(pages_site({"/secret": "<title>internal</title>"}))
+    location = f"http://[::ffff:127.0.0.1]:{inner.port}/secret"
+    outer = make_site(pages_site({"/": Response(status=301, headers={"Location": location})}))
+    with Fetcher(timeout=1, max_bytes=10_000) as f:
+        result = f.fetch(outer.url + "/")
+    assert result.status == 200 and result.title == "internal"
+    assert inner.paths() == ["/secret"]
+
+
+def test_a_post_to_a_private_address_is_refused_without_connecting(make_site, guard_on):
+    site = make_site(pages_site({"/hook": "ok"}))
+    with Fetcher(timeout=1, max_bytes=1000) as f:
+        result = f.post(site.url + "/hook", body=b"{}", headers={})
+    assert result.error == f"blocked: 127.0.0.1 is a loopback address {SETTING}"
+    assert result.error_kind == "blocked" and result.status is None
+    assert site.log == []
+
+
+def test_the_operators_own_url_passes_the_guard_but_its_redirects_do_not(make_site, guard_on):
+    inner = make_site(pages_site({"/secret": "<title>internal</title>"}))
+    location = f"http://localhost:{inner.port}/secret"
+    own = make_site(
+        pages_site(
+            {
+                "/echo": '{"origin": "x"}',
+                "/moved": Response(status=302, headers={"Location": location}),
+            }
+        )
+    )
+    with Fetcher(timeout=1, max_bytes=10_000) as f:
+        assert f.get(own.url + "/echo").error_kind == "blocked"  # any other caller: refused
+        answer = f.get(own.url + "/echo", operator_url=True)
+        moved = f.get(own.url + "/moved", operator_url=True)
+    assert (answer.status, answer.error) == (200, "") and answer.json() == {"origin": "x"}
+    assert moved.error.startswith("blocked: localhost resolves to") and moved.status == 302
+    assert own.paths() == ["/echo", "/moved"] and inner.log == []
+
+
+def test_refusal_tells_callers_ahead_of_a_fetch_only_with_the_setting_on(settings):
+    settings.CRAWLHUB_BLOCK_PRIVATE_NETWORKS = False
+    assert refusal("http://127.0.0.1/") == ""
+    settings.CRAWLHUB_BLOCK_PRIVATE_NETWORKS = True
+    assert refusal("http://127.0.0.1/") == f"blocked: 127.0.0.1 is a loopback address {SETTING}"
+    assert refusal("http://8.8.8.8/") == ""
+
+
+# -- crawls ----------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_a_crawl_of_loopback_is_refused_page_by_page_with_the_setting_on(user, make_site, settings):
+    site = make_site(pages_site({"/": '<a href="/a">a</a>', "/a": "a"}))
+    crawl = services.crawl_create(user=user, name="t", seeds=[site.url + "/"], threads=2)
+    settings.CRAWLHUB_BLOCK_PRIVATE_NETWORKS = True  # turned on after the crawl was made
+    services.crawl_start(crawl=crawl, user=user)
+    crawl = drive(crawl, timeout=30)
+    # Not one page could be fetched: the crawl ends failed, saying why.
+    assert crawl.state == CrawlState.FAILED
+    assert crawl.error == (
+        f"no page could be fetched: blocked: 127.0.0.1 is a loopback address {SETTING} (1x)"
+    )
+    page = crawl.pages.get()
+    assert page.error == f"blocked: 127.0.0.1 is a loopback address {SETTING}"
+    assert page.status is None
+    assert crawl.failures.count() == 0  # refused for good, not retried
+    assert site.log == []  # not even robots.txt was asked for
+
+
+@pytest.mark.django_db
+def test_with_the_setting_off_loopback_crawls_work(user, make_site, settings):
+    settings.CRAWLHUB_BLOCK_PRIVATE_NETWORKS = False
+    site = make_site(pages_site({"/": '<a href="/a">a</a>', "/a": "a"}))
+    crawl = services.crawl_create(user=user, name="t", seeds=[site.url + "/"], obey_robots=False)
+    services.crawl_start(crawl=crawl, user=user)
+    crawl = drive(crawl, timeout=30)
+    assert sorted(crawl.pages.values_list("status", "error")) == [(200, ""), (200, "")]
+
+
+@pytest.mark.django_db
+def test_private_seeds_are_refused_at_creation_naming_each_line(user, guard_on):
+    seeds = [
+        "http://93.184.216.34/",
+        "http://127.0.0.1:8000/",
+        "http://[::1]/",
+        "http://[::ffff:10.0.0.5]/x",
+        "http://169.254.169.254/latest/meta-data/",
+    ]
+    with pytest.raises(ValidationError) as caught:
+        services.crawl_create(user=user, name="t", seeds=seeds)
+    assert caught.value.message_dict["seeds"] == [
+        f"line 2: 'http://127.0.0.1:8000/' is refused: 127.0.0.1 is a loopback address {SETTING}",
+        f"line 3: 'http://[::1]/' is refused: ::1 is a loopback address {SETTING}",
+        f"line 4: 'http://[::ffff:10.0.0.5]/x' is refused: ::ffff:a00:5 is a private address "
+        f"{SETTING}",
+        f"line 5: 'http://169.254.169.254/latest/meta-data/' is refused: 169.254.169.254 is a "
+        f"link-local address {SETTING}",
+    ]
+    assert services.crawl_create(user=user, name="ok", seeds=seeds[:1]).seeds == seeds[:1]
+
+
+@pytest.mark.django_db
+def test_private_seeds_cannot_be_added_later(user, guard_on):
+    crawl = services.crawl_create(user=user, name="t", seeds=["http://93.184.216.34/"])
+    with pytest.raises(ValidationError, match="localhost resolves to 127.0.0.1"):
+        services.crawl_add_seeds(crawl=crawl, urls="http://localhost/")
+    crawl.refresh_from_db()
+    assert crawl.seeds == ["http://93.184.216.34/"]
+
+
+@pytest.mark.django_db
+def test_the_new_crawl_form_shows_the_refusal_on_the_seeds_field(user_client, guard_on):
+    data = form_data(user_client, "/crawls/new/", name="t", seeds="http://10.0.0.5/")
+    response = user_client.post("/crawls/new/", data)
+    assert response.status_code == 200
+    assert response.context["form"].errors["seeds"] == [
+        f"line 1: 'http://10.0.0.5/' is refused: 10.0.0.5 is a private address {SETTING}"
+    ]
+
+
+@pytest.mark.parametrize(("env", "expected"), [({}, "False"), ({"CRAWLHUB_HTTPS": "1"}, "True")])
+def test_the_setting_is_on_in_production_and_off_in_development(tmp_path, env, expected):
+    clean = {k: v for k, v in os.environ.items()
+             if k not in ("CRAWLHUB_HTTPS", "CRAWLHUB_BLOCK_PRIVATE_NETWORKS")}  # fmt: skip
+    clean.update({"CRAWLHUB_DATA_DIR": str(tmp_path), **env})
+    code = (
+        "import django, os; os.environ.setdefault('DJANGO_SETTINGS_MODULE', 'crawlhub.settings');"
+        "django.setup(); from django.conf import settings;"
+        "print(settings.CRAWLHUB_BLOCK_PRIVATE_NETWORKS)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=clean,
+                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split()[-1] == expected

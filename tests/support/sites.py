@@ -1,0 +1,190 @@
+"""Local servers that play the sites crawls fetch. Real sockets on 127.0.0.1, no mocks.
+
+LocalSite: a site is a function from a Request to a Response; the server logs every request it
+saw (path, headers, client address, time), so tests can assert what reached the site and when.
+RawServer: a TCP server whose play(conn, server) misbehaves on purpose at the socket level.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+@dataclass
+class Request:
+    method: str
+    path: str
+    headers: dict[str, str]
+    client: tuple[str, int]
+    at: float
+    body: bytes = b""
+
+
+@dataclass
+class Response:
+    status: int = 200
+    body: bytes | str = b""
+    headers: dict[str, str] = field(default_factory=dict)
+    content_type: str = "text/html; charset=utf-8"
+    delay: float = 0.0  # seconds to wait before answering
+
+
+Handler = Callable[[Request], Response]
+
+
+def free_port() -> int:
+    """A loopback port nobody listens on (yet): for a server to start on, or to be refused."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class LocalSite:
+    """A threaded HTTP server on a free loopback port serving `handler`."""
+
+    def __init__(self, handler: Handler) -> None:
+        self.handler = handler
+        self.log: list[Request] = []
+        self._lock = threading.Lock()
+        site = self
+
+        class _Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def _serve(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                request = Request(
+                    method=self.command,
+                    path=self.path,
+                    headers={k: v for k, v in self.headers.items()},
+                    client=self.client_address,
+                    at=time.monotonic(),
+                    body=self.rfile.read(length) if length else b"",
+                )
+                with site._lock:
+                    site.log.append(request)
+                response = site.handler(request)
+                if response.delay:
+                    time.sleep(response.delay)
+                body = response.body.encode() if isinstance(response.body, str) else response.body
+                self.send_response(response.status)
+                self.send_header("Content-Type", response.content_type)
+                self.send_header("Content-Length", str(len(body)))
+                for name, value in response.headers.items():
+                    self.send_header(name, value)
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(body)
+
+            do_GET = do_POST = do_HEAD = _serve
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        # stop() waits for serve_forever to notice: every poll_interval (0.5 s by default).
+        self._thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+
+    def start(self) -> LocalSite:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def paths(self) -> list[str]:
+        with self._lock:
+            return [r.path for r in self.log]
+
+    def __enter__(self) -> LocalSite:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def pages_site(pages: dict[str, str | Response]) -> Handler:
+    """A site from a dict of path -> HTML (or a full Response); anything else is a 404."""
+
+    def handler(request: Request) -> Response:
+        page = pages.get(request.path)
+        if page is None:
+            return Response(status=404, body="<h1>Not found</h1>")
+        return page if isinstance(page, Response) else Response(body=page)
+
+    return handler
+
+
+class RawServer:
+    """A TCP server on loopback whose `play(conn, server)` misbehaves on purpose.
+
+    The request head is read first (kept in `heads`). Every thread stops when the test leaves the
+    `with` block or after `lifetime` seconds, whichever comes first.
+    """
+
+    def __init__(self, play: Callable[[socket.socket, RawServer], None], lifetime: float = 5):
+        self.play = play
+        self.heads: list[str] = []
+        self._stop = threading.Event()
+        self._until = time.monotonic() + lifetime
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener.settimeout(0.05)
+        self.port = self._listener.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+
+    def alive(self) -> bool:
+        return not self._stop.is_set() and time.monotonic() < self._until
+
+    def __enter__(self) -> RawServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(2)
+        self._listener.close()
+
+    def _accept(self) -> None:
+        while self.alive():
+            try:
+                conn, _ = self._listener.accept()
+            except TimeoutError:
+                continue
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        with conn:
+            conn.settimeout(2)
+            try:
+                self.heads.append(_read_head(conn))
+                self.play(conn, self)
+            except OSError:
+                pass  # the client hung up, which is what most of these tests make it do
+
+
+def _read_head(conn: socket.socket) -> str:
+    data = b""
+    while b"\r\n\r\n" not in data and len(data) < 65536:
+        chunk = conn.recv(4096)
+        if not chunk:
+            break
+        data += chunk
+    return data.decode("latin-1")
+
+
+def raw_head(status: str = "200 OK", **headers: str) -> bytes:
+    """An HTTP/1.1 status line and headers (Content_Type= gives Content-Type:), for a RawServer."""
+    lines = [f"HTTP/1.1 {status}"] + [f"{k.replace('_', '-')}: {v}" for k, v in headers.items()]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode()
