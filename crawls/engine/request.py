@@ -30,7 +30,8 @@ OUTCOME_KINDS = ("done", "retry", "failed")
 # IPv4 address, an optional port (1-65535, no leading zero), a path of characters it never escapes
 # or unescapes (no "%", ";", "+", "&", no "//" or dot segments, checked apart), and an optional
 # query of plain key=value pairs (checked apart to be in sorted order). Anything else goes
-# through canonicalize_url; tests/engine/test_canonical_urls.py checks the two agree on a large corpus.
+# through canonicalize_url; tests/engine/test_canonical_urls.py checks the two agree on a
+# large corpus.
 _PLAIN_URL = re.compile(
     r"https?://(?:[a-z0-9]+(?:-+[a-z0-9]+)*)(?:\.[a-z0-9]+(?:-+[a-z0-9]+)*)*(?::([1-9][0-9]{0,4}))?"
     r"(/[A-Za-z0-9\-._~!$'()*,=:@/]*)"

@@ -12,6 +12,7 @@ from proxies.models import Anonymity, Proxy, ProxyEvent, ProxyState
 from proxies.validation import validate_proxies
 from tests.support.forward_proxy import ForwardProxy, StallingProxy, refused_port
 from tests.support.proxy_checks import add_proxy, echo_handler
+from tests.support.sites import Response
 
 pytestmark = pytest.mark.django_db
 
@@ -255,7 +256,7 @@ def test_checks_reach_the_operators_check_url_with_the_private_network_guard_on(
     loopback): the guard, which refuses loopback to everything else, lets it through."""
     settings.CRAWLHUB_BLOCK_PRIVATE_NETWORKS = True
     with ForwardProxy(source_ip="127.0.0.2") as fp:
-        proxy = add(fp.url)
+        proxy = add_proxy(fp.url)
         report = validation.run_pass()
     proxy.refresh_from_db()
     assert (report.checked, report.ok) == (1, 1) and proxy.state == ProxyState.ACTIVE
