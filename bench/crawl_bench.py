@@ -36,6 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 from crawlhub.launcher import EmbeddedRedis, spawn, stop_process  # noqa: E402
 from crawlhub.sample_site import SampleSite  # noqa: E402
+from crawls.engine.frontier import Frontier  # noqa: E402
 
 SCRAPY_VENV = BENCH / ".venv-scrapy"
 NGINX = "/usr/sbin/nginx"
@@ -168,7 +169,11 @@ class FingerprintSampler(threading.Thread):
 
     def run(self) -> None:
         while not self._done.wait(self.every):
-            keys = list(self.client.scan_iter(f"ch:{{c{self.crawl}}}:seen:*", count=1000))
+            keys = list(
+                self.client.scan_iter(
+                    Frontier(self.crawl, client=self.client).key("seen:*"), count=1000
+                )
+            )
             used = sum(self.client.memory_usage(key, samples=0) or 0 for key in keys)
             seen = int(self.client.hget(f"ch:{{c{self.crawl}}}:stats", "requests") or 0)
             self.commands += len(keys) + len(keys) // 1000 + 2
@@ -332,7 +337,9 @@ def run_crawlhub(site: SampleSite, origin: str, folder: Path, args) -> Result:
             status = json.loads(manage_py("crawl", "status", crawl, "--json"))
             status = {**status, **status.get("counters", {})}  # flat or nested counters
             fingerprints = int(status.get("requests") or 0)
-            per_fp = bytes_per_fingerprint(client, f"ch:{{c{crawl}}}:seen:*", fingerprints)
+            per_fp = bytes_per_fingerprint(
+                client, Frontier(crawl, client=client).key("seen:*"), fingerprints
+            )
             per_fp = per_fp or sampler.per_fingerprint
             stored = manage_py(
                 "shell",

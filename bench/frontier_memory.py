@@ -83,7 +83,7 @@ def crawl(client: redis.Redis, pages: int, batch: int) -> None:
     elapsed = time.perf_counter() - started
     scripts, commands = call_counts(client)
     delta = used_memory(client) - before
-    seen, sizes, encodings = memory_usage(client, "ch:{c1}:seen:*")
+    seen, sizes, encodings = memory_usage(client, frontier.key("seen:*"))
     stats = frontier.stats()
     assert frontier.is_done() and stats["requests"] == pages == fetched, stats
 
@@ -110,8 +110,8 @@ def seeds(client: redis.Redis, count: int, chunk: int = 10_000) -> None:
         frontier.add_seeds([url(i) for i in range(start, min(start + chunk, count))])
     elapsed = time.perf_counter() - started
     delta = used_memory(client) - before
-    seen, _, _ = memory_usage(client, "ch:{c2}:seen:*")
-    queue = client.memory_usage("ch:{c2}:queue", samples=0)
+    seen, _, _ = memory_usage(client, frontier.key("seen:*"))
+    queue = client.memory_usage(frontier.key("queue"), samples=0)
     print(f"\n== {count:,} seeds through add_seeds, all still queued")
     print(f"time                          {elapsed:8.1f} s  ({count / elapsed:,.0f} URLs/s)")
     print(f"used_memory delta / URL       {delta / count:8.2f} bytes (dedup + queued JSON)")

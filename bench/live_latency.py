@@ -195,7 +195,7 @@ async def latency(stack: Stack, cookie: str, *, changes: int, every: float, forc
         for n in range(1, changes + 1):
             time.sleep(every)
             changed[n] = time.time()
-            frontier.redis.hincrby(frontier._key("stats"), "responses", 1)
+            frontier.redis.hincrby(frontier.key("stats"), "responses", 1)
             live.publish_crawl(crawl.pk, force=force)
         time.sleep(0.6)
         live.publish_crawl(crawl.pk, force=True)  # the last change surely goes out

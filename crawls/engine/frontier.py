@@ -110,7 +110,7 @@ class Frontier:
         self.prefix = f"ch:{{c{crawl_id}}}:"
         # Every script gets the same KEYS, in the order crawls/engine/lua/_lib.lua names them.
         self._keys = [
-            self._key(name)
+            self.key(name)
             for name in (
                 "queue", "delayed", "backup", "leases", "stats",
                 "state", "config", "hosts", "hostdelay", "seq", "slices", "hostq", "series",
@@ -124,7 +124,6 @@ class Frontier:
         outside this module (the tests, a debugging session) takes their names from here."""
         return self.prefix + name
 
-    _key = key  # the name this module's own methods use
 
     def _run(self, script: str, args: list) -> object:
         return self._scripts[script](keys=self._keys, args=args)
@@ -134,7 +133,7 @@ class Frontier:
     def configure(self, *, max_pages: int, max_depth: int, host_delay: float) -> None:
         """max_pages <= 0 means no cap on requests; max_depth < 0 means no depth limit."""
         self.redis.hset(
-            self._key("config"),
+            self.key("config"),
             mapping={
                 "max_pages": max_pages,
                 "max_depth": max_depth,
@@ -144,15 +143,15 @@ class Frontier:
 
     def set_host_delay(self, host: str, seconds: float) -> None:
         """Override the crawl's host delay for one host (e.g. robots.txt Crawl-delay)."""
-        self.redis.hset(self._key("hostdelay"), host.lower(), _ms(seconds))
+        self.redis.hset(self.key("hostdelay"), host.lower(), _ms(seconds))
 
     def set_state(self, state: str) -> None:
         if state not in STATES:
             raise ValueError(f"unknown crawl state {state!r}; expected one of {STATES}")
-        self.redis.set(self._key("state"), state)
+        self.redis.set(self.key("state"), state)
 
     def state(self) -> str | None:
-        value = self.redis.get(self._key("state"))
+        value = self.redis.get(self.key("state"))
         return value.decode() if value is not None else None
 
     # The hot path
@@ -162,7 +161,7 @@ class Frontier:
         (added, repeats); seeds refused by max_pages count as "dropped"."""
         if not urls:
             return 0, 0
-        args: list = [self._key("seen:"), priority, depth]
+        args: list = [self.key("seen:"), priority, depth]
         for url in urls:
             request = Request(url=url, depth=depth, priority=priority)
             args += [_bucket(request.fp), request.fp, request.to_json()]
@@ -188,7 +187,7 @@ class Frontier:
         every outcome that is not ignored, whatever its kind."""
         if not outcomes:
             return
-        args: list = [self._key("seen:")]
+        args: list = [self.key("seen:")]
         for outcome in outcomes:
             args += _outcome_args(outcome)
         self._run("complete", args)
@@ -214,10 +213,10 @@ class Frontier:
         return stats_many([self.crawl_id], client=self.redis)[self.crawl_id]
 
     def _queue_stats(self, pipe) -> None:
-        pipe.hgetall(self._key("stats"))
-        pipe.zcard(self._key("queue"))
-        pipe.zcard(self._key("delayed"))
-        pipe.hlen(self._key("backup"))
+        pipe.hgetall(self.key("stats"))
+        pipe.zcard(self.key("queue"))
+        pipe.zcard(self.key("delayed"))
+        pipe.hlen(self.key("backup"))
 
     def retry_failed(self, requests: list[Request]) -> int:
         """Queue requests from the failure queue again (attempts reset, no dedup check) and
@@ -256,7 +255,7 @@ class Frontier:
         self._run("slice_beat", [_ms(ttl), slice_id])
 
     def slice_end(self, slice_id: str) -> None:
-        self.redis.zrem(self._key("slices"), slice_id)
+        self.redis.zrem(self.key("slices"), slice_id)
 
     def live_slices(self) -> int:
         """Slices registered or beating within their ttl; expired ones are forgotten."""
@@ -267,7 +266,7 @@ class Frontier:
     def publish_slot(self, ms: int) -> bool:
         """True for the one caller, across processes, that may publish a snapshot now; the
         next one may go ms milliseconds later."""
-        return bool(self.redis.set(self._key("publish"), "1", nx=True, px=max(1, ms)))
+        return bool(self.redis.set(self.key("publish"), "1", nx=True, px=max(1, ms)))
 
     def live_view(self, *, points: int = SERIES_POINTS, record: bool = False) -> dict:
         """What the live page shows, in one MULTI: "stats" (stats()), "hosts" (requests waiting
@@ -281,16 +280,16 @@ class Frontier:
     # robots.txt, cached per host for the crawl
 
     def robots_text(self, host: str) -> str | None:
-        text = self.redis.hget(self._key("robots"), host.lower())
+        text = self.redis.hget(self.key("robots"), host.lower())
         return text.decode() if text is not None else None
 
     def robots_store(self, host: str, text: str) -> None:
-        self.redis.hset(self._key("robots"), host.lower(), text)
+        self.redis.hset(self.key("robots"), host.lower(), text)
 
     def robots_lock(self, host: str, ttl: float = 30) -> bool:
         """True for the one worker that should fetch the host's robots.txt; the lock expires
         after ttl seconds in case that worker dies."""
-        key = self._key(f"robotslock:{host.lower()}")
+        key = self.key(f"robotslock:{host.lower()}")
         return bool(self.redis.set(key, "1", nx=True, px=max(1, _ms(ttl))))
 
 
@@ -320,7 +319,7 @@ def live_views(
         for frontier in frontiers:
             frontier._queue_stats(pipe)
             if hosts:
-                pipe.hgetall(frontier._key("hostq"))
+                pipe.hgetall(frontier.key("hostq"))
             frontier._scripts["series"](
                 keys=frontier._keys, args=[SERIES_POINTS, points, 1 if record else 0], client=pipe
             )
