@@ -124,7 +124,6 @@ class Frontier:
         outside this module (the tests, a debugging session) takes their names from here."""
         return self.prefix + name
 
-
     def _run(self, script: str, args: list) -> object:
         return self._scripts[script](keys=self._keys, args=args)
 
