@@ -222,6 +222,20 @@ class Leftover:
         return f"pid {self.pid} ({self.command[:200]}), started during {self.started_during}"
 
 
+def _environ(pid: int, *, tries: int = 40) -> bytes:
+    """A process's environment (b"" when it is gone). Right after an exec Linux shows an empty
+    one for a moment: read again before taking "empty" for an answer."""
+    for _ in range(tries):
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+        except OSError:
+            return b""
+        if environ or not alive(pid):
+            return environ
+        time.sleep(0.025)
+    return b""
+
+
 def leftovers(token: str, *, exclude: Iterable[int] = ()) -> list[Leftover]:
     """Live processes (other than this one and `exclude`) whose environment carries this
     session's marker."""
@@ -231,10 +245,7 @@ def leftovers(token: str, *, exclude: Iterable[int] = ()) -> list[Leftover]:
     for pid in _pids():
         if pid in skip:
             continue
-        try:
-            environ = Path(f"/proc/{pid}/environ").read_bytes()
-        except OSError:
-            continue
+        environ = _environ(pid)
         for entry in environ.split(b"\0"):
             if entry.startswith(prefix) and alive(pid):
                 origin = entry[len(prefix) :].decode(errors="replace")
