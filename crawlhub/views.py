@@ -6,6 +6,7 @@ from django.views.decorators.http import require_safe
 from crawlhub import workers
 from crawlhub.health import health
 from crawlhub.sample_site import SampleSite
+from crawls.services import visible_crawls
 
 # The demo crawl's site, served by crawlhub itself so that it works offline at once.
 SAMPLE_SITE = SampleSite(pages=300, prefix="/sample")
@@ -24,8 +25,13 @@ def healthz(request: HttpRequest) -> JsonResponse:
 
 def workers_page(request: HttpRequest) -> HttpResponse:
     """Live workers, queue lengths and failed jobs. A failed job's description and error name
-    other people's crawls, URLs and tracebacks: staff only; everyone else sees the counts."""
+    other people's crawls, URLs and tracebacks: staff only; everyone else sees the counts, and
+    what each worker runs only when it is for one of their own crawls."""
     overview = workers.overview(with_failed=request.user.is_staff)
+    if not request.user.is_staff:
+        running = {w["job_crawl"] for w in overview["workers"] if w["job_crawl"] is not None}
+        own = visible_crawls(request.user).filter(pk__in=running).values_list("pk", flat=True)
+        workers.hide_jobs(overview, shown_crawls=set(own))
     failed_count = sum(queue["failed"] for queue in overview["queues"])
     return render(
         request, "crawlhub/workers.html",

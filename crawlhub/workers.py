@@ -1,4 +1,8 @@
-"""What the Workers page shows: live RQ workers, queue lengths, failed jobs."""
+"""What the Workers page shows: live RQ workers, queue lengths, failed jobs.
+
+A job run for one crawl carries the crawl's id in its meta (JOB_CRAWL), so that the page can
+show a user what their own crawls' jobs are and keep other people's to themselves.
+"""
 
 from django.conf import settings
 from rq import Queue, Worker
@@ -7,6 +11,8 @@ from rq.registry import FailedJobRegistry, StartedJobRegistry
 from crawlhub.connections import get_redis
 
 FAILED_JOBS_SHOWN = 20
+# The job's meta key holding the id of the crawl it works for (crawls.engine.jobs sets it).
+JOB_CRAWL = "crawl"
 
 
 def overview(*, with_failed: bool) -> dict:
@@ -31,6 +37,7 @@ def _overview(with_failed: bool) -> dict:
                 "state": worker.get_state(),
                 "queues": ", ".join(worker.queue_names()),
                 "job": job.description if job else "",
+                "job_crawl": job.meta.get(JOB_CRAWL) if job else None,
                 "successes": worker.successful_job_count,
                 "failures": worker.failed_job_count,
                 "birth": worker.birth_date,
@@ -68,3 +75,12 @@ def _failed_job(job, queue_name: str) -> dict:
         "ended_at": job.ended_at,
         "error": lines[-1] if lines else "",
     }
+
+
+def hide_jobs(report: dict, *, shown_crawls: set[int]) -> dict:
+    """The overview for someone who may see only the jobs of shown_crawls: any other worker's
+    job is told as "busy", without its description (it names someone else's crawl)."""
+    for worker in report["workers"]:
+        if worker["job"] and worker["job_crawl"] not in shown_crawls:
+            worker["job"] = "busy"
+    return report

@@ -141,6 +141,15 @@ def webhooks_visible_to(user):
     return hooks.filter(Q(crawl__created_by=user) | Q(channel__isnull=False))
 
 
+def deliveries_visible_to(user, webhook: Webhook):
+    """Staff: every delivery of the webhook. Others: those of their own crawls only, since a
+    channel's webhook gathers one per crawl of anyone's (its id, event and the answer)."""
+    deliveries = webhook.deliveries.select_related("crawl")
+    if user.is_staff:
+        return deliveries
+    return deliveries.filter(crawl__created_by=user)
+
+
 def can_change(user, webhook: Webhook) -> bool:
     if user.is_staff:
         return True

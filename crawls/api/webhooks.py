@@ -49,7 +49,9 @@ class WebhookDetailSerializer(WebhookSerializer):
 
     @extend_schema_field(DeliverySerializer(many=True))
     def get_deliveries(self, webhook: Webhook) -> list[dict]:
-        return DeliverySerializer(webhook.deliveries.all()[:RECENT], many=True).data
+        # Someone else's crawls' deliveries of a channel's webhook are theirs (and staff's).
+        deliveries = webhooks.deliveries_visible_to(self.context["request"].user, webhook)
+        return DeliverySerializer(deliveries[:RECENT], many=True).data
 
 
 class NewWebhookSerializer(WebhookDetailSerializer):
@@ -124,7 +126,8 @@ class WebhookViewSet(viewsets.ModelViewSet):
         body.is_valid(raise_exception=True)
         webhook, _ = webhooks.webhook_create(user=request.user, **body.validated_data)
         # The only answer with the secret in it.
-        return Response(NewWebhookSerializer(webhook).data, status=status.HTTP_201_CREATED)
+        answer = NewWebhookSerializer(webhook, context=self.get_serializer_context())
+        return Response(answer.data, status=status.HTTP_201_CREATED)
 
     def update(self, request: Request, *args, partial: bool = False, **kwargs) -> Response:
         webhook = self.get_object()
@@ -132,7 +135,9 @@ class WebhookViewSet(viewsets.ModelViewSet):
         body = WebhookUpdateSerializer(data=request.data, partial=partial)
         body.is_valid(raise_exception=True)
         webhooks.webhook_update(webhook=webhook, **body.validated_data)
-        return Response(WebhookDetailSerializer(webhook).data)
+        return Response(
+            WebhookDetailSerializer(webhook, context=self.get_serializer_context()).data
+        )
 
     def perform_destroy(self, instance: Webhook) -> None:
         webhooks.check_can_change(self.request.user, instance)

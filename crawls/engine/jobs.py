@@ -10,6 +10,7 @@ import django_rq
 from django.conf import settings
 from django.db import close_old_connections, transaction
 
+from crawlhub.workers import JOB_CRAWL
 from crawls.engine import lifecycle, live
 from crawls.engine.frontier import Frontier, supervisor_lock
 from crawls.engine.slices import run_slice
@@ -41,6 +42,7 @@ def _enqueue(crawl_id: int, slice_ids: list[str]) -> None:
             slice_id,
             job_id=f"slice-{slice_id}",
             description=f"crawl {crawl_id} slice {slice_id}",
+            meta={JOB_CRAWL: crawl_id},  # the Workers page shows it to the crawl's owner only
             job_timeout=int(settings.CRAWLHUB_SLICE_SECONDS * 3 + 300),
             result_ttl=600,
             failure_ttl=7 * 24 * 3600,

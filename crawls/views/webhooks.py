@@ -39,7 +39,7 @@ def _webhook_page(request: HttpRequest, webhook: Webhook, secret: str = "") -> H
     return render(request, "crawls/webhook_detail.html", {
         "nav": "webhooks", "webhook": webhook, "secret": secret,
         "can_change": webhooks.can_change(request.user, webhook),
-        "deliveries": webhook.deliveries.select_related("crawl")[:100],
+        "deliveries": webhooks.deliveries_visible_to(request.user, webhook)[:100],
     })  # fmt: skip
 
 
