@@ -8,10 +8,11 @@ from django.contrib.auth.decorators import login_not_required
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
-from crawlhub.access import staff_required
+from crawlhub.access import next_path, staff_required
 from proxies import pool, services, validation
 from proxies.checks import PROXY_HEADERS
 from proxies.models import Anonymity, Proxy, ProxyState
@@ -82,12 +83,12 @@ def proxy_list(request: HttpRequest) -> HttpResponse:
 @require_POST
 def proxy_action(request: HttpRequest) -> HttpResponse:
     form = ActionForm(request.POST)
-    back = request.POST.get("next") or "proxy_list"
+    back = next_path(request, fallback=reverse("proxy_list"))
     if not form.is_valid():
         for errors in form.errors.values():
             for error in errors:
                 messages.error(request, error)
-        return redirect(back if back.startswith("/") else "proxy_list")
+        return redirect(back)
     proxies, why = form.cleaned_data["ids"], form.cleaned_data["why"]
     action = form.cleaned_data["action"]
     if action == "remove":
@@ -101,7 +102,7 @@ def proxy_action(request: HttpRequest) -> HttpResponse:
         validation.request_validation(proxies=done)
     label = dict(form.fields["action"].choices)[action]
     messages.success(request, f"{label}: {len(done)} of {len(proxies)} proxies.")
-    return redirect(back if back.startswith("/") else "proxy_list")
+    return redirect(back)
 
 
 @staff_required

@@ -10,6 +10,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
+from crawlhub.access import next_path
 from crawlhub.http import netguard
 from crawls import services
 from crawls.engine import live
@@ -212,5 +213,4 @@ def crawl_action(request: HttpRequest, pk: int, action: str) -> HttpResponse:
             {"ok": ok, "message": text, "snapshot": live.snapshot(crawl)}, status=200 if ok else 409
         )
     (messages.success if ok else messages.error)(request, text)
-    back = request.POST.get("next", "")
-    return redirect(back if back.startswith("/") and not back.startswith("//") else crawl)
+    return redirect(next_path(request, fallback=crawl.get_absolute_url()))
