@@ -33,6 +33,8 @@ COLUMNS = (
     "id", "url", "final_url", "status", "content_type", "bytes", "elapsed_ms", "depth",
     "referrer", "fetched_at", "title", "error", "redirects",
 )  # fmt: skip
+# What a spreadsheet takes as the start of a formula (OWASP's list, tab and CR included).
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 CHUNK_ROWS = 2000
 # Bodies can be megabytes each: fewer rows per database round trip for WARC.
 WARC_CHUNK_ROWS = 20
@@ -92,16 +94,27 @@ class _Line:
         return value
 
 
+def neutralised(value):
+    """A text cell that a spreadsheet would run as a formula, read as text instead: a page
+    title "=HYPERLINK(...)" is written "'=HYPERLINK(...)" (OWASP, CSV injection). Numbers and
+    empty cells are left as they are."""
+    if isinstance(value, str) and value.startswith(FORMULA_STARTS):
+        return "'" + value
+    return value
+
+
 def iter_csv(crawl: Crawl) -> Iterator[bytes]:
-    """A header row, then one row per page; redirects as a JSON list. Values are written as
-    fetched (no spreadsheet-formula escaping): this is data, not a report."""
-    writer = csv.writer(_Line())
+    """A header row, then one row per page; redirects as a JSON list. Text cells are quoted,
+    so that a spreadsheet splitting on ";" keeps each whole, and a text cell that starts like
+    a formula starts with a single quote (neutralised); JSONL keeps every value as fetched."""
+    header = csv.writer(_Line())
+    writer = csv.writer(_Line(), quoting=csv.QUOTE_NONNUMERIC)
 
     def lines() -> Iterator[bytes]:
-        yield writer.writerow(COLUMNS).encode()
+        yield header.writerow(COLUMNS).encode()
         for row in _rows(crawl):
             row["redirects"] = json.dumps(row["redirects"]) if row["redirects"] else ""
-            yield writer.writerow([row[c] for c in COLUMNS]).encode()
+            yield writer.writerow([neutralised(row[c]) for c in COLUMNS]).encode()
 
     return _buffered(lines())
 

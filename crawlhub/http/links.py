@@ -84,9 +84,19 @@ def _title(root: lxml.html.HtmlElement) -> str:
     # A garbage title can be megabytes long; only the start is ever shown. itertext gives what
     # text_content() gives, without its XPath object: one per process, behind a lock that the
     # fetch threads of a slice would queue on.
-    words = "".join(title.itertext())[: MAX_TITLE * 4].split()
-    text = " ".join(words)[:MAX_TITLE]
-    return text if text.isprintable() else "".join(ch for ch in text if ch.isprintable())
+    text = "".join(title.itertext())[: MAX_TITLE * 4]
+    return " ".join(_visible(text).split())[:MAX_TITLE]
+
+
+def _visible(text: str) -> str:
+    """text without the characters a title must not carry into a page, a terminal or a
+    spreadsheet: C0 and C1 controls (ESC starts terminal sequences), bidi embeddings, overrides
+    and isolates (RLO makes "FDP.exe" of "exe.PDF"), and other invisible format characters
+    (zero-width, BOM). Whitespace among them (tab, newline, NEL, line separator) stays, to
+    separate words. Done before the whitespace is collapsed, so none leaves a double space."""
+    if text.isprintable():
+        return text
+    return "".join(ch for ch in text if ch.isprintable() or ch.isspace())
 
 
 def _base_url(root: lxml.html.HtmlElement, page_url: str) -> str:

@@ -241,3 +241,40 @@ def test_100000_links_in_under_a_second():
     assert time.process_time() - started < 1
     assert title == "Many" and len(links) == 100_000
     assert links[:2] == ["http://example.com/p/0?x=1", "http://example.com/dir/item0"]
+
+
+# C0 and C1 controls, bidi embeddings, overrides and isolates, and the invisible marks that
+# reorder or hide text: a title is shown in pages, terminals (the CLI) and spreadsheets.
+HOSTILE_TITLE_CHARACTERS = (
+    "\x1b" "\x07\x08\x7f" "\u0085\u009b\u008d"
+    "\u202a\u202b\u202c\u202d\u202e" "\u2066\u2067\u2068\u2069" "\u200e\u200f\u061c"
+    "\u2028\u2029" "\ufeff\u200b"
+)  # fmt: skip
+
+
+@pytest.mark.django_db
+def test_a_crawled_title_keeps_no_control_or_bidi_characters(user, make_site):
+    from crawls import services
+    from tests.support.crawling import drive
+    from tests.support.sites import Response, pages_site
+
+    raw = "Invoice \u202eFDP.exe\u202c \x1b[2Jcleared\x1b[31m" + HOSTILE_TITLE_CHARACTERS + " end"
+    referenced = "Ref&#x1b;&#27;&#x202E;&#x2067;&#x9B;&#8232;ok"
+    site = make_site(pages_site({
+        "/": Response(body=f"<title>{raw}</title><a href='/ref'>r</a>".encode()),
+        "/ref": Response(body=f"<title>{referenced}</title>".encode()),
+        "/latin": Response(body="<title>caf\xe9 \x1b</title>".encode("cp1252"),
+                           content_type="text/html; charset=windows-1252"),
+    }))  # fmt: skip
+    crawl = services.crawl_create(
+        user=user, name="titles", seeds=[site.url + "/", site.url + "/latin"], obey_robots=False
+    )
+    services.crawl_start(crawl=crawl, user=user)
+    drive(crawl)
+    titles = dict(crawl.pages.values_list("url", "title"))
+    # Each control goes; a line or paragraph separator is a space like any other.
+    assert titles[site.url + "/"] == "Invoice FDP.exe [2Jcleared[31m end"
+    assert titles[site.url + "/ref"] == "Ref› ok"  # &#x9B; is "›" in HTML (as in Windows-1252)
+    assert titles[site.url + "/latin"] == "café"
+    for title in titles.values():
+        assert not set(title) & set(HOSTILE_TITLE_CHARACTERS), repr(title)

