@@ -116,21 +116,27 @@ def _data_dir() -> Path:
     return path
 
 
+MIN_SECRET_KEY_LENGTH = 32
+
+
 def _secret_key(data_dir: Path) -> str:
     """SECRET_KEY from the environment, else generated once and kept in the data dir."""
     key = os.environ.get("SECRET_KEY", "")
     if key:
-        if len(key) < 32:
-            raise ImproperlyConfigured("SECRET_KEY must be at least 32 characters long")
+        if len(key) < MIN_SECRET_KEY_LENGTH:
+            raise ImproperlyConfigured(
+                f"SECRET_KEY must be at least {MIN_SECRET_KEY_LENGTH} characters long, got "
+                f"{len(key)} (unset it to have one generated and kept in CRAWLHUB_DATA_DIR)"
+            )
         return key
     path = data_dir / "secret_key"
     if not path.exists():
         _publish_secret_key(path)
     key = path.read_text().strip()
-    if len(key) < 32:
+    if len(key) < MIN_SECRET_KEY_LENGTH:
         raise ImproperlyConfigured(
-            f"{path} holds no usable SECRET_KEY (fewer than 32 characters): delete it to have "
-            "a new one generated, or set SECRET_KEY"
+            f"{path} holds no usable SECRET_KEY (fewer than {MIN_SECRET_KEY_LENGTH} "
+            "characters): delete it to have a new one generated, or set SECRET_KEY"
         )
     return key
 

@@ -52,6 +52,30 @@ def test_bad_value_stops_startup_naming_the_variable(tmp_path, variable, value, 
     assert expected in result.stderr
 
 
+@pytest.mark.parametrize("command", [["check"], ["up", "--workers", "0"], ["rqworker", "crawls"]])
+@pytest.mark.parametrize(
+    ("variable", "value", "expected"),
+    [
+        ("SECRET_KEY", "short", "SECRET_KEY must be at least 32 characters long, got 5"),
+        ("DEBUG", "maybe", "DEBUG must be a boolean"),
+    ],
+)
+def test_manage_py_reports_a_bad_value_in_one_line_without_a_traceback(
+    tmp_path, command, variable, value, expected
+):
+    clean = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL")}
+    clean.update({"CRAWLHUB_DATA_DIR": str(tmp_path / "data"), variable: value})
+    result = subprocess.run(
+        [sys.executable, "manage.py", *command], cwd=ROOT, env=clean, capture_output=True,
+        text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 1
+    [line] = result.stderr.splitlines()  # one line: no traceback
+    assert line.startswith("crawlhub cannot start: ") and expected in line
+    if variable == "SECRET_KEY":
+        assert value not in line  # its length is told, not the secret itself
+
+
 def test_data_dir_that_is_a_file_is_refused(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
