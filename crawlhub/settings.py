@@ -10,6 +10,7 @@ import re
 import secrets
 import tempfile
 import zoneinfo
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -225,6 +226,7 @@ INSTALLED_APPS = [
     "django_rq",
     "rest_framework",
     "drf_spectacular",
+    "axes",
     "crawlhub",
     "crawls",
     "proxies",
@@ -240,6 +242,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.LoginRequiredMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as django-axes asks: it turns a locked-out login into crawlhub.logins' answer.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "crawlhub.urls"
@@ -270,6 +274,24 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
 LOGIN_URL = "login"
+# Login throttling (django-axes, crawlhub/logins.py): after CRAWLHUB_LOGIN_FAILURES wrong
+# passwords for one username from one address, that username is refused from that address, the
+# right password too, for CRAWLHUB_LOGIN_COOLOFF_MINUTES after the last failure. Other users and
+# other addresses are not affected, nor are API tokens (they never go through a login). Staff
+# see and delete the attempts in the admin ("Access attempts"), or `manage.py axes_reset`.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env_int("CRAWLHUB_LOGIN_FAILURES", 5, minimum=1)
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("CRAWLHUB_LOGIN_COOLOFF_MINUTES", 15, minimum=1))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+# Refused attempts do not push the end of the lockout back: the time the page tells holds.
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
+AXES_LOCKOUT_CALLABLE = "crawlhub.logins.lockout_response"
+AXES_DISABLE_ACCESS_LOG = True  # failures are kept (until the cool-off), successes are not
+AXES_VERBOSE = False  # no start-up line in every command's output
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "login"
 
