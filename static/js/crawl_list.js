@@ -1,6 +1,10 @@
 // The crawl list: rows follow the compact snapshots that /ws/crawls/ relays.
 (function () {
   "use strict";
+  // A filter applies as soon as it is chosen (without script, the noscript button does it).
+  document.querySelectorAll("form.filters select").forEach(function (select) {
+    select.addEventListener("change", function () { select.form.submit(); });
+  });
   const liveEl = document.getElementById("live");
   const table = document.getElementById("crawls");
   if (!liveEl || !window.crawlhubLive) return;

@@ -103,13 +103,41 @@ def dashboard(redis_server, browser) -> Iterator[str]:
             processes.stop(daphne)
 
 
+# Every document reports what the Content-Security-Policy refused on the console, as Chromium
+# does itself ("Refused to execute inline script ..."); the page fixture collects both.
+REPORT_CSP_VIOLATIONS = """
+document.addEventListener("securitypolicyviolation", (event) => console.error(
+  `CSP violation: ${event.effectiveDirective} refused ${event.blockedURI || "inline"} ` +
+  `at ${event.sourceFile}:${event.lineNumber} on ${location.pathname}`));
+"""
+
+
+def watch_csp(page) -> list[str]:
+    """The Content-Security-Policy violations the page meets from now on, as they come."""
+    violations: list[str] = []
+    page.context.add_init_script(REPORT_CSP_VIOLATIONS)
+
+    def seen(message) -> None:
+        text = message.text
+        if text.startswith("CSP violation:") or "Content Security Policy" in text:
+            violations.append(f"{page.url}: {text}")
+
+    page.on("console", seen)
+    return violations
+
+
 @pytest.fixture
 def page(browser, dashboard) -> Iterator:
+    """A browser tab on the dashboard. Any Content-Security-Policy violation on any page it
+    shows fails the test that used it."""
     context = browser.new_context(viewport=WIDE)
     try:
         page = context.new_page()
         page.set_default_timeout(30_000)  # a busy machine renders slowly
         page.on("dialog", lambda dialog: dialog.accept())
+        violations = watch_csp(page)
         yield page
+        page.wait_for_timeout(100)  # a violation reported by the last page's last script
     finally:
         context.close()
+    assert violations == [], "the Content-Security-Policy refused:\n" + "\n".join(violations)

@@ -15,6 +15,7 @@ from crawls.models import Crawl, CrawlState
 from proxies import pool
 from proxies import services as proxy_services
 from proxies.models import Proxy, ProxyState
+from tests.dashboard.conftest import watch_csp
 from tests.support.clients import PASSWORD
 from tests.support.crawling import ROOT, sample_handler
 
@@ -39,6 +40,16 @@ def log_in(page, base: str, username: str) -> None:
     page.fill("#id_password", PASSWORD)
     page.click("button[type=submit]")
     page.wait_for_url(re.compile(r"^(?!.*/login/)"))
+
+
+def wait_for_js(page, expression: str, *, timeout: float = 30) -> None:
+    """Wait until the JavaScript expression is true on the page. Not page.wait_for_function:
+    Playwright evaluates its predicate with eval() in the page, which the Content-Security-Policy
+    refuses, as it should; page.evaluate goes through the DevTools protocol instead."""
+    deadline = time.monotonic() + timeout
+    while not page.evaluate(expression):
+        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {expression}"
+        page.wait_for_timeout(100)
 
 
 def counter(page, name: str) -> int:
@@ -89,13 +100,13 @@ def test_a_user_creates_a_crawl_and_watches_it_live_through_pause_and_resume(
     wait_until(lambda: seen.append(counter(page, "responses")) or len(set(seen)) >= 4,
                timeout=30, what="the responses counter to rise")  # fmt: skip
     assert seen == sorted(seen)
-    page.wait_for_function("document.querySelectorAll('#hosts tr td.url').length > 0 "
+    wait_for_js(page, "document.querySelectorAll('#hosts tr td.url').length > 0 "
                            "|| document.querySelector('#chart canvas')")  # fmt: skip
     shoot(page, "crawl-live-running")
 
     # Pause: the state changes on the page, then the counters stand still.
     page.locator('#actions form[data-action="pause"] button').click()
-    page.wait_for_function("document.getElementById('state').textContent.trim() === 'Paused'")
+    wait_for_js(page, "document.getElementById('state').textContent.trim() === 'Paused'")
     paused_at = counter(page, "responses")
     time.sleep(2.5)
     assert counter(page, "responses") == paused_at
@@ -107,15 +118,15 @@ def test_a_user_creates_a_crawl_and_watches_it_live_through_pause_and_resume(
 
     # Resume: it runs on and finishes, still on the same page.
     page.locator('#actions form[data-action="resume"] button').click()
-    page.wait_for_function(
-        "document.getElementById('state').textContent.trim() === 'Finished'", timeout=120_000
+    wait_for_js(
+        page, "document.getElementById('state').textContent.trim() === 'Finished'", timeout=120
     )
     assert page.evaluate("window.__sameDocument") is True
     crawl.refresh_from_db()
     assert crawl.state == CrawlState.FINISHED
     assert counter(page, "responses") == crawl.stats["responses"] > paused_at
     assert counter(page, "requests") == len(site.expected())
-    page.wait_for_function("document.querySelector('#h-audit').parentElement.textContent"
+    wait_for_js(page, "document.querySelector('#h-audit').parentElement.textContent"
                            ".includes('Finished')")  # fmt: skip
     shoot(page, "crawl-live-finished")
 
@@ -153,8 +164,8 @@ def test_the_live_page_charts_the_crawl_and_goes_stale_and_live_again_when_its_s
     # The pages/s chart is drawn, and the 2xx bar grows with the 2xx counter.
     page.wait_for_selector("#chart canvas", state="attached")
     assert page.locator("#chart-empty").is_hidden()
-    page.wait_for_function(
-        "parseFloat(document.querySelector('[data-bar=\"status_2xx\"]').style.width) > 0"
+    wait_for_js(
+        page, "parseFloat(document.querySelector('[data-bar=\"status_2xx\"]').style.width) > 0"
     )
     assert counter_at(page, '#status-bars [data-counter="status_2xx"]') > 0
     shoot(page, "crawl-live-chart")
@@ -171,9 +182,10 @@ def test_the_live_page_charts_the_crawl_and_goes_stale_and_live_again_when_its_s
     )
     assert len(sockets) == 1
     sockets[0].close(code=1011, reason="dropped by the test")
-    page.wait_for_function(
+    wait_for_js(
+        page,
         "window.__statuses.some(s => s[0] === 'stale') && document.getElementById('live')"
-        ".dataset.status === 'live'"
+        ".dataset.status === 'live'",
     )
     statuses = page.evaluate("window.__statuses")
     assert ["stale", "stale: reconnecting", "health stale"] in statuses, statuses
@@ -196,8 +208,8 @@ def test_the_live_page_charts_the_crawl_and_goes_stale_and_live_again_when_its_s
                timeout=15, what="the list row to follow the crawl")  # fmt: skip
     assert page.locator("#list-news").is_hidden()
     page.locator(f'{row} form[data-action="cancel"] button').click()
-    page.wait_for_function(
-        f"document.querySelector('{row} [data-field=\"state\"]').textContent === 'Cancelled'"
+    wait_for_js(
+        page, f"document.querySelector('{row} [data-field=\"state\"]').textContent === 'Cancelled'"
     )
 
 
@@ -205,8 +217,10 @@ def counter_at(page, selector: str) -> int:
     return int(page.locator(selector).inner_text().replace(",", ""))
 
 
-def test_the_other_pages_are_saved_as_screenshots(page, dashboard, staff):
+def test_the_other_pages_are_saved_as_screenshots(page, dashboard, staff, browser):
     proxy = pooled_proxy(1)
+    staff.is_superuser = True  # for the admin's model pages
+    staff.save(update_fields=["is_superuser"])
     page.goto(dashboard + "/login/")
     assert page.locator("h1", has_text="Log in").is_visible()
     shoot(page, "login")
@@ -217,28 +231,62 @@ def test_the_other_pages_are_saved_as_screenshots(page, dashboard, staff):
         ("/account/tokens/", "tokens", "API tokens"),
         ("/schedules/", "schedules", "Scheduled crawls"),
         ("/webhooks/", "webhooks", "Webhooks"),
+        # Django's admin and django-rq's dashboard work under the policy too.
+        ("/admin/", "admin", "Site administration"),
+        ("/admin/crawls/crawl/", "admin-crawls", "Select crawl to change"),
+        ("/rq/", "rq", "Queues"),
+        ("/rq/queues/0/", "rq-queue", None),  # inline scripts, allowed there only
     ]
     for path, name, heading in pages:
         response = page.goto(dashboard + path)
         assert response.status == 200, path
-        assert page.locator("h1", has_text=heading).is_visible(), path
+        assert heading is None or page.locator("h1", has_text=heading).is_visible(), path
         for width in ("1280", "390"):
             (ARTIFACTS / f"{name}-{width}.png").unlink(missing_ok=True)
         shoot(page, name)
         for width in ("1280", "390"):
             assert (ARTIFACTS / f"{name}-{width}.png").stat().st_size > 0, (name, width)
+    check_the_csp_check(browser, dashboard)
 
 
 def test_the_demo_crawl_runs_on_the_sample_site_crawlhub_serves(page, dashboard, user):
     log_in(page, dashboard, "alice")
     page.get_by_role("button", name="Try a demo crawl").click()
     page.wait_for_url(re.compile(r"/crawls/\d+/$"))
-    page.wait_for_function(
-        "document.getElementById('state').textContent.trim() === 'Finished'", timeout=120_000
+    wait_for_js(
+        page, "document.getElementById('state').textContent.trim() === 'Finished'", timeout=120
     )
     crawl = Crawl.objects.get()
     assert crawl.stats["requests"] == len(SampleSite(pages=300).expected())
     assert counter(page, "responses") == crawl.stats["responses"]
+
+
+def check_the_csp_check(browser, dashboard: str) -> None:
+    """The check every page fixture makes (conftest.watch_csp) does see what the policy
+    refuses: an inline script, an inline handler and a style attribute put into a page. In a
+    browser context of its own, so that the test's page stays clean."""
+    context = browser.new_context(viewport=WIDE)
+    try:
+        page = context.new_page()
+        violations = watch_csp(page)
+        page.goto(dashboard + "/login/")
+        assert violations == []
+        page.evaluate("""() => {
+            const script = document.createElement("script");
+            script.textContent = "window.__ran = true";
+            document.body.appendChild(script);
+            document.body.insertAdjacentHTML("beforeend",
+              '<img src="/static/none.png" onerror="window.__handler = true">' +
+              '<p style="color: red">styled</p>');
+        }""")
+        # Playwright hands over console messages while it waits, not while Python sleeps.
+        wait_until(lambda: page.wait_for_timeout(100) or len(violations) >= 3, timeout=10,
+                   what="three violations")  # fmt: skip
+        assert page.evaluate("[window.__ran, window.__handler]") == [None, None]
+        text = "\n".join(violations)
+        assert "script-src" in text and "style-src" in text, text
+    finally:
+        context.close()
 
 
 def pooled_proxy(n: int) -> Proxy:

@@ -503,6 +503,53 @@ def test_proxy_passwords_are_never_rendered(world, staff, capsys):
     assert SECRET not in capsys.readouterr().out
 
 
+# -- Content-Security-Policy -----------------------------------------------------------------
+
+CSP_DIRECTIVES = {
+    "script-src": "'self'", "style-src": "'self'", "frame-ancestors": "'none'",
+    "object-src": "'none'", "base-uri": "'self'", "form-action": "'self'",
+    "connect-src": "'self' ws://testserver",
+}  # fmt: skip
+
+
+def csp_of(response) -> dict[str, str]:
+    header = response.get("Content-Security-Policy", "")
+    return dict(
+        (part.strip().split(" ", 1) + [""])[:2] for part in header.split(";") if part.strip()
+    )
+
+
+@pytest.mark.django_db
+def test_every_page_has_a_strict_content_security_policy_and_nothing_inline(world, staff, user):
+    """Every page of the app, as staff and as a user: the policy allows no inline script or
+    style, and the page has none (a <script> without src runs nothing only as JSON data)."""
+    problems = []
+    for client in (client_for(staff), client_for(user), client_for(None)):
+        for path in [*staff_pages(world), "/login/", "/admin/", "/admin/crawls/crawl/"]:
+            response = client.get(path)
+            policy = csp_of(response)
+            wrong = {k: policy.get(k) for k, v in CSP_DIRECTIVES.items() if policy.get(k) != v}
+            if wrong:
+                problems.append(f"{path} ({response.status_code}): {wrong}")
+            if response.status_code != 200 or "html" not in response.get("Content-Type", ""):
+                continue
+            html = lxml.html.fromstring(response.content)
+            for script in html.iter("script"):
+                if not script.get("src") and script.get("type") != "application/json":
+                    problems.append(f"{path}: inline <script> {script.text[:60]!r}")
+            for element in html.iter():
+                for name in element.attrib:
+                    if name == "style" or name.startswith("on"):
+                        problems.append(f"{path}: <{element.tag} {name}=...>")
+    assert problems == []
+    # The websocket origin follows the scheme and host the page was served on.
+    secure = Client(HTTP_HOST="127.0.0.1:8000").get("/login/", secure=True)
+    assert csp_of(secure)["connect-src"] == "'self' wss://127.0.0.1:8000"
+    # django-rq's dashboard (staff only) has inline scripts and handlers of its own.
+    rq = csp_of(client_for(staff).get("/rq/"))
+    assert rq["script-src"] == "'self' 'unsafe-inline'" and rq["frame-ancestors"] == "'none'"
+
+
 # -- production settings ---------------------------------------------------------------------
 
 
