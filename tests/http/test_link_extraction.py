@@ -9,6 +9,9 @@ from urllib.parse import urljoin
 import pytest
 
 from crawlhub.http.links import Resolver, extract
+from crawls import services
+from tests.support.crawling import drive
+from tests.support.sites import Response, pages_site
 
 PAGE = "http://example.com/dir/page.html"
 
@@ -254,10 +257,6 @@ HOSTILE_TITLE_CHARACTERS = (
 
 @pytest.mark.django_db
 def test_a_crawled_title_keeps_no_control_or_bidi_characters(user, make_site):
-    from crawls import services
-    from tests.support.crawling import drive
-    from tests.support.sites import Response, pages_site
-
     raw = "Invoice \u202eFDP.exe\u202c \x1b[2Jcleared\x1b[31m" + HOSTILE_TITLE_CHARACTERS + " end"
     referenced = "Ref&#x1b;&#27;&#x202E;&#x2067;&#x9B;&#8232;ok"
     site = make_site(pages_site({
