@@ -525,6 +525,26 @@ def test_up_brings_back_a_redis_killed_mid_crawl_and_the_crawl_ends_exactly(
     assert [pid for pid in seen if alive(pid)] == []
 
 
+@pytest.mark.slow
+def test_up_restarts_a_web_server_that_died_after_serving(start_up):
+    proc, base, log = start_up(workers=0)
+    assert f"crawlhub is up at {base}/" in wait_for_output(proc, log, "crawlhub is up at")
+    seen = descendants(proc.pid)
+    [web] = [p for p in child_pids(proc.pid) if "daphne" in command_line(p)]
+
+    os.kill(web, signal.SIGKILL)
+    back = wait_for("/healthz answers again", lambda: healthy(base), log)
+    print(f"web server killed: /healthz ok again after {back:.2f} s")
+    said = rf"web \(pid {web}\) was killed by SIGKILL after \d+ s; starting it again in 1 s"
+    assert re.search(said, log.read_text())
+    assert "web started again (pid " in log.read_text()
+    assert proc.poll() is None
+
+    seen |= descendants(proc.pid)
+    stop_up(proc, log)
+    assert [pid for pid in seen if alive(pid)] == []
+
+
 def slice_horse(worker: int, log: Path) -> int:
     """The work horse of `worker` once it has run for a second (a slice, not a short job)."""
     deadline = time.monotonic() + 60

@@ -100,15 +100,20 @@ def wait_until_served(
 ) -> bool:  # fmt: skip
     """Wait until the child `name` of `group` answers over HTTP at url (with any status).
 
-    False when a stop signal came first. CommandError, naming the child, when a child that may
-    not be restarted exits first, or when url does not answer within timeout seconds;
-    children that may be restarted are restarted meanwhile.
+    False when a stop signal came first. CommandError, naming the child, when it exits first
+    (a server that cannot start would only fail again), when a child that may not be
+    restarted exits, or when url does not answer within timeout seconds; other children are
+    restarted meanwhile.
     """
     deadline = time.monotonic() + timeout
     while not stopping:
         if launcher.answers_http(url, timeout=ANSWER_SECONDS):
             return True
-        died = group.check()
+        server = group.procs[name]
+        if server.poll() is not None:  # before check(), which would restart it
+            died = f"{name} (exit code {server.returncode})"
+        else:
+            died = group.check()
         if died:
             raise CommandError(f"{died} exited before answering at {url}; stopping")
         if time.monotonic() >= deadline:
@@ -170,7 +175,7 @@ class Command(BaseCommand):
             group.add(f"worker-{n + 1}", [*manage, "rqworker", *scheduler, *QUEUES], restart=True)
         group.add("cron", [*manage, "rqcron", "crawlhub.cron"], restart=True)
         web = [sys.executable, "-m", "daphne", "-b", host, "-p", str(port)]
-        group.add("web", [*web, "crawlhub.asgi:application"], restart=False)
+        group.add("web", [*web, "crawlhub.asgi:application"], restart=True)
         return group
 
     def _say_up(self, url: str, *, login: str, workers: int) -> None:
@@ -182,8 +187,8 @@ class Command(BaseCommand):
         )
 
     def _supervise(self, group: process_group.ProcessGroup, signals: StopSignals) -> None:
-        """Until Ctrl-C or SIGTERM: restart Redis, workers and cron when they die (the log
-        says what died and what was done); stop when the web server dies."""
+        """Until Ctrl-C or SIGTERM: restart Redis, the workers, cron and the web server when
+        they die (the log says what died and what was done)."""
         while not signals:
             died = group.check()
             if died:
