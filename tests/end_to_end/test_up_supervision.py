@@ -118,6 +118,7 @@ def test_up_brings_back_a_redis_killed_mid_crawl_and_the_crawl_ends_exactly(
     frontier = Frontier(crawl.pk)
     wait_for("200 pages", lambda: frontier.stats()["responses"] >= 200, log, timeout=120)
     seen = descendants(proc.pid)
+    workers = rq_workers(proc.pid)
     [redis_pid] = [p for p in child_pids(proc.pid) if "redis-server" in command_line(p)[0]]
 
     done = frontier.stats()["responses"]
@@ -134,6 +135,7 @@ def test_up_brings_back_a_redis_killed_mid_crawl_and_the_crawl_ends_exactly(
     printed = log.read_text()
     assert f"redis-server was killed by SIGKILL; starting it again at {url}" in printed
     assert f"redis-server is back at {url}" in printed
+    assert rq_workers(proc.pid) == workers, printed  # they waited for Redis: none died
     assert_no_zombie_stays(proc.pid, log)
     assert not alive(redis_pid)
 
