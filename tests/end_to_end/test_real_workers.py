@@ -4,21 +4,31 @@ workers: tests/engine/test_pause_resume.py).
 Nothing is lost: the crawl ends with exactly the expected pages and exact counters.
 """
 
+import os
 import random
+import signal
+import subprocess
+import sys
 import time
 
 import pytest
+import redis
+from rq import Queue, Worker
 
+from crawlhub import launcher
 from crawls import services
 from crawls.engine.frontier import Frontier
 from crawls.models import CrawlState
+from tests.support import processes
 from tests.support.crawling import (
+    ROOT,
     assert_exact,
     refetched,
     start_sample_crawl,
     wait_for_progress,
     wait_for_state,
 )
+from tests.support.sites import free_port
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -73,3 +83,64 @@ def test_redis_restarted_mid_crawl_resumes_and_finishes_exactly(
     redis_server.start()
     crawl = wait_for_state(crawl, {CrawlState.FINISHED}, timeout=180, fleet=fleet)
     assert_exact(crawl, site)
+
+
+def test_a_worker_waits_for_a_redis_that_went_away_mid_job_instead_of_exiting(tmp_path):
+    """RQ itself retries only its wait for a job: a worker whose job ended while Redis was
+    away exited within 3 s. Ours waits, records the job once Redis is back at the same
+    address, and takes the next one."""
+    server = launcher.EmbeddedRedis(tmp_path / "redis", port=free_port())
+    server.start()
+    log = tmp_path / "worker.log"
+    env = {**os.environ, "REDIS_URL": server.url, "CRAWLHUB_DATA_DIR": str(tmp_path / "data")}
+    try:
+        with log.open("w") as out:
+            worker = processes.spawn(
+                [sys.executable, "manage.py", "rqworker", "default"],
+                cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+        try:
+            _outlive_an_outage(server, worker, log)
+        finally:
+            processes.stop(worker)  # before Redis: a stopping worker says goodbye to Redis
+    finally:
+        server.stop()
+
+
+def _outlive_an_outage(server: launcher.EmbeddedRedis, worker, log) -> None:
+    queue = Queue("default", connection=redis.Redis.from_url(server.url))
+    deadline = time.monotonic() + 60
+    while Worker.count(connection=queue.connection) < 1:
+        assert worker.poll() is None and time.monotonic() < deadline, log.read_text()
+        time.sleep(0.05)
+    job = queue.enqueue("time.sleep", 2)
+    while job.get_status() != "started":
+        assert time.monotonic() < deadline, log.read_text()
+        time.sleep(0.02)
+
+    os.kill(server.process.pid, signal.SIGKILL)  # the job ends while Redis is away
+    server.process.wait()
+    away = time.monotonic() + 8
+    while time.monotonic() < away and worker.poll() is None:
+        time.sleep(0.1)
+    assert worker.poll() is None, f"the worker exited while Redis was away:\n{log.read_text()}"
+    server.restart()
+
+    deadline = time.monotonic() + 30
+    while job.get_status() != "finished":
+        assert time.monotonic() < deadline, f"job {job.get_status()}:\n{log.read_text()}"
+        time.sleep(0.05)
+    after = queue.enqueue("time.sleep", 0)
+    while after.get_status() != "finished":
+        assert time.monotonic() < deadline, f"next job {after.get_status()}:\n{log.read_text()}"
+        time.sleep(0.05)
+    assert worker.poll() is None
+
+    # Asked to stop while Redis is away, it waits for nothing: Redis may be gone for good.
+    os.kill(server.process.pid, signal.SIGKILL)
+    server.process.wait()
+    worker.send_signal(signal.SIGTERM)
+    try:
+        worker.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"the worker did not stop:\n{log.read_text()}") from None

@@ -7,65 +7,30 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 import requests
 from django.core.management.base import CommandError
 
-from crawlhub import launcher
 from crawlhub.management.commands.up import (
     child_env,
     ensure_admin,
     served_url,
     wait_until_served,
 )
-from tests.support import processes
-from tests.support.processes import children
 from tests.support.sites import Response, free_port
+from tests.support.up import (
+    alive,
+    child_pids,
+    command_line,
+    descendants,
+    environment,
+    wait_for_output,
+    wait_for_workers,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def descendants(pid: int) -> set[int]:
-    """Every live process below pid."""
-    found, todo = set(), [pid]
-    while todo:
-        for child in children(todo.pop()):
-            found.add(child)
-            todo.append(child)
-    return found
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
-def get_json(url: str) -> tuple[int, dict]:
-    try:
-        with urllib.request.urlopen(url, timeout=10) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as error:
-        return error.code, json.loads(error.read())
-
-
-def child_pids(pid: int) -> list[int]:
-    """The live processes whose parent is pid."""
-    return [child for child in children(pid) if alive(child)]
-
-
-def command_line(pid: int) -> list[str]:
-    return Path(f"/proc/{pid}/cmdline").read_text().rstrip("\0").split("\0")
-
-
-def environment(pid: int) -> dict[str, str]:
-    pairs = Path(f"/proc/{pid}/environ").read_bytes().decode().rstrip("\0").split("\0")
-    return dict(pair.split("=", 1) for pair in pairs if "=" in pair)
 
 
 def log_in(base: str, username: str, password: str) -> requests.Session:
@@ -81,57 +46,6 @@ def log_in(base: str, username: str, password: str) -> requests.Session:
     assert answer.url == base + "/", f"{username!r} could not log in: ended at {answer.url}"
     assert "Log out" in answer.text
     return session
-
-
-def wait_for_workers(base: str, count: int, log: Path) -> None:
-    """Until /healthz reports `count` workers: refused, reset, timed out or not yet JSON (up is
-    still starting) all mean "not yet"."""
-    report, status = {}, 0
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            status, report = get_json(base + "/healthz")
-            if status == 200 and report["workers"]["count"] == count:
-                return
-        except (OSError, ValueError):
-            pass
-        time.sleep(0.3)
-    raise AssertionError(
-        f"up did not report {count} workers at {base}/healthz within 120 s: it answered "
-        f"{status} {report}; up printed:\n{log.read_text()}"
-    )
-
-
-def wait_for_output(proc: subprocess.Popen, log: Path, text: str) -> str:
-    """up's output once it holds `text`, or once up has exited."""
-    deadline = time.monotonic() + 120
-    while text not in log.read_text() and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.02)
-    return log.read_text()
-
-
-@pytest.fixture
-def start_up(tmp_path):
-    """Run `manage.py up` on a free port with a fresh data dir; its output goes to a file. Each
-    is stopped after the test (SIGTERM: `up` stops its children), then anything left killed."""
-    started = []
-
-    def start(workers: int = 2, **env: str) -> tuple[subprocess.Popen, str, Path]:
-        full = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL")}
-        full.pop("PROXY_CHECK_URL", None)
-        full.update(CRAWLHUB_DATA_DIR=str(tmp_path / "data"), PYTHONUNBUFFERED="1", **env)
-        port = free_port()
-        log = tmp_path / "up.log"
-        up = ["manage.py", "up", "--port", str(port), "--workers", str(workers)]
-        with log.open("w") as out:
-            proc = processes.spawn(
-                [sys.executable, *up], cwd=ROOT, env=full, stdout=out, stderr=subprocess.STDOUT
-            )
-        started.append(proc)
-        return proc, f"http://127.0.0.1:{port}", log
-
-    yield start
-    processes.stop_all(started, timeout=60)
 
 
 @pytest.mark.slow
@@ -205,14 +119,6 @@ def test_up_stops_everything_when_the_web_server_exits_before_answering(start_up
     assert "crawlhub is up" not in output
     assert "Stopped." in output
     assert [pid for pid in started if alive(pid)] == []
-
-
-@pytest.fixture
-def group():
-    """A ProcessGroup whose children are stopped after the test."""
-    made = launcher.ProcessGroup(env=dict(os.environ))
-    yield made
-    made.stop(timeout=5)
 
 
 def test_waiting_for_the_web_server_ends_at_its_first_answer_whatever_the_status(group, make_site):

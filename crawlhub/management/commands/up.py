@@ -12,12 +12,13 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from crawlhub import launcher
+from crawlhub import launcher, process_group
 
 QUEUES = ["control", "crawls", "default"]
 # Daphne takes a few seconds to import Django and listen; a busy machine takes longer.
 WEB_START_SECONDS = 60.0
 ANSWER_SECONDS = 2.0  # one attempt at /healthz
+SUPERVISE_SECONDS = 0.5  # how often the children (and the embedded Redis) are looked at
 
 
 def _port_free(host: str, port: int) -> bool:
@@ -94,20 +95,25 @@ class StopSignals:
 
 
 def wait_until_served(
-    group: launcher.ProcessGroup, name: str, url: str, *, timeout: float,
+    group: process_group.ProcessGroup, name: str, url: str, *, timeout: float,
     stopping: StopSignals | None = None,
 ) -> bool:  # fmt: skip
     """Wait until the child `name` of `group` answers over HTTP at url (with any status).
 
-    False when a stop signal came first. CommandError, naming the child, when a child that may
-    not be restarted exits first, or when url does not answer within timeout seconds;
-    children that may be restarted are restarted meanwhile.
+    False when a stop signal came first. CommandError, naming the child, when it exits first
+    (a server that cannot start would only fail again), when a child that may not be
+    restarted exits, or when url does not answer within timeout seconds; other children are
+    restarted meanwhile.
     """
     deadline = time.monotonic() + timeout
     while not stopping:
         if launcher.answers_http(url, timeout=ANSWER_SECONDS):
             return True
-        died = group.check()
+        server = group.procs[name]
+        if server.poll() is not None:  # before check(), which would restart it
+            died = f"{name} (exit code {server.returncode})"
+        else:
+            died = group.check()
         if died:
             raise CommandError(f"{died} exited before answering at {url}; stopping")
         if time.monotonic() >= deadline:
@@ -137,10 +143,14 @@ class Command(BaseCommand):
         signals = StopSignals()
         signals.install()
         redis_server: launcher.EmbeddedRedis | None = None
-        group: launcher.ProcessGroup | None = None
+        group: process_group.ProcessGroup | None = None
+        # What a dead child leaves running becomes our child, to be stopped and reaped.
+        process_group.become_subreaper()
         try:
             redis_server = self._start_redis()
-            group = self._process_group(host=host, port=port, workers=workers, url=url)
+            group = self._process_group(
+                host=host, port=port, workers=workers, url=url, redis_server=redis_server
+            )
             group.start()
             if wait_until_served(
                 group, "web", f"{url}/healthz", timeout=WEB_START_SECONDS, stopping=signals
@@ -151,11 +161,13 @@ class Command(BaseCommand):
             self._stop_all(group, redis_server)
 
     def _process_group(
-        self, *, host: str, port: int, workers: int, url: str
-    ) -> launcher.ProcessGroup:
-        """Workers (the first one runs RQ's scheduler), cron and the web server."""
-        group = launcher.ProcessGroup(
-            env=child_env(dict(os.environ), redis_url=self.redis_url, url=url)
+        self, *, host: str, port: int, workers: int, url: str,
+        redis_server: launcher.EmbeddedRedis | None,
+    ) -> process_group.ProcessGroup:  # fmt: skip
+        """Workers (the first one runs RQ's scheduler), cron and the web server; and the
+        embedded Redis, when this run started it, to restart if it dies."""
+        group = process_group.ProcessGroup(
+            env=child_env(dict(os.environ), redis_url=self.redis_url, url=url), redis=redis_server
         )
         manage = [sys.executable, str(settings.BASE_DIR / "manage.py")]
         for n in range(workers):
@@ -163,7 +175,7 @@ class Command(BaseCommand):
             group.add(f"worker-{n + 1}", [*manage, "rqworker", *scheduler, *QUEUES], restart=True)
         group.add("cron", [*manage, "rqcron", "crawlhub.cron"], restart=True)
         web = [sys.executable, "-m", "daphne", "-b", host, "-p", str(port)]
-        group.add("web", [*web, "crawlhub.asgi:application"], restart=False)
+        group.add("web", [*web, "crawlhub.asgi:application"], restart=True)
         return group
 
     def _say_up(self, url: str, *, login: str, workers: int) -> None:
@@ -174,17 +186,17 @@ class Command(BaseCommand):
             + f"\n  data in {settings.DATA_DIR}\n  Ctrl-C stops everything."
         )
 
-    def _supervise(self, group: launcher.ProcessGroup, signals: StopSignals) -> None:
-        """Until Ctrl-C or SIGTERM: restart workers and cron when they die; stop when the web
-        server does."""
+    def _supervise(self, group: process_group.ProcessGroup, signals: StopSignals) -> None:
+        """Until Ctrl-C or SIGTERM: restart Redis, the workers, cron and the web server when
+        they die (the log says what died and what was done)."""
         while not signals:
             died = group.check()
             if died:
                 raise CommandError(f"{died} exited; stopping")
-            time.sleep(0.5)
+            time.sleep(SUPERVISE_SECONDS)
 
     def _stop_all(
-        self, group: launcher.ProcessGroup | None, redis_server: launcher.EmbeddedRedis | None
+        self, group: process_group.ProcessGroup | None, redis_server: launcher.EmbeddedRedis | None
     ) -> None:
         """Stop what this run started, Redis last (and even when stopping the rest failed)."""
         if group is None and redis_server is None:

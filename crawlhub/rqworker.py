@@ -1,0 +1,93 @@
+"""The RQ worker every crawlhub worker runs (settings.RQ["WORKER_CLASS"]: `up`'s workers and
+`./run rqworker` on other machines): RQ's own, made to wait out a Redis that went away and
+to take its work horse with it when it dies.
+
+RQ 3 retries only its wait for the next job. A heartbeat sent while it watches a work horse,
+or the bookkeeping after a job, raises ConnectionError when Redis is away and the worker
+exits, leaving its horse to run on alone (the horse is in a process group of its own).
+Here every Redis command of the worker, and of the horse it forks (which shares the
+connection), is retried about once a second for up to REDIS_WAIT_SECONDS, until the worker is
+asked to stop (a stopping worker waits for nothing: Redis may be gone for good); and the horse
+gets SIGKILL from the kernel when its worker dies, however it died. Its claimed requests come
+back when their leases run out, as after any kill.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import os
+import signal
+import threading
+
+from redis import Redis
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
+from rq import Worker as RQWorker
+
+# As long as a slice waits for Redis (crawls.engine.slices.REDIS_RETRY_SECONDS).
+REDIS_WAIT_SECONDS = 300.0
+# Once Redis is back, a waiting worker sees it within this long.
+REDIS_POLL_SECONDS = 1.0
+_FIRST_WAIT_SECONDS = 0.05
+_PR_SET_PDEATHSIG = 1
+
+# Set once this process was asked to stop. Not a Retry attribute: redis-py gives each
+# connection its own copy of the policy.
+_stopping = threading.Event()
+
+
+class _WaitingRetry(Retry):
+    """Retry, unless this process is stopping: then Redis being away is an error at once."""
+
+    def call_with_retry(self, do, fail, is_retryable=None, with_failure_count=False):
+        def retryable(error: Exception) -> bool:
+            return not _stopping.is_set() and (is_retryable is None or is_retryable(error))
+
+        return super().call_with_retry(do, fail, retryable, with_failure_count)
+
+
+def waiting_retry(seconds: float = REDIS_WAIT_SECONDS) -> Retry:
+    """A redis-py retry policy that keeps trying a command for about `seconds` seconds:
+    0.1 s, 0.2 s, 0.4 s... then once every REDIS_POLL_SECONDS (connection refused or reset,
+    timeouts, and a Redis still loading its data, which is a ConnectionError too)."""
+    backoff = ExponentialBackoff(cap=REDIS_POLL_SECONDS, base=_FIRST_WAIT_SECONDS)
+    doubling = math.ceil(math.log2(REDIS_POLL_SECONDS / _FIRST_WAIT_SECONDS))
+    ramp = sum(backoff.compute(n) for n in range(1, doubling + 1))
+    retries = doubling + max(0, math.ceil((seconds - ramp) / REDIS_POLL_SECONDS))
+    return _WaitingRetry(backoff, retries)
+
+
+def _die_with_parent(parent: int) -> None:
+    """In a work horse: SIGKILL from the kernel when the worker that forked it ends."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except OSError:
+        return
+    if os.getppid() != parent:  # the worker died before the line above: nobody watches us
+        os._exit(1)
+
+
+class Worker(RQWorker):
+    """rq.Worker, waiting for Redis instead of exiting, with horses that die with it."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        connections: list[Redis] = [self.connection, *(queue.connection for queue in self.queues)]
+        for connection in connections:
+            connection.set_retry(waiting_retry())
+
+    def request_stop(self, signum, frame) -> None:
+        # RQ records a warm shutdown in Redis from this signal handler: with Redis away, that
+        # must fail at once instead of holding the handler for minutes.
+        _stopping.set()
+        super().request_stop(signum, frame)
+
+    def fork_work_horse(self, job, queue) -> None:
+        self._forked_by = os.getpid()
+        super().fork_work_horse(job, queue)
+
+    def main_work_horse(self, job, queue) -> None:
+        _die_with_parent(self._forked_by)
+        super().main_work_horse(job, queue)
