@@ -146,6 +146,23 @@ def test_the_api_removes_a_large_selection_in_the_background(client, staff, monk
     assert [j["id"] for j in listed["results"]] == [status["id"]]
 
 
+def test_the_admins_select_all_removal_runs_as_a_job(admin_client, admin_user, monkeypatch):
+    monkeypatch.setattr(services, "INLINE_LIMIT", 2)
+    for n in range(3):
+        add_proxy(f"http://10.0.0.{n}:80")
+    url = "/admin/proxies/proxy/"
+    every = {"action": "remove_selected", "select_across": "1", "index": "0",
+             "_selected_action": [Proxy.objects.first().pk]}  # fmt: skip
+    confirm = admin_client.post(url, every)
+    assert confirm.status_code == 200 and "Remove 3 proxies" in confirm.content.decode()
+    assert 'name="select_across" value="1"' in confirm.content.decode()
+    done = admin_client.post(url, {**every, "apply": "1", "why": "abuse"}, follow=True)
+    assert "Removed 3 proxies in the background" in done.content.decode()
+    [job] = finish_jobs()
+    assert (job.kind, job.changed, job.user) == ("remove", 3, admin_user)
+    assert not Proxy.objects.exclude(state=ProxyState.REMOVED).exists()
+
+
 def test_a_list_that_cannot_be_fetched_fails_its_job_with_the_reason(staff_client, make_site):
     site = make_site(lambda r: Response(status=404))
     posted = staff_client.post("/proxies/import", {"url": site.url + "/list.txt"})
