@@ -26,7 +26,7 @@ from crawlhub.models import ApiToken
 from crawls.api.crawls import ChannelViewSet, CrawlViewSet
 from crawls.api.schedules import ScheduleViewSet
 from crawls.api.webhooks import WebhookViewSet
-from proxies.api import PoolHealthView, ProxyViewSet
+from proxies.api import PoolHealthView, ProxyJobViewSet, ProxyViewSet
 
 # --- Authentication ---------------------------------------------------------------------------
 
@@ -127,6 +127,7 @@ router.register("crawls", CrawlViewSet, basename="api-crawl")
 router.register("channels", ChannelViewSet, basename="api-channel")
 router.register("schedules", ScheduleViewSet, basename="api-schedule")
 router.register("webhooks", WebhookViewSet, basename="api-webhook")
+router.register("proxies/jobs", ProxyJobViewSet, basename="api-proxy-job")
 router.register("proxies", ProxyViewSet, basename="api-proxy")
 router.register("tokens", TokenViewSet, basename="api-token")
 

@@ -6,6 +6,7 @@ from rq import cron
 from crawls.engine.jobs import supervise
 from crawls.schedules import run_due_schedules_job
 from crawls.webhooks import deliver_overdue_job
+from proxies.jobs import resume_stalled as resume_stalled_proxy_jobs
 from proxies.validation import validate_proxies
 
 cron.register(
@@ -44,4 +45,13 @@ cron.register(
     job_timeout=120,
     result_ttl=600,
     name="webhook retries",
+)
+# Proxy imports and bulk actions whose worker died: taken over where they stopped.
+cron.register(
+    resume_stalled_proxy_jobs,
+    "control",
+    interval=60,
+    job_timeout=60,
+    result_ttl=600,
+    name="stalled proxy jobs",
 )

@@ -352,7 +352,12 @@ SPECTACULAR_SETTINGS = {
     "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
     "COMPONENT_SPLIT_REQUEST": True,
     # A crawl's state appears in several components (crawls, a schedule's runs): one name.
-    "ENUM_NAME_OVERRIDES": {"CrawlStateEnum": "crawls.models.CrawlState"},
+    # Proxies and proxy jobs have a state each too.
+    "ENUM_NAME_OVERRIDES": {
+        "CrawlStateEnum": "crawls.models.CrawlState",
+        "ProxyStateEnum": "proxies.models.ProxyState",
+        "ProxyJobStateEnum": "proxies.models.ProxyJob.State",
+    },
 }
 
 CHANNEL_LAYERS = {

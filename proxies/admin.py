@@ -7,8 +7,9 @@ from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
+from django.utils.html import format_html
 
-from proxies import pool, services, validation
+from proxies import pool, services
 from proxies.models import Proxy, ProxyEvent
 
 
@@ -90,31 +91,43 @@ class ProxyAdmin(admin.ModelAdmin):
     def remove_selected(self, request, queryset):
         why = (request.POST.get("why") or "").strip()
         if request.POST.get("apply") and why:
-            done = services.remove_proxies(proxies=queryset, why=why, user=request.user)
-            self.message_user(request, f"Removed {len(done)} proxies.", messages.SUCCESS)
+            self.act(request, "remove", queryset, why=why)
             return None
         return TemplateResponse(request, "proxies/admin_remove.html", {
-            **self.admin_site.each_context(request), "proxies": list(queryset),
+            **self.admin_site.each_context(request), "proxies": list(queryset[:1000]),
+            "count": queryset.count(),
             "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME, "opts": self.model._meta,
         })  # fmt: skip
 
     @admin.action(permissions=["change"], description="Disable selected proxies")
     def disable_selected(self, request, queryset):
-        done = services.disable_proxies(proxies=queryset, user=request.user, why="admin")
-        self.message_user(request, f"Disabled {len(done)} proxies.", messages.SUCCESS)
+        self.act(request, "disable", queryset, why="admin")
 
     @admin.action(
         permissions=["change"],
         description="Enable selected proxies (validated before they enter the pools)",
     )
     def enable_selected(self, request, queryset):
-        done = services.enable_proxies(proxies=queryset, user=request.user)
-        self.message_user(request, f"Enabled {len(done)} proxies.", messages.SUCCESS)
+        self.act(request, "enable", queryset)
 
     @admin.action(permissions=["change"], description="Validate selected proxies now")
     def validate_selected(self, request, queryset):
-        validation.request_validation(proxies=list(queryset))
-        self.message_user(request, f"Validation of {queryset.count()} proxies queued.")
+        result = services.bulk_action(action="validate", proxies=queryset, user=request.user)
+        self.message_user(request, f"Validation of {result.selected} proxies queued.")
+
+    def act(self, request, action: str, queryset, why: str = "") -> None:
+        """Through the same service as the Proxies page: a large selection becomes a job."""
+        result = services.bulk_action(action=action, proxies=queryset, why=why, user=request.user)
+        past = {"remove": "Removed", "disable": "Disabled", "enable": "Enabled"}[action]
+        if result.job is None:
+            self.message_user(request, f"{past} {result.changed} proxies.", messages.SUCCESS)
+            return
+        link = format_html(
+            '<a href="{}">follow it</a>', result.job.get_absolute_url()
+        )  # fmt: skip
+        self.message_user(request, format_html(
+            "{} {} proxies in the background: {}.", past, f"{result.selected:,}", link
+        ), messages.INFO)  # fmt: skip
 
 
 @admin.register(ProxyEvent)

@@ -3,6 +3,7 @@ pool's health. They call proxies/services.py and proxies/pool.py, like the pages
 
 from __future__ import annotations
 
+from django.urls import reverse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import mixins, permissions, serializers, status, viewsets
@@ -13,7 +14,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from proxies import pool, services, validation
-from proxies.models import Proxy
+from proxies.models import Proxy, ProxyJob
 
 
 class ProxySerializer(serializers.ModelSerializer):
@@ -52,6 +53,32 @@ class ImportReportSerializer(serializers.Serializer):
     errors = serializers.ListField(child=serializers.DictField())
 
 
+class JobSerializer(serializers.Serializer):
+    """What an import or a bulk action running in the background has done so far."""
+
+    id = serializers.IntegerField()
+    kind = serializers.ChoiceField(choices=ProxyJob.Kind.choices)
+    state = serializers.ChoiceField(choices=ProxyJob.State.choices)
+    source = serializers.CharField(help_text="An import's source (passwords masked).")
+    total = serializers.IntegerField(
+        allow_null=True, help_text="Proxies of the list (or of the selection) to deal with."
+    )
+    done = serializers.IntegerField(help_text="Of total, dealt with so far.")
+    percent = serializers.IntegerField()
+    counts = serializers.DictField(
+        child=serializers.IntegerField(),
+        help_text="Import: added, duplicates, errors. Bulk action: selected, removed (disabled, "
+        "enabled), unchanged.",
+    )
+    error = serializers.CharField(help_text="Why the job failed.")
+    created_at = serializers.DateTimeField()
+    finished_at = serializers.DateTimeField(allow_null=True)
+    status_url = serializers.URLField(help_text="Where to follow it.")
+    report = ImportReportSerializer(
+        required=False, help_text="An import's whole report, once it has ended."
+    )
+
+
 class RemoveSerializer(serializers.Serializer):
     ids = serializers.ListField(child=serializers.IntegerField(), required=False, default=list)
     addresses = serializers.ListField(child=serializers.CharField(), required=False, default=list,
@@ -66,6 +93,10 @@ class RemoveSerializer(serializers.Serializer):
 
 class RemoveResultSerializer(serializers.Serializer):
     removed = serializers.ListField(child=serializers.CharField())
+    unknown = serializers.ListField(child=serializers.CharField())
+
+
+class RemoveLaterSerializer(JobSerializer):
     unknown = serializers.ListField(child=serializers.CharField())
 
 
@@ -108,8 +139,12 @@ class ProxyViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
             return services.filter_proxies(self.request.query_params)
         return Proxy.objects.all()
 
-    @extend_schema(summary="Import a list (staff)", request=ImportSerializer,
-                   responses={201: ImportReportSerializer})  # fmt: skip
+    @extend_schema(
+        summary="Import a list (staff)", request=ImportSerializer,
+        responses={202: JobSerializer},
+        description="The list is imported in the background: the answer is the job, and its "
+        "status_url gives the progress, then the report (every bad line and duplicate).",
+    )  # fmt: skip
     @action(detail=False, methods=["post"], url_path="import")
     def import_list(self, request: Request) -> Response:
         body = ImportSerializer(data=request.data)
@@ -117,25 +152,34 @@ class ProxyViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
         data = body.validated_data
         try:
             if data.get("url"):
-                report = services.import_from_url(url=data["url"], user=request.user)
+                job = services.start_import_from_url(url=data["url"], user=request.user)
             else:
-                report = services.import_proxies(text=data["text"], source="api", user=request.user)
+                job = services.start_import(text=data["text"], source="api", user=request.user)
         except services.ImportFailed as exc:
             raise ValidationError({"url" if data.get("url") else "text": [str(exc)]}) from None
-        return Response(report.as_dict(), status=status.HTTP_201_CREATED)
+        return Response(job_answer(request, job), status=status.HTTP_202_ACCEPTED)
 
-    @extend_schema(summary="Remove proxies from every pool (staff)", request=RemoveSerializer,
-                   responses=RemoveResultSerializer)  # fmt: skip
+    @extend_schema(
+        summary="Remove proxies from every pool (staff)", request=RemoveSerializer,
+        responses={200: RemoveResultSerializer, 202: RemoveLaterSerializer},
+        description=f"Up to {services.INLINE_LIMIT} proxies are removed before the answer "
+        "(200); more are removed in the background (202, with the job to follow).",
+    )  # fmt: skip
     @action(detail=False, methods=["post"])
     def remove(self, request: Request) -> Response:
         body = RemoveSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         data = body.validated_data
-        proxies = list(Proxy.objects.filter(pk__in=data["ids"]))
-        unknown = [str(i) for i in set(data["ids"]) - {p.pk for p in proxies}]
+        ids, unknown = services.known_ids(data["ids"])
         found, missing = services.resolve(addresses=data["addresses"])
-        done = services.remove_proxies(proxies=proxies + found, why=data["why"], user=request.user)
-        return Response({"removed": [p.masked_url for p in done], "unknown": unknown + missing})
+        result = services.bulk_action(
+            action="remove", ids=ids, proxies=found, why=data["why"], user=request.user
+        )
+        unknown = [str(i) for i in unknown] + missing
+        if result.job is not None:
+            answer = {**job_answer(request, result.job), "unknown": unknown}
+            return Response(answer, status=status.HTTP_202_ACCEPTED)
+        return Response({"removed": [p.masked_url for p in result.done], "unknown": unknown})
 
     @extend_schema(summary="Validate proxies now (staff)", request=ValidateSerializer,
                    responses={202: ValidateResultSerializer})  # fmt: skip
@@ -144,10 +188,38 @@ class ProxyViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
         body = ValidateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         ids = body.validated_data.get("ids")
-        proxies = None if ids is None else list(Proxy.objects.filter(pk__in=ids))
-        validation.request_validation(proxies=proxies)
-        queued = None if proxies is None else len(proxies)
-        return Response({"queued": queued}, status=status.HTTP_202_ACCEPTED)
+        if ids is None:
+            validation.request_validation()
+            return Response({"queued": None}, status=status.HTTP_202_ACCEPTED)
+        known, _ = services.known_ids(ids)
+        result = services.bulk_action(action="validate", ids=known, user=request.user)
+        return Response({"queued": result.selected}, status=status.HTTP_202_ACCEPTED)
+
+
+def job_answer(request: Request, job: ProxyJob, *, report: bool = False) -> dict:
+    url = request.build_absolute_uri(reverse("api-proxy-job-detail", args=[job.pk]))
+    return {**services.job_status(job, report=report), "status_url": url}
+
+
+@extend_schema_view(
+    list=extend_schema(summary="Recent imports and bulk actions (staff)"),
+    retrieve=extend_schema(
+        summary="An import's or bulk action's progress; an import's report once ended (staff)"
+    ),
+)
+class ProxyJobViewSet(viewsets.GenericViewSet):
+    serializer_class = JobSerializer
+    permission_classes = [permissions.IsAdminUser]
+    lookup_value_regex = r"\d+"
+    queryset = ProxyJob.objects.all()
+
+    def list(self, request: Request) -> Response:
+        page = self.paginate_queryset(self.get_queryset())
+        shown = [job_answer(request, job) for job in page]
+        return self.get_paginated_response(shown)
+
+    def retrieve(self, request: Request, pk: str) -> Response:
+        return Response(job_answer(request, self.get_object(), report=True))
 
 
 class PoolHealthView(APIView):

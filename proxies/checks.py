@@ -82,9 +82,11 @@ def _client(timeout: float) -> Fetcher:
     # One client per check, as each check is on its own: no cookie or connection of one
     # proxy's check is carried into another's. Redirects are not followed (max_redirects=0):
     # a check URL that redirects answers with its 3xx, which fails the check.
+    # The whole check, connecting included, takes at most `timeout` (PROXY_CHECK_TIMEOUT is
+    # "seconds per check"): a validation pass knows how long a batch of checks can take.
     return Fetcher(
-        timeout=timeout, max_bytes=MAX_ANSWER_BYTES, user_agent_mode="fixed",
-        user_agent=USER_AGENT, pool_size=1, max_redirects=0,
+        timeout=timeout, total_timeout=timeout, max_bytes=MAX_ANSWER_BYTES,
+        user_agent_mode="fixed", user_agent=USER_AGENT, pool_size=1, max_redirects=0,
     )  # fmt: skip
 
 

@@ -11,6 +11,7 @@ from channels.layers import get_channel_layer
 from django.db import transaction
 from django.db.models import Count
 from django.utils import timezone
+from rq.timeouts import JobTimeoutException
 
 from proxies import pool
 from proxies.models import Proxy, ProxyEvent, ProxyState
@@ -47,6 +48,8 @@ def publish_health(*, force: bool = True) -> bool:
             return False
         async_to_sync(get_channel_layer().group_send)(HEALTH_GROUP, health_snapshot())
         return True
+    except JobTimeoutException:
+        raise  # RQ ending the job that published: not a publishing failure to shrug off
     except Exception:
         log.warning("publishing proxy pool health failed", exc_info=True)
         return False

@@ -65,6 +65,10 @@ class Proxy(models.Model):
         related_name="+",
     )  # fmt: skip
     removed_why = models.TextField(blank=True)
+    import_job = models.ForeignKey(
+        "ProxyJob", on_delete=models.SET_NULL, null=True, blank=True, related_name="added",
+        help_text="The import that added it.",
+    )  # fmt: skip
 
     class Meta:
         ordering = ["-score", "id"]
@@ -82,6 +86,11 @@ class Proxy(models.Model):
     @property
     def key(self) -> str:
         return pool_key(self.scheme, self.host, self.port)
+
+    @property
+    def address(self) -> tuple[str, str, int]:
+        """What makes two proxies the same (as importer.Parsed.address)."""
+        return (self.scheme, self.host.lower(), self.port)
 
     @property
     def url(self) -> str:
@@ -148,3 +157,98 @@ class ProxyEvent(models.Model):
     @property
     def who(self) -> str:
         return self.user.get_username() if self.user else (self.actor or "system")
+
+
+class ProxyJob(models.Model):
+    """A proxy import or bulk action that runs in the background, batch by batch (proxies/jobs.py):
+    what it is, who asked, how far it got, and what it found. The pages and the API show its
+    progress; an import's bad lines and duplicates are its ProxyJobLine rows, the proxies it
+    added point to it (Proxy.import_job)."""
+
+    class Kind(models.TextChoices):
+        IMPORT = "import", "Import"
+        REMOVE = "remove", "Remove"
+        DISABLE = "disable", "Disable"
+        ENABLE = "enable", "Enable"
+
+    class State(models.TextChoices):
+        QUEUED = "queued", "Queued"
+        RUNNING = "running", "Running"
+        DONE = "done", "Done"
+        FAILED = "failed", "Failed"
+
+    kind = models.CharField(max_length=10, choices=Kind)
+    state = models.CharField(max_length=10, choices=State, default=State.QUEUED, db_index=True)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
+        related_name="+",
+    )  # fmt: skip
+    actor = models.CharField(max_length=50, blank=True)  # "cli", "api"... when no user acted
+    source = models.CharField(max_length=500, blank=True, help_text="An import's source.")
+    why = models.TextField(blank=True, help_text="A removal's or disabling's reason.")
+    # The work itself, emptied when the job ends: the list to import (or the URL to fetch it
+    # from, credentials included), or the ids of the proxies to act on.
+    text = models.TextField(blank=True)
+    url = models.TextField(blank=True)
+    ids = models.JSONField(default=list, blank=True)
+    # Progress: proxies of the list (or of the selection) dealt with, of how many.
+    total = models.PositiveIntegerField(null=True, blank=True)
+    done = models.PositiveIntegerField(default=0)
+    changed = models.PositiveIntegerField(default=0)  # added, removed, disabled or enabled
+    duplicates = models.PositiveIntegerField(default=0)
+    errors = models.PositiveIntegerField(default=0)
+    error = models.TextField(blank=True, help_text="Why the job failed.")
+    # Who is running it: a run claims the job; a run that stopped answering is taken over.
+    runner = models.CharField(max_length=32, blank=True)
+    heartbeat = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.get_kind_display()} #{self.pk}"
+
+    def get_absolute_url(self) -> str:
+        return reverse("proxy_job", args=[self.pk])
+
+    @property
+    def ended(self) -> bool:
+        return self.state in (self.State.DONE, self.State.FAILED)
+
+    @property
+    def unchanged(self) -> int:
+        """Of a bulk action's proxies so far: already in that state, or no longer there."""
+        return self.done - self.changed
+
+    @property
+    def percent(self) -> int:
+        if self.state == self.State.DONE:
+            return 100
+        return int(100 * self.done / self.total) if self.total else 0
+
+
+class ProxyJobLine(models.Model):
+    """One line of an import's list that added nothing: a bad line or a duplicate, with its
+    number, its text (password masked) and the reason."""
+
+    class Kind(models.TextChoices):
+        ERROR = "error"
+        REPEAT = "repeat"  # the same proxy earlier in the same list
+        DUPLICATE = "duplicate"  # already in the inventory
+
+    job = models.ForeignKey(ProxyJob, on_delete=models.CASCADE, related_name="lines")
+    line = models.PositiveIntegerField()
+    kind = models.CharField(max_length=10, choices=Kind)
+    text = models.TextField()
+    why = models.TextField()
+
+    class Meta:
+        ordering = ["line"]
+        constraints = [
+            models.UniqueConstraint(fields=["job", "line"], name="proxy_job_line_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"line {self.line}: {self.why}"

@@ -240,7 +240,13 @@ def remove_many(*, proxies: list[str]) -> None:
 
 def allow(*, proxy: str) -> None:
     """Let a removed or disabled proxy be admitted again by its next successful validation."""
-    get_redis().srem(BLOCKED, proxy)
+    allow_many(proxies=[proxy])
+
+
+def allow_many(*, proxies: list[str]) -> None:
+    """allow() for each proxy, in one command."""
+    if proxies:
+        _redis().srem(BLOCKED, *proxies)
 
 
 def record_check(
@@ -260,6 +266,25 @@ def record_check(
         client=_redis(),
     )  # fmt: skip
     return float(score), status.decode()
+
+
+def record_checks(*, checks: list[dict]) -> list[tuple[float, str]]:
+    """record_check() for each of `checks` (its keyword arguments), in one round trip; each
+    outcome is still applied atomically. The (score, status) of each, in order."""
+    if not checks:
+        return []
+    script = _script("record_check")
+    with _redis().pipeline(transaction=False) as pipe:
+        for c in checks:
+            script(
+                keys=[],
+                args=[PREFIX, c["proxy"], c["url"], "1" if c["ok"] else "0", c.get("reason", ""),
+                      int(c.get("latency_ms", 0)), c.get("initial_score", INITIAL_SCORE),
+                      "1" if c.get("admit", True) else "0"],
+                client=pipe,
+            )  # fmt: skip
+        answers = pipe.execute()
+    return [(float(score), status.decode()) for score, status in answers]
 
 
 def reap() -> int:

@@ -7,6 +7,7 @@ the pool into the inventory.
 from __future__ import annotations
 
 import logging
+import time
 from collections import defaultdict
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -18,6 +19,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
+from rq import get_current_job
 
 from proxies import pool
 from proxies.checks import CheckResult, check, own_address
@@ -25,6 +27,10 @@ from proxies.health import announce
 from proxies.models import Proxy, ProxyEvent, ProxyState
 
 log = logging.getLogger(__name__)
+
+CHUNK = 500  # rows per statement or transaction
+RECORD_SECONDS = 10  # recording a batch's outcomes: short transactions, each maybe waiting a bit
+JOB_MARGIN_SECONDS = 5  # a pass stops this long before its RQ job's timeout
 
 
 @dataclass
@@ -35,6 +41,7 @@ class PassReport:
     removed: int = 0
     failed: dict[str, int] = field(default_factory=dict)
     synced: dict = field(default_factory=dict)
+    left: list[int] = field(default_factory=list)  # not reached before the pass's deadline
 
     def as_dict(self) -> dict:
         return self.__dict__.copy()
@@ -52,26 +59,36 @@ def due(*, everything: bool = False):
 
 
 def run_pass(
-    *, proxy_ids: list[int] | None = None, everything: bool = False, wait: float = 0
-) -> PassReport | None:
+    *, proxy_ids: list[int] | None = None, everything: bool = False, wait: float = 0,
+    deadline: float | None = None,
+) -> PassReport | None:  # fmt: skip
     """One validation pass (or just `proxy_ids`), holding the pass lock; None when another pass
-    holds it and `wait` seconds were not enough."""
+    holds it and `wait` seconds were not enough.
+
+    With a `deadline` (time.monotonic()), the pass starts no batch it could not finish by then
+    (a batch takes at most batch_seconds()): what it checked is saved, and the proxies it did
+    not reach are in the report's `left`, for the next pass.
+    """
     batch = settings.PROXY_VALIDATE_BATCH
     timeout = settings.PROXY_CHECK_TIMEOUT
+    if deadline is not None:
+        wait = max(0.0, min(wait, deadline - time.monotonic() - batch_seconds()))
     with pool.validation_lock(timeout=timeout * 3 + 60, blocking_timeout=wait) as lock:
         if lock is None:
             return None
         report = PassReport(synced=sync_from_pool())
         pool.reap()
-        if proxy_ids is not None:
-            query = Proxy.objects.filter(pk__in=proxy_ids).exclude(state=ProxyState.REMOVED)
-        else:
-            query = due(everything=everything)
-        ids = list(query.order_by("last_validated_at", "pk").values_list("pk", flat=True))
+        ids = _pass_ids(proxy_ids=proxy_ids, everything=everything)
         check_url = settings.PROXY_CHECK_URL
-        own_ip = own_address(check_url=check_url, timeout=timeout) if ids else None
+        in_time = deadline is None or time.monotonic() + batch_seconds() <= deadline
+        own_ip = own_address(check_url=check_url, timeout=timeout) if ids and in_time else None
         for start in range(0, len(ids), batch):
+            if deadline is not None and time.monotonic() + batch_seconds() > deadline:
+                report.left = ids[start:]
+                break
             proxies = list(Proxy.objects.filter(pk__in=ids[start : start + batch]))
+            if not proxies:
+                continue
             with ThreadPoolExecutor(max_workers=len(proxies)) as executor:
                 results = list(
                     executor.map(
@@ -81,12 +98,30 @@ def run_pass(
                         proxies,
                     )  # fmt: skip
                 )
-            for proxy, result in zip(proxies, results, strict=True):
-                _tally(report, proxy, record_validation(proxy=proxy, result=result),
-                       result)  # fmt: skip
+            recorded = record_batch(outcomes=list(zip(proxies, results, strict=True)))
+            for proxy, after, result in zip(proxies, recorded, results, strict=True):
+                _tally(report, proxy, after, result)
             lock.reacquire()  # a long pass keeps its lock, batch by batch
-    log.info("proxy validation: %s", report.as_dict())
+    log.info("proxy validation: %s", {k: v for k, v in report.as_dict().items() if k != "left"})
     return report
+
+
+def batch_seconds() -> float:
+    """The longest one batch of a pass takes: finding our own address and the checks side by
+    side (each within PROXY_CHECK_TIMEOUT), then recording them (one short transaction)."""
+    return 2 * settings.PROXY_CHECK_TIMEOUT + RECORD_SECONDS
+
+
+def _pass_ids(*, proxy_ids: list[int] | None, everything: bool) -> list[int]:
+    """The proxies a pass checks, in order: never validated first, then the longest ago."""
+    order = (F("last_validated_at").asc(nulls_first=True), "pk")
+    if proxy_ids is None:
+        return list(due(everything=everything).order_by(*order).values_list("pk", flat=True))
+    ids = []
+    for start in range(0, len(proxy_ids), CHUNK):  # under the databases' parameter limits
+        query = Proxy.objects.filter(pk__in=proxy_ids[start : start + CHUNK])
+        ids += query.exclude(state=ProxyState.REMOVED).order_by(*order).values_list("pk", flat=True)
+    return ids
 
 
 def _tally(report: PassReport, before: Proxy, after: Proxy, result: CheckResult) -> None:
@@ -101,48 +136,66 @@ def _tally(report: PassReport, before: Proxy, after: Proxy, result: CheckResult)
         report.removed += 1
 
 
-def record_validation(*, proxy: Proxy, result) -> Proxy:
-    """Store one validation outcome: the pool's score (Redis decides, atomically), latency,
-    anonymity and state. Success admits a new proxy; a refused connection or score 0 removes."""
+def record_validation(*, proxy: Proxy, result: CheckResult) -> Proxy:
+    """Store one validation outcome (record_batch() of one)."""
+    return record_batch(outcomes=[(proxy, result)])[0]
+
+
+def record_batch(*, outcomes: list[tuple[Proxy, CheckResult]]) -> list[Proxy]:
+    """Store a batch of validation outcomes in one short transaction: the pool's score (Redis
+    decides, atomically for each proxy, in one round trip for all), latency, anonymity and
+    state. Success admits a new proxy; a refused connection or score 0 removes. The proxies as
+    stored, in the order given."""
+    results = {proxy.pk: result for proxy, result in outcomes}
     with transaction.atomic():
-        proxy = Proxy.objects.select_for_update().get(pk=proxy.pk)
-        if proxy.state == ProxyState.REMOVED:
-            return proxy
-        admit = proxy.state in (ProxyState.NEW, ProxyState.ACTIVE)
-        score, status = pool.record_check(
-            proxy=proxy.key, url=proxy.url, ok=result.ok, reason=result.reason,
-            latency_ms=result.latency_ms, initial_score=proxy.score, admit=admit,
-        )  # fmt: skip
-        was, recovered = proxy.state, result.ok and bool(proxy.last_error)
-        proxy.score = score
-        if result.ok:
-            proxy.latency_ms = round(result.latency_ms)
-            proxy.last_validated_at = timezone.now()
-            proxy.anonymity = result.anonymity
-            proxy.successes = F("successes") + 1
-            proxy.last_error = ""
-        else:
-            proxy.failures = F("failures") + 1
-            proxy.last_error = result.error[:2000]
-        if status == "pool":
-            proxy.state = ProxyState.ACTIVE
-        elif status == "removed":
-            proxy.state = ProxyState.REMOVED
-            proxy.removed_at = timezone.now()
-            proxy.removed_why = (
-                "validation: connection refused"
-                if result.reason == "refused"
-                else f"validation: score fell to 0 ({result.reason})"
-            )
-        proxy.save()
-        proxy.refresh_from_db()
-        if proxy.state == ProxyState.REMOVED:
-            pool.remove(proxy=proxy.key)
-        if event := _validation_event(proxy, result, was=was, recovered=recovered):
-            ProxyEvent.record([proxy], event[0], actor="validator", detail=event[1])
+        rows = Proxy.objects.select_for_update().filter(pk__in=list(results)).order_by("pk")
+        stored = {proxy.pk: proxy for proxy in rows}
+        live = [proxy for proxy in stored.values() if proxy.state != ProxyState.REMOVED]
+        checks = pool.record_checks(checks=[
+            {"proxy": p.key, "url": p.url, "ok": results[p.pk].ok, "reason": results[p.pk].reason,
+             "latency_ms": results[p.pk].latency_ms, "initial_score": p.score,
+             "admit": p.state in (ProxyState.NEW, ProxyState.ACTIVE)}
+            for p in live
+        ])  # fmt: skip
+        events, removed = [], []
+        for proxy, (score, status) in zip(live, checks, strict=True):
+            result = results[proxy.pk]
+            was, recovered = proxy.state, result.ok and bool(proxy.last_error)
+            _apply(proxy, result, score=score, status=status)
+            proxy.save()  # the row is locked: counting up in memory is safe
+            if proxy.state == ProxyState.REMOVED:
+                removed.append(proxy.key)
+            if event := _validation_event(proxy, result, was=was, recovered=recovered):
+                events.append(ProxyEvent(proxy=proxy, kind=event[0], actor="validator",
+                                         detail=event[1]))  # fmt: skip
+        pool.remove_many(proxies=removed)
+        ProxyEvent.objects.bulk_create(events, batch_size=CHUNK)
         # Many per validation pass: throttled; the page also refreshes every few seconds.
         announce(force=False)
-    return proxy
+    return [stored.get(proxy.pk, proxy) for proxy, _ in outcomes]
+
+
+def _apply(proxy: Proxy, result: CheckResult, *, score: float, status: str) -> None:
+    proxy.score = score
+    if result.ok:
+        proxy.latency_ms = round(result.latency_ms)
+        proxy.last_validated_at = timezone.now()
+        proxy.anonymity = result.anonymity
+        proxy.successes += 1
+        proxy.last_error = ""
+    else:
+        proxy.failures += 1
+        proxy.last_error = result.error[:2000]
+    if status == "pool":
+        proxy.state = ProxyState.ACTIVE
+    elif status == "removed":
+        proxy.state = ProxyState.REMOVED
+        proxy.removed_at = timezone.now()
+        proxy.removed_why = (
+            "validation: connection refused"
+            if result.reason == "refused"
+            else f"validation: score fell to 0 ({result.reason})"
+        )
 
 
 def _validation_event(
@@ -177,54 +230,87 @@ def sync_from_pool() -> dict:
     for key in keys & by_key.keys():
         step = (drained.successes.get(key, 0), drained.failures.get(key, 0))
         steps[step].append(by_key[key].pk)
-    with transaction.atomic():
-        for (successes, failures), ids in steps.items():
-            Proxy.objects.filter(pk__in=ids).update(
+    # Short transactions, whatever the pool's size: each step's UPDATE on its own, the scores
+    # CHUNK rows at a time.
+    for (successes, failures), ids in steps.items():
+        for start in range(0, len(ids), CHUNK):
+            Proxy.objects.filter(pk__in=ids[start : start + CHUNK]).update(
                 successes=F("successes") + successes, failures=F("failures") + failures
             )
-        changed = []
-        for key, live in pooled.items():
-            proxy = by_key.get(key)
-            if proxy is not None and proxy.state == ProxyState.ACTIVE:
-                proxy.score, proxy.latency_ms = live["score"], round(live["latency_ms"])
+    changed = []
+    for key, live in pooled.items():
+        proxy = by_key.get(key)
+        if proxy is not None and proxy.state == ProxyState.ACTIVE:
+            score, latency = live["score"], round(live["latency_ms"])
+            if (proxy.score, proxy.latency_ms) != (score, latency):
+                proxy.score, proxy.latency_ms = score, latency
                 changed.append(proxy)
-        Proxy.objects.bulk_update(changed, ["score", "latency_ms"], batch_size=500)
-        # What the pool dropped: out of every pool in one round trip, the rows in one UPDATE,
-        # the audit rows in one INSERT.
-        dropped = {}
-        for key, why, at in drained.dropped:
-            if (proxy := by_key.get(key)) is not None:
-                proxy.state, proxy.removed_why, proxy.score = ProxyState.REMOVED, why, 0
-                proxy.removed_at = datetime.fromtimestamp(at, tz=UTC)
-                dropped[key] = proxy
-        if dropped:
+    for start in range(0, len(changed), CHUNK):
+        with transaction.atomic():
+            Proxy.objects.bulk_update(changed[start : start + CHUNK], ["score", "latency_ms"])
+    # What the pool dropped: out of every pool in one round trip, the rows in one UPDATE,
+    # the audit rows in one INSERT.
+    dropped = {}
+    for key, why, at in drained.dropped:
+        if (proxy := by_key.get(key)) is not None:
+            proxy.state, proxy.removed_why, proxy.score = ProxyState.REMOVED, why, 0
+            proxy.removed_at = datetime.fromtimestamp(at, tz=UTC)
+            dropped[key] = proxy
+    if dropped:
+        with transaction.atomic():
             pool.remove_many(proxies=list(dropped))
             Proxy.objects.bulk_update(
-                dropped.values(), ["state", "removed_why", "score", "removed_at"], batch_size=500
-            )
+                dropped.values(), ["state", "removed_why", "score", "removed_at"],
+                batch_size=CHUNK,
+            )  # fmt: skip
             ProxyEvent.objects.bulk_create(
                 [ProxyEvent(proxy=proxy, kind=ProxyEvent.Kind.REMOVED, actor="pool",
                             detail=proxy.removed_why) for proxy in dropped.values()],
-                batch_size=500,
+                batch_size=CHUNK,
             )  # fmt: skip
             announce()
     return {"counted": len(keys), "scored": len(changed), "dropped": len(dropped)}
 
 
-def request_validation(*, proxies: Iterable[Proxy] | None = None) -> None:
-    """Validate these proxies (or a full pass) on the control queue, after commit."""
-    ids = None if proxies is None else [p.pk for p in proxies]
+def request_validation(
+    *, proxies: Iterable[Proxy] | None = None, ids: Iterable[int] | None = None
+) -> None:
+    """Validate these proxies (given as rows or ids; neither: a full pass) on the control queue,
+    after commit."""
+    if proxies is not None:
+        ids = [p.pk for p in proxies]
+    wanted = None if ids is None else list(ids)
 
     def enqueue() -> None:
-        django_rq.get_queue("control").enqueue(validate_proxies, proxy_ids=ids)
+        django_rq.get_queue("control").enqueue(validate_proxies, proxy_ids=wanted)
 
     transaction.on_commit(enqueue)
 
 
 def validate_proxies(proxy_ids: list[int] | None = None, everything: bool = False) -> dict:
     """The RQ job: the periodic validation pass (from crawlhub.cron), or "validate now" for
-    some proxies. A periodic pass skips when another is under way; a targeted one waits for it."""
+    some proxies. A periodic pass skips when another is under way; a targeted one waits for it.
+
+    A pass ends before its RQ job timeout: it stops between batches, and the proxies it did not
+    reach wait for the next pass (a periodic pass takes the longest unchecked first; the rest
+    of a targeted one is queued again as a new targeted pass)."""
     report = run_pass(
-        proxy_ids=proxy_ids, everything=everything, wait=0 if proxy_ids is None else 120
-    )
-    return {"skipped": "another validation pass is running"} if report is None else report.as_dict()
+        proxy_ids=proxy_ids, everything=everything, wait=0 if proxy_ids is None else 120,
+        deadline=_job_deadline(),
+    )  # fmt: skip
+    if report is None:
+        return {"skipped": "another validation pass is running"}
+    if proxy_ids is not None and report.left:
+        request_validation(ids=report.left)
+    done = report.as_dict()
+    done["left"] = len(report.left)
+    return done
+
+
+def _job_deadline() -> float | None:
+    """When the pass must have stopped: a few seconds before the RQ job running it times out."""
+    job = get_current_job()
+    if job is None or not job.timeout or job.timeout < 0:
+        return None
+    started = job.started_at.timestamp() if job.started_at else time.time()
+    return time.monotonic() + started + job.timeout - time.time() - JOB_MARGIN_SECONDS

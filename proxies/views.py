@@ -13,9 +13,9 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
 from crawlhub.access import next_path, staff_required
-from proxies import pool, services, validation
+from proxies import pool, services
 from proxies.checks import PROXY_HEADERS
-from proxies.models import Anonymity, Proxy, ProxyState
+from proxies.models import Anonymity, Proxy, ProxyJob, ProxyState
 
 PAGE_SIZE = 100
 
@@ -89,50 +89,71 @@ def proxy_action(request: HttpRequest) -> HttpResponse:
             for error in errors:
                 messages.error(request, error)
         return redirect(back)
-    proxies, why = form.cleaned_data["ids"], form.cleaned_data["why"]
     action = form.cleaned_data["action"]
-    if action == "remove":
-        done = services.remove_proxies(proxies=proxies, why=why, user=request.user)
-    elif action == "disable":
-        done = services.disable_proxies(proxies=proxies, why=why, user=request.user)
-    elif action == "enable":
-        done = services.enable_proxies(proxies=proxies, user=request.user)
-    else:
-        done = list(proxies)
-        validation.request_validation(proxies=done)
+    result = services.bulk_action(
+        action=action, proxies=form.cleaned_data["ids"], why=form.cleaned_data["why"],
+        user=request.user,
+    )  # fmt: skip
     label = dict(form.fields["action"].choices)[action]
-    messages.success(request, f"{label}: {len(done)} of {len(proxies)} proxies.")
+    if result.job is not None:
+        messages.info(request, f"{label}: {result.selected:,} proxies, in the background.")
+        return redirect(result.job)
+    messages.success(request, f"{label}: {result.changed} of {result.selected} proxies.")
     return redirect(back)
 
 
 @staff_required
 def proxy_import(request: HttpRequest) -> HttpResponse:
+    """The form; a valid list becomes a background job, and the answer is its progress page."""
     posted = request.method == "POST"
     form = ImportForm(request.POST, request.FILES) if posted else ImportForm()
-    report = None
     if posted and form.is_valid():
         try:
             if form.cleaned_data["url"]:
-                report = services.import_from_url(url=form.cleaned_data["url"], user=request.user)
+                job = services.start_import_from_url(
+                    url=form.cleaned_data["url"], user=request.user
+                )
             elif form.cleaned_data["file"]:
                 upload = form.cleaned_data["file"]
                 if upload.size > services.MAX_LIST_BYTES:
                     raise services.ImportFailed("the file is larger than 5 MB")
-                report = services.import_proxies(
+                job = services.start_import(
                     text=services.decode_list(upload.read()), source=f"upload: {upload.name}",
                     user=request.user,
                 )  # fmt: skip
             else:
-                report = services.import_proxies(
+                job = services.start_import(
                     text=form.cleaned_data["text"], source="paste", user=request.user
                 )
+            return redirect(job)
         except services.ImportFailed as exc:
             form.add_error(None, str(exc))
-    if report is not None:
-        form = ImportForm()  # imported: do not echo the pasted list (and its passwords) back
     return render(request, "proxies/proxy_import.html", {
-        "nav": "proxies", "form": form, "report": report,
-    }, status=200)  # fmt: skip
+        "nav": "proxies", "form": form, "jobs": ProxyJob.objects.select_related("user")[:10],
+    })  # fmt: skip
+
+
+@staff_required
+@require_GET
+def proxy_job(request: HttpRequest, pk: int) -> HttpResponse:
+    """An import's or a bulk action's progress; the report once it has ended."""
+    job = get_object_or_404(ProxyJob.objects.select_related("user"), pk=pk)
+    report = None
+    if job.kind == ProxyJob.Kind.IMPORT and job.state == ProxyJob.State.DONE:
+        report = services.import_report(job, limit=services.SHOWN_LINES)
+    return render(request, "proxies/proxy_job.html", {
+        "nav": "proxies", "job": job, "report": report, "shown_lines": services.SHOWN_LINES,
+    })  # fmt: skip
+
+
+@staff_required
+@require_GET
+@never_cache
+def proxy_job_status(request: HttpRequest, pk: int) -> JsonResponse:
+    """The progress page's poll: the job's state and counts; with ?report=1, the whole report
+    of an import that has ended."""
+    job = get_object_or_404(ProxyJob, pk=pk)
+    return JsonResponse(services.job_status(job, report=request.GET.get("report") == "1"))
 
 
 @staff_required

@@ -12,6 +12,7 @@ from crawls.models import Channel, Crawl, CrawlState
 from proxies.models import Proxy, ProxyState
 from tests.support.clients import bearer, post
 from tests.support.crawling import drive, make_crawl
+from tests.support.proxy_jobs import import_by_api
 from tests.support.sites import Response, free_port, pages_site
 
 pytestmark = pytest.mark.django_db
@@ -272,17 +273,17 @@ def test_proxy_endpoints_are_staff_only(client, user):
 
 def test_staff_import_list_validate_and_remove_proxies(client, staff):
     auth = bearer(staff)
-    imported = post(
+    answer, imported = import_by_api(
         client,
-        "/api/proxies/import/",
         {
             "text": "127.0.0.1:3128\nhttp://user:secret@127.0.0.2:8080\n"
             "not a proxy\n127.0.0.1:3128",
         },
         **auth,
     )
-    assert imported.status_code == 201
-    report = imported.json()
+    assert answer.json()["state"] == "queued" and answer.json()["source"] == "api"
+    assert imported.status_code == 200 and imported.json()["state"] == "done"
+    report = imported.json()["report"]
     assert report["added"] == ["http://127.0.0.1:3128", "http://user:****@127.0.0.2:8080"]
     assert len(report["errors"]) == 1 and len(report["duplicates"]) == 1
     listed = client.get("/api/proxies/", **auth).json()

@@ -33,6 +33,8 @@ ENDPOINTS = {
     "/api/proxies/import/": {"post"},
     "/api/proxies/remove/": {"post"},
     "/api/proxies/validate/": {"post"},
+    "/api/proxies/jobs/": {"get"},
+    "/api/proxies/jobs/{id}/": {"get"},
     "/api/pool/health/": {"get"},
     "/api/tokens/": {"get", "post"},
     "/api/tokens/{id}/": {"delete"},

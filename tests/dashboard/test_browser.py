@@ -300,7 +300,9 @@ def pooled_proxy(n: int) -> Proxy:
 
 
 def health_number(page, key: str) -> int:
-    return int(page.locator(f'#pool-health [data-h="{key}"]').inner_text().replace(",", ""))
+    """A number of the health panel; -1 while it still shows its placeholder (…)."""
+    text = page.locator(f'#pool-health [data-h="{key}"]').inner_text().replace(",", "")
+    return int(text) if text.isdigit() else -1
 
 
 def test_a_staff_user_removes_a_proxy_and_it_leaves_the_pool_and_the_health_numbers(
@@ -334,6 +336,39 @@ def test_a_staff_user_removes_a_proxy_and_it_leaves_the_pool_and_the_health_numb
     assert health_number(page, "inventory.removed") == 2
     assert page.evaluate("window.__sameDocument") is True
     shoot(page, "proxies-after-removal")
+
+
+def test_a_staff_user_imports_a_large_proxy_list_and_follows_its_progress(page, dashboard, staff):
+    """The Import page answers at once with the import's progress page, which follows the job
+    (a background job on the workers) and shows the report when it ends."""
+    lines = [f"198.18.{n // 256}.{n % 256}:8080" for n in range(30_000)]
+    lines[4] = "http://u:hunter2@bad-port.example:99999"
+    log_in(page, dashboard, "sam")
+    page.goto(dashboard + "/proxies/import")
+    page.set_input_files("#id_file", files=[{
+        "name": "list.txt", "mimeType": "text/plain", "buffer": "\n".join(lines).encode(),
+    }])  # fmt: skip
+    started = time.monotonic()
+    page.get_by_role("button", name="Import").click()
+    page.wait_for_url(re.compile(r"/proxies/jobs/\d+/$"))
+    answered = time.monotonic() - started
+    assert answered < 10, f"the Import page answered after {answered:.1f} s"
+    assert page.locator("#job progress").count() == 1
+    # Under way (or, on a quick machine, already over): the bar moves without a reload.
+    page.wait_for_function(
+        "() => document.getElementById('h-result') || document.getElementById('job-bar').value > 0",
+        timeout=120_000,
+    )
+    shoot(page, "proxy-import-progress")
+    page.wait_for_selector("#h-result", timeout=180_000)  # the page reloads once the job ends
+    text = page.locator("main").inner_text()
+    assert "29,999 added" in text and "1 bad lines" in text
+    assert "port must be a number from 1 to 65535" in text and "hunter2" not in page.content()
+    assert page.locator("#job-state").inner_text() == "done"
+    shoot(page, "proxy-import-report")
+    page.goto(dashboard + "/proxies/import")
+    assert page.locator("#h-recent").is_visible()
+    shoot(page, "proxy-import-recent")
 
 
 def test_a_user_who_is_not_staff_gets_neither_the_proxies_page_nor_its_websocket(

@@ -33,6 +33,7 @@ from crawls.models import Channel, Crawl
 from proxies import services as proxy_services
 from proxies.models import Proxy
 from tests.support.clients import WS_CONNECT_SECONDS
+from tests.support.proxy_jobs import import_on_the_page
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "secretpass"
@@ -497,7 +498,7 @@ def test_proxy_passwords_are_never_rendered(world, staff, capsys):
     # The masked form is what is shown, so the check above is looking at the right rows.
     assert b"puser:****@1.2.3.4:8080" in client.get("/proxies/").content
     # A repeat import reports the duplicate, masked; the CLI listing is masked too.
-    again = client.post("/proxies/import", {"text": f"http://puser:{SECRET}@1.2.3.4:8080"})
+    again = import_on_the_page(client, {"text": f"http://puser:{SECRET}@1.2.3.4:8080"})
     assert SECRET.encode() not in again.content and b"puser:****@" in again.content
     call_command("proxies", "list", "--json")
     assert SECRET not in capsys.readouterr().out

@@ -25,6 +25,7 @@ from proxies import services as proxy_services
 from proxies.models import Proxy
 from tests.support.clients import form_data
 from tests.support.crawling import drive
+from tests.support.proxy_jobs import import_by_api
 from tests.support.sites import RawServer, Request, Response, pages_site, raw_head
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("quick_slices")]
@@ -597,13 +598,12 @@ def test_the_api_answers_401_to_a_malformed_token(client, header):
 
 @api
 def test_the_api_proxy_import_reports_bad_lines_by_number(staff_client):
-    response = staff_client.post(
-        "/api/proxies/import/", {"text": "1.2.3.4:80\nhttp://u:topsecret@h.example:0\n"},
-        content_type="application/json",
-    )  # fmt: skip
+    answer, response = import_by_api(
+        staff_client, {"text": "1.2.3.4:80\nhttp://u:topsecret@h.example:0\n"}
+    )  # the import runs as a job: its report once it ended
     assert response.status_code in (200, 201), response.content
-    report = response.json()
+    report = response.json()["report"]
     assert [(e["line"], e["reason"]) for e in report["errors"]] == [
         (2, "port must be a number from 1 to 65535")
     ]
-    assert "topsecret" not in response.content.decode()
+    assert "topsecret" not in answer.content.decode() + response.content.decode()

@@ -10,7 +10,8 @@ from django.core.management import CommandError, call_command
 
 from proxies import services
 from proxies.importer import parse
-from proxies.models import Proxy, ProxyEvent, ProxyState
+from proxies.models import Proxy, ProxyEvent, ProxyJob, ProxyState
+from tests.support.proxy_jobs import import_by_api, import_on_the_page
 from tests.support.sites import Response
 
 pytestmark = pytest.mark.django_db
@@ -109,7 +110,7 @@ def test_a_url_that_is_not_a_text_list_is_refused(make_site):
 
 
 def test_the_page_imports_a_paste_and_shows_each_error(staff_client):
-    page = staff_client.post("/proxies/import", {"text": "1.2.3.4:80\n1.2.3.4:80\nx:y"})
+    page = import_on_the_page(staff_client, {"text": "1.2.3.4:80\n1.2.3.4:80\nx:y"})
     assert page.status_code == 200
     body = page.content.decode()
     assert "1 added" in body and "1 duplicates" in body and "1 bad lines" in body
@@ -118,7 +119,7 @@ def test_the_page_imports_a_paste_and_shows_each_error(staff_client):
 
 def test_the_page_imports_an_uploaded_file(staff, staff_client):
     upload = SimpleUploadedFile("list.txt", b"https://u:secret@h.example:443\n", "text/plain")
-    page = staff_client.post("/proxies/import", {"file": upload})
+    page = import_on_the_page(staff_client, {"file": upload})
     assert "1 added" in page.content.decode()
     proxy = Proxy.objects.get()
     assert (proxy.source, proxy.added_by) == ("upload: list.txt", staff)
@@ -213,13 +214,18 @@ def test_a_repeated_line_is_reported_with_its_password_masked():
 
 
 def test_no_password_appears_on_the_import_page(staff_client):
-    page = staff_client.post("/proxies/import", {"text": SECRET_LIST}).content.decode()
+    page = import_on_the_page(staff_client, {"text": SECRET_LIST}).content.decode()
     assert "2 added" in page and "2 duplicates" in page and "4 bad lines" in page
     assert "http://u:****@h.example:99999" in page and "repeats line 5" in page
     assert_no_secret(page, "the import page")
-    again = staff_client.post("/proxies/import", {"text": SECRET_LIST}).content.decode()
+    again = import_on_the_page(staff_client, {"text": SECRET_LIST}).content.decode()
     assert "0 added" in again and "already in the inventory" in again
     assert_no_secret(again, "the import page, importing the list again")
+    for job in ProxyJob.objects.all():
+        status = staff_client.get(f"/proxies/jobs/{job.pk}.json?report=1").content.decode()
+        assert "repeats line 5" in status
+        assert_no_secret(status, "the import's JSON report")
+        assert job.text == "" and job.url == "", "an ended job keeps no list (nor its passwords)"
 
 
 def test_no_password_appears_in_the_cli_report(tmp_path):
@@ -245,13 +251,14 @@ def test_a_bad_list_url_is_refused_without_its_password():
 
 
 def test_no_password_appears_in_the_api_report(client, staff):
-    from tests.support.clients import bearer, post
+    from tests.support.clients import bearer
 
     auth = bearer(staff)
     for attempt in ("first", "again"):
-        response = post(client, "/api/proxies/import/", {"text": SECRET_LIST}, **auth)
-        assert response.status_code == 201, response.content
-        report = response.json()
+        answer, response = import_by_api(client, {"text": SECRET_LIST}, **auth)
+        assert response.status_code == 200, response.content
+        assert_no_secret(answer.content.decode(), f"the API's answer ({attempt})")
+        report = response.json()["report"]
         assert len(report["errors"]) == 4 and {d["line"] for d in report["duplicates"]} >= {2, 6}
         assert_no_secret(response.content.decode(), f"the API report ({attempt})")
     listed = client.get("/api/proxies/", **auth)

@@ -9,7 +9,7 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from proxies import services, validation
-from proxies.models import ProxyState
+from proxies.models import ProxyJob, ProxyState
 
 
 class Command(BaseCommand):
@@ -44,16 +44,18 @@ class Command(BaseCommand):
         getattr(self, "do_" + action)(**options)
 
     def do_import(self, *, source: str, now: bool, **_) -> None:
+        """In this process, in the batches a worker would use, saying how far it got."""
         try:
             if source.startswith(("http://", "https://")):
-                report = services.import_from_url(url=source, actor="cli")
+                report = services.import_from_url(url=source, actor="cli", progress=self.progress)
             else:
                 path = Path(source)
                 data = self.stdin_bytes() if source == "-" else self.read(path)
                 label = "stdin" if source == "-" else f"file: {path.name}"
                 report = services.import_proxies(
-                    text=services.decode_list(data), source=label, actor="cli"
-                )
+                    text=services.decode_list(data), source=label, actor="cli",
+                    progress=self.progress,
+                )  # fmt: skip
         except services.ImportFailed as exc:
             raise CommandError(str(exc)) from None
         for error in report.errors:
@@ -66,6 +68,13 @@ class Command(BaseCommand):
         )
         if now and report.added:
             self.print_pass(validation.run_pass(proxy_ids=[p.pk for p in report.added], wait=120))
+
+    def progress(self, job: ProxyJob) -> None:
+        if (job.total or 0) > services.INLINE_LIMIT:  # a list of one batch needs no progress
+            self.stdout.write(
+                f"{job.done:,} of {job.total:,} proxies of the list stored: {job.changed:,} "
+                f"added, {job.duplicates:,} duplicates, {job.errors:,} bad lines so far"
+            )
 
     def read(self, path: Path) -> bytes:
         try:
@@ -114,10 +123,13 @@ class Command(BaseCommand):
         found, unknown = services.resolve(addresses=addresses)
         for address in unknown:
             self.stderr.write(f"unknown proxy: {address}")
-        done = services.remove_proxies(proxies=found, why=why or "removed from the CLI",
-                                       actor="cli")  # fmt: skip
-        for proxy in done:
-            self.stdout.write(f"removed {proxy.masked_url}")
+        batch = services.INLINE_LIMIT  # one short transaction per batch
+        for start in range(0, len(found), batch):
+            done = services.remove_proxies(proxies=found[start : start + batch],
+                                           why=why or "removed from the CLI",
+                                           actor="cli")  # fmt: skip
+            for proxy in done:
+                self.stdout.write(f"removed {proxy.masked_url}")
         if unknown:
             raise CommandError(f"{len(unknown)} of {len(addresses)} addresses are unknown")
 
