@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import random
+import sys
 import time
+from pathlib import Path
 from urllib.parse import urljoin
 
 import pytest
 
-from crawlhub.http.links import Resolver, extract
+from crawlhub.http.links import MAX_LINKS, Resolver, extract
+from tests.support import processes
+
+ROOT = Path(__file__).resolve().parents[2]
 
 PAGE = "http://example.com/dir/page.html"
 
@@ -241,3 +246,37 @@ def test_100000_links_in_under_a_second():
     assert time.process_time() - started < 1
     assert title == "Many" and len(links) == 100_000
     assert links[:2] == ["http://example.com/p/0?x=1", "http://example.com/dir/item0"]
+
+
+def test_a_page_yields_at_most_max_links_the_first_ones():
+    body = "".join(f'<a href="/p/{i}">{i}</a>' for i in range(MAX_LINKS + 20_000)).encode()
+    links = extract(body, PAGE, "text/html")[1]
+    assert len(links) == MAX_LINKS == 100_000
+    assert links[-1] == f"http://example.com/p/{MAX_LINKS - 1}"
+
+
+# What a child process holds at its highest: Python, lxml and the page, then the extraction.
+PARSE_IN_A_CHILD = """
+import resource, sys
+from crawlhub.http.links import extract
+body = b"<title>T</title>" + sys.argv[1].encode() * (10 * 1024 * 1024 // len(sys.argv[1]))
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+title, links = extract(body, "http://example.com/", "text/html; charset=utf-8")
+assert title == "T", title
+print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024, len(links))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("element", "found"), [("<p>", 0), ("<a href=/a>x</a>", MAX_LINKS), ("<a href=/é>", MAX_LINKS)]
+)
+def test_a_10_mb_page_of_elements_is_parsed_in_bounded_memory(element, found):
+    """A tree of its 2,600,000 <p> took 440 MB: the parser builds none."""
+    result = processes.run(
+        [sys.executable, "-c", PARSE_IN_A_CHILD, element], cwd=ROOT, timeout=120,
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    grown_mb, links = map(int, result.stdout.split())
+    assert links == found
+    assert grown_mb < 40, f"extracting links from a 10 MB page took {grown_mb} MB more"
