@@ -38,6 +38,10 @@ log = logging.getLogger(__name__)
 STATE_CHECK_SECONDS = 0.25
 FLUSH_EVERY_SECONDS = 0.25
 FLUSH_AT_OUTCOMES = 100
+# Fetched pages wait in memory for the next flush; their kept bodies and links are written
+# early once they hold this much (a link counts ~100 bytes).
+FLUSH_AT_BYTES = 32 * 1024 * 1024
+LINK_BYTES = 100
 IDLE_EXIT_SECONDS = 2.0
 KEPT_IDLE_SECONDS = 0.5  # nothing fetched for this long: proxies kept (greedy) go back
 EMPTY_CLAIM_BACKOFF = 0.1
@@ -55,6 +59,13 @@ class Result:
     page: tuple | None = None  # the Page row, as PAGE_ROWS writes it
     failure: FailedRequest | None = None
     outcome: Outcome | None = None
+
+    @property
+    def held_bytes(self) -> int:
+        """About what the result holds in memory until it is written: body and links."""
+        if self.fetch is None:
+            return 0
+        return len(self.fetch.body) + LINK_BYTES * len(self.fetch.links)
 
 
 @dataclass
@@ -147,6 +158,7 @@ class Slice:
         # every running future would lock and unlock each of them on every loop.
         self.completed: queue.SimpleQueue[Future] = queue.SimpleQueue()
         self.done: list[Result] = []  # fetched, for the next flush
+        self.done_bytes = 0  # what they hold (Result.held_bytes)
         self.unstarted: list[Request] = []  # claimed but not fetched: released back to the queue
         self.last_flush = self.last_state = self.last_work = self.last_renew = 0.0
         self.next_claim = 0.0
@@ -230,13 +242,16 @@ class Slice:
             self.unstarted.append(result.request)
         else:
             self.done.append(result)
+            self.done_bytes += result.held_bytes
 
     def _flush_when_due(self) -> None:
-        if len(self.done) >= FLUSH_AT_OUTCOMES or (
-            self.done and time.monotonic() - self.last_flush >= FLUSH_EVERY_SECONDS
+        if (
+            len(self.done) >= FLUSH_AT_OUTCOMES
+            or self.done_bytes >= FLUSH_AT_BYTES
+            or (self.done and time.monotonic() - self.last_flush >= FLUSH_EVERY_SECONDS)
         ):
             self._flush(self.done)
-            self.done = []
+            self.done, self.done_bytes = [], 0
             self.last_flush = time.monotonic()
 
     def _shut_down(self, pool: ThreadPoolExecutor) -> None:
@@ -297,6 +312,8 @@ class Slice:
                 )  # fmt: skip
             else:
                 fetch = self.fetcher.fetch(request.url)
+            if not self.crawl.keep_bodies:
+                fetch.body = b""  # parsed already; only a kept body is written
             return Result(request=request, fetch=fetch)
         except Stopped:
             return Result(request=request, handed_back=True)
