@@ -199,7 +199,8 @@ class Frontier:
         return int(self._run("release", [request.fp for request in requests]))
 
     def requeue_expired(self) -> int:
-        """Return every request whose lease has expired to the queue (its worker died)."""
+        """Return every request whose lease has expired to the queue (its worker died, or its
+        slice was stopped or ran out of time), each with one more crash (Request.crashes)."""
         return int(self._run("requeue_expired", []))
 
     def is_done(self) -> bool:
@@ -223,7 +224,10 @@ class Frontier:
         takes back more than `failed`. Returns how many were queued."""
         if not requests:
             return 0
-        members = [replace(request, attempts=0).to_json() for request in requests]
+        members = [
+            replace(request, attempts=0, crashes=0, crash_error="").to_json()
+            for request in requests
+        ]
         return int(self._run("retry_failed", members))
 
     def cancel(self) -> None:
@@ -356,6 +360,9 @@ def _outcome_args(outcome: Outcome) -> list:
     retry_json, links = "", []
     if outcome.kind == "retry":
         retry_json = replace(request, attempts=request.attempts + 1).to_json()
+    elif outcome.kind == "crashed":
+        again = replace(request, crashes=request.crashes + 1, crash_error=outcome.error[:300])
+        retry_json = again.to_json()
     elif outcome.kind == "done":
         # Request(url, depth + 1, referrer=request.url, priority=...).to_json() for each link,
         # without building the Request: the tail is the same for every link of the page.

@@ -20,7 +20,7 @@ import hashlib
 from datetime import datetime
 
 import psycopg
-from django.db import connections, models, transaction
+from django.db import DatabaseError, connections, models, transaction
 from django.db.models.constants import OnConflict
 
 from crawlhub.http.client import FetchResult
@@ -49,9 +49,14 @@ class BulkInsert:
         if not rows:
             return
         connection = connections[self.using]
-        with transaction.atomic(using=self.using, savepoint=False), connection.cursor() as cur:
+        # Outermost (a worker's), the block is the transaction; inside another one, a savepoint
+        # keeps that one usable when a row is refused.
+        with transaction.atomic(using=self.using), connection.cursor() as cur:
             if connection.vendor == "postgresql":
-                with psycopg.Cursor(connection.connection) as bound:
+                with (
+                    connection.wrap_database_errors,
+                    psycopg.Cursor(connection.connection) as bound,
+                ):
                     bound.executemany(self._sql, rows)
             else:
                 cur.executemany(self._sql, rows)
@@ -121,3 +126,42 @@ def failure_row(crawl: Crawl, request: Request, fetch: FetchResult, now: datetim
         failed_at=now,
         url_hash=url_hash(request.url),
     )
+
+
+def crash_failure_row(crawl: Crawl, request: Request, now: datetime) -> FailedRequest:
+    """The failure queue's row for a request given up after it crashed too many slices."""
+    tries = f"given up after {request.crashes} tries to process it"
+    if request.crash_error:
+        last_error = f"{tries}; the last error: {request.crash_error}"
+    else:
+        last_error = (
+            f"{tries}: each time its slice ended without finishing it (the worker died, or the "
+            "slice was stopped or ran out of time)"
+        )
+    return FailedRequest(
+        crawl_id=crawl.pk,
+        url=request.url,
+        depth=request.depth,
+        referrer=request.referrer,
+        attempts=request.attempts + request.crashes,
+        last_error=last_error,
+        last_status=None,
+        failed_at=now,
+        url_hash=url_hash(request.url),
+    )
+
+
+def database_answers(using: str = "default") -> bool:
+    """True when the database runs a query, reconnecting once: a row it refused was refused
+    for what the row holds, not because the database is away."""
+    connection = connections[using]
+    for _ in range(2):
+        try:
+            with connection.cursor() as cur:
+                cur.execute("SELECT 1")
+            return True
+        except DatabaseError:
+            if connection.in_atomic_block:
+                return False
+            connection.close()
+    return False

@@ -4,6 +4,11 @@ pages, complete them in batches, and stop after a time budget, on pause, or on S
 Pages are written to the database before their completion reaches Redis. A worker killed in
 between leaves the request leased, so it is fetched again and the row (unique per crawl and
 URL) is kept once; a completion that Redis already applied is ignored the second time.
+
+A row the database refuses does not take the slice down: the batch is written again one row at
+a time, and each request whose row still fails is queued again with one more crash and the
+error (crawls.engine.retry); a request that has crashed too many slices is failed with that
+error without being fetched again. When the database itself is away, the slice stops instead.
 """
 
 from __future__ import annotations
@@ -29,7 +34,13 @@ from crawls.engine.live import publish_crawl
 from crawls.engine.proxying import KeptProxies, Stopped, fetch_via_pool
 from crawls.engine.request import Outcome, Request
 from crawls.engine.robots import RobotsCache
-from crawls.engine.rows import PAGE_ROWS, failure_row, page_row
+from crawls.engine.rows import (
+    PAGE_ROWS,
+    crash_failure_row,
+    database_answers,
+    failure_row,
+    page_row,
+)
 from crawls.engine.scope import Scope
 from crawls.models import Crawl, FailedRequest, ProxyUse
 
@@ -56,6 +67,7 @@ class Result:
     fetch: FetchResult | None = None
     blocked: str = ""  # why the request was not fetched (the guard, robots.txt)
     handed_back: bool = False  # not fetched because the slice is stopping: back to the queue
+    given_up: bool = False  # not fetched: it crashed too many slices (retry.gave_up)
     page: tuple | None = None  # the Page row, as PAGE_ROWS writes it
     failure: FailedRequest | None = None
     outcome: Outcome | None = None
@@ -209,6 +221,9 @@ class Slice:
             return True
         claimed = with_redis_retry(lambda: self.frontier.claim(free, lease_seconds=self.lease))
         for request in claimed:
+            if retry.gave_up(request.crashes):
+                self._keep(Result(request=request, given_up=True))
+                continue
             future = pool.submit(self._fetch, request)
             self.running[future] = request
             future.add_done_callback(self.completed.put)
@@ -332,6 +347,10 @@ class Slice:
         """The result's row (page or failure) and the outcome the frontier records."""
         request, fetch = result.request, result.fetch
         now = timezone.now()
+        if result.given_up:
+            result.failure = crash_failure_row(self.crawl, request, now)
+            result.outcome = Outcome(request=request, kind="failed")
+            return
         kind = retry.decide(fetch, attempts=request.attempts, max_retries=self.crawl.max_retries)
         if kind == retry.RETRY:
             delay = retry.retry_delay(request.attempts, fetch.retry_after)
@@ -363,6 +382,19 @@ class Slice:
         """Rows first, then one completion call: see the module docstring for why."""
         if not results:
             return
+        try:
+            self.report.pages += self._write(results)
+        except REDIS_ERRORS:
+            raise
+        except Exception:
+            log.exception("writing %d results failed; writing them one at a time", len(results))
+            self.report.pages += self._write_one_by_one(results)
+        outcomes = [r.outcome for r in results]
+        with_redis_retry(lambda: self.frontier.complete(outcomes))
+        publish_crawl(self.crawl.pk)
+
+    def _write(self, results: list[Result]) -> int:
+        """Decide each result and write its row. Returns how many pages were written."""
         for result in results:
             self._decide(result)
         pages = [r.page for r in results if r.page is not None]
@@ -370,10 +402,32 @@ class Slice:
         PAGE_ROWS.write(pages)
         if failures:
             FailedRequest.objects.bulk_create(failures, batch_size=500, ignore_conflicts=True)
-        outcomes = [r.outcome for r in results]
-        with_redis_retry(lambda: self.frontier.complete(outcomes))
-        self.report.pages += len(pages)
-        publish_crawl(self.crawl.pk)
+        return len(pages)
+
+    def _write_one_by_one(self, results: list[Result]) -> int:
+        """After a batch failed: each result alone. One whose row still fails crashes (queued
+        again, its error kept); if the database does not answer at all, the slice stops."""
+        written, crashed = 0, []
+        for result in results:
+            try:
+                written += self._write([result])
+            except REDIS_ERRORS:
+                raise
+            except Exception as exc:
+                crashed.append((result, " ".join(f"{type(exc).__name__}: {exc}".split())))
+        if crashed and not database_answers():
+            raise RuntimeError(
+                "the database does not answer: the slice stops, its requests stay leased"
+            )
+        for result, error in crashed:
+            log.error("could not record %s: %s", result.request.url, error)
+            if result.given_up:  # not even its failure row: counted as failed, and it ends
+                result.outcome = Outcome(request=result.request, kind="failed")
+                continue
+            result.outcome = Outcome(
+                request=result.request, kind="crashed", retry_delay=retry.CRASH_DELAY, error=error
+            )
+        return written
 
 
 def stop_on_sigterm(flag: StopFlag) -> None:
