@@ -1,9 +1,15 @@
 """RQ jobs of the crawl engine, and how slices get on the queue. Thin: each job calls a step
-that tests call directly."""
+that tests call directly.
+
+Every slice job ends: RQ kills its work horse at its job_timeout (slice_timeout: the slice's
+budget, then the fetches it started, each within its deadlines). The requests a killed slice
+held come back through their leases.
+"""
 
 from __future__ import annotations
 
 import logging
+import math
 import uuid
 
 import django_rq
@@ -12,14 +18,31 @@ from django.db import close_old_connections, transaction
 
 from crawls.engine import lifecycle, live
 from crawls.engine.frontier import Frontier, supervisor_lock
+from crawls.engine.proxying import PROXY_TRIES
 from crawls.engine.slices import run_slice
-from crawls.models import Crawl, CrawlState
+from crawls.models import Crawl, CrawlState, ProxyUse
 
 log = logging.getLogger(__name__)
 
 # A queued slice may wait long behind other crawls' slices; a started one beats every
 # fraction of a second, so its record expires soon after its worker dies.
 QUEUED_SLICE_TTL = 3600.0
+# A slice's last write of pages may wait for the database (SQLite's busy timeout is 30 s).
+SLICE_WRITE_SECONDS = 60
+
+
+def slice_timeout(crawl: Crawl) -> int:
+    """A slice job's hard deadline (RQ's job_timeout), in seconds: its budget
+    (CRAWLHUB_SLICE_SECONDS), then the fetches it started, each within its own deadlines, then
+    its last write. A fetch has 3 x the crawl's timeout (Fetcher.total_timeout); first the
+    host's robots.txt, as long again; through the proxy pool, up to PROXY_TRIES proxies, each
+    waited for up to the crawl's timeout."""
+    fetch = 3 * crawl.timeout
+    page = fetch
+    if crawl.channel.proxy_use == ProxyUse.POOL:
+        page = PROXY_TRIES * (crawl.timeout + fetch)
+    robots = fetch + 2 if crawl.obey_robots else 0
+    return math.ceil(settings.CRAWLHUB_SLICE_SECONDS + robots + page + SLICE_WRITE_SECONDS)
 
 
 def enqueue_slices(crawl: Crawl, count: int | None = None) -> int:
@@ -27,11 +50,12 @@ def enqueue_slices(crawl: Crawl, count: int | None = None) -> int:
     transaction commits. Returns how many."""
     count = crawl.slices if count is None else count
     slice_ids = [f"{crawl.pk}-{uuid.uuid4().hex[:10]}" for _ in range(count)]
-    transaction.on_commit(lambda: _enqueue(crawl.pk, slice_ids))
+    timeout = slice_timeout(crawl)
+    transaction.on_commit(lambda: _enqueue(crawl.pk, slice_ids, timeout))
     return count
 
 
-def _enqueue(crawl_id: int, slice_ids: list[str]) -> None:
+def _enqueue(crawl_id: int, slice_ids: list[str], timeout: int) -> None:
     Frontier(crawl_id).slice_register(slice_ids, ttl=QUEUED_SLICE_TTL)
     queue = django_rq.get_queue("crawls")
     for slice_id in slice_ids:
@@ -39,12 +63,19 @@ def _enqueue(crawl_id: int, slice_ids: list[str]) -> None:
             slice_job,
             crawl_id,
             slice_id,
-            job_id=f"slice-{slice_id}",
+            job_id=slice_job_id(slice_id),
             description=f"crawl {crawl_id} slice {slice_id}",
-            job_timeout=int(settings.CRAWLHUB_SLICE_SECONDS * 3 + 300),
+            job_timeout=timeout,
             result_ttl=600,
             failure_ttl=7 * 24 * 3600,
         )
+
+
+SLICE_JOB_PREFIX = "slice-"
+
+
+def slice_job_id(slice_id: str) -> str:
+    return SLICE_JOB_PREFIX + slice_id
 
 
 def slice_job(crawl_id: int, slice_id: str) -> dict:

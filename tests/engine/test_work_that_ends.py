@@ -7,10 +7,14 @@ from __future__ import annotations
 
 import time
 
+import django_rq
 import pytest
+from rq.job import Job
 
+from crawlhub.connections import get_redis
 from crawls import services
 from crawls.engine.frontier import Frontier
+from crawls.engine.jobs import SLICE_WRITE_SECONDS
 from crawls.engine.request import Request
 from crawls.engine.retry import MAX_CRASHES
 from crawls.engine.slices import run_slice
@@ -96,3 +100,26 @@ def test_a_request_that_crashed_too_many_slices_is_failed_without_a_fetch(
     )
     assert crawl.error.startswith(f"no page could be fetched: given up after {MAX_CRASHES} tries")
 
+
+def test_a_slice_job_is_killed_after_its_budget_and_its_fetches_deadlines(
+    user, settings, django_capture_on_commit_callbacks
+):
+    """RQ's job_timeout: long enough for the fetches a slice started at the end of its budget
+    to run to their own deadlines (robots.txt, then the page: 3 x the crawl's timeout each),
+    whatever that timeout; not hours more."""
+    settings.CRAWLHUB_SLICE_SECONDS = 20
+    slow = services.crawl_create(user=user, name="slow", seeds=["http://e.test/"], timeout=600)
+    quick = services.crawl_create(
+        user=user, name="quick", seeds=["http://e.test/"], timeout=1, obey_robots=False
+    )
+    with django_capture_on_commit_callbacks(execute=True):
+        services.crawl_start(crawl=slow, user=user)
+        services.crawl_start(crawl=quick, user=user)
+    timeouts = {}
+    for crawl in (slow, quick):
+        job_ids = django_rq.get_queue("crawls").get_job_ids()
+        (timeout,) = {Job.fetch(j, connection=get_redis()).timeout for j in job_ids
+                      if j.startswith(f"slice-{crawl.pk}-")}  # fmt: skip
+        timeouts[crawl.name] = timeout
+    assert timeouts["slow"] == 20 + (1800 + 2) + 1800 + SLICE_WRITE_SECONDS
+    assert timeouts["quick"] == 20 + 3 + SLICE_WRITE_SECONDS
