@@ -73,7 +73,7 @@ COUNTERS = (
 _LUA_DIR = Path(__file__).resolve().parent / "lua"
 _SCRIPTS = (
     "add", "claim", "complete", "release", "requeue_expired", "retry_failed", "pending", "cancel",
-    "slice_beat", "live_slices", "series", "renew",
+    "slice_beat", "live_slices", "series", "renew", "release_claimed",
 )  # fmt: skip
 
 # The pages/s chart: one point a second at most, kept for 10 minutes.
@@ -259,6 +259,11 @@ class Frontier:
 
     def slice_end(self, slice_id: str) -> None:
         self.redis.zrem(self.key("slices"), slice_id)
+
+    def release_claimed(self) -> int:
+        """Hand back every claimed request, unless the crawl is running: for a crawl whose
+        slices were all stopped, so that none holds a request any more. Returns how many."""
+        return int(self._run("release_claimed", []))
 
     def live_slices(self) -> int:
         """Slices registered or beating within their ttl; expired ones are forgotten."""

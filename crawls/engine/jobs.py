@@ -1,20 +1,28 @@
-"""RQ jobs of the crawl engine, and how slices get on the queue. Thin: each job calls a step
-that tests call directly.
+"""RQ jobs of the crawl engine, how slices get on the queue, and how they are stopped. Thin:
+each job calls a step that tests call directly.
 
 Every slice job ends: RQ kills its work horse at its job_timeout (slice_timeout: the slice's
-budget, then the fetches it started, each within its deadlines). The requests a killed slice
-held come back through their leases.
+budget, then the fetches it started, each within its deadlines), and after a cancel or a pause
+the crawl's slices still running CRAWLHUB_STOP_GRACE_SECONDS later are stopped with RQ's stop
+command (the worker kills the horse, whatever the horse is stuck in). The requests a killed
+slice held come back through their leases, or at once for a paused crawl.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
+import threading
+import time
 import uuid
 
 import django_rq
 from django.conf import settings
-from django.db import close_old_connections, transaction
+from django.db import close_old_connections, connection, transaction
+from rq.command import send_stop_job_command
+from rq.exceptions import InvalidJobOperation, NoSuchJobError
+from rq.registry import StartedJobRegistry
 
 from crawls.engine import lifecycle, live
 from crawls.engine.frontier import Frontier, supervisor_lock
@@ -29,6 +37,8 @@ log = logging.getLogger(__name__)
 QUEUED_SLICE_TTL = 3600.0
 # A slice's last write of pages may wait for the database (SQLite's busy timeout is 30 s).
 SLICE_WRITE_SECONDS = 60
+# How long a stopped slice's worker may take to kill its work horse and say so.
+STOPPED_WITHIN_SECONDS = 10.0
 
 
 def slice_timeout(crawl: Crawl) -> int:
@@ -126,3 +136,69 @@ def supervise() -> dict:
     if any(report.values()):
         log.info("supervisor: %s", report)
     return report
+
+
+# Stopping slices ------------------------------------------------------------------------------
+
+
+def stop_slices_soon(crawl_id: int) -> threading.Thread:
+    """After a cancel or a pause: in a thread of this process, stop_slices. Not a job: a stuck
+    slice may hold every worker. Not a daemon: a command that cancels waits for it."""
+    thread = threading.Thread(
+        target=_stop_slices_thread, args=(crawl_id,), name=f"stop-slices-{crawl_id}"
+    )
+    thread.start()
+    return thread
+
+
+def _stop_slices_thread(crawl_id: int) -> None:
+    try:
+        stop_slices(crawl_id, grace=settings.CRAWLHUB_STOP_GRACE_SECONDS)
+    except Exception:  # a thread of its own: nobody else would hear of it
+        log.exception("stopping the slices of crawl %s failed", crawl_id)
+    finally:
+        connection.close()
+
+
+def stop_slices(crawl_id: int, *, grace: float) -> list[str]:
+    """Stop the crawl's slice jobs still running `grace` seconds from now, unless the crawl runs
+    again by then (a quick resume): RQ's stop command makes their workers kill their work
+    horses, wherever those are stuck. Then, for a paused crawl none of whose slices runs any
+    more, the requests they held go back to the queue at once (not counted as crashes) and the
+    pause settles. Returns the job ids of the slices stopped."""
+    frontier = Frontier(crawl_id)
+    deadline = time.monotonic() + grace
+    while running := _running_slice_jobs(crawl_id):
+        if frontier.state() == "running":
+            return []
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(0.1)
+    if running and frontier.state() != "running":
+        rq_connection = django_rq.get_queue("crawls").connection
+        for job_id in running:
+            with contextlib.suppress(InvalidJobOperation, NoSuchJobError):
+                send_stop_job_command(rq_connection, job_id)
+        log.warning("crawl %s: stopped %d slice(s) still running %s s after it stopped",
+                    crawl_id, len(running), grace)  # fmt: skip
+        ended_by = time.monotonic() + STOPPED_WITHIN_SECONDS
+        while set(running) & set(_running_slice_jobs(crawl_id)) and time.monotonic() < ended_by:
+            time.sleep(0.1)
+        for job_id in running:
+            frontier.slice_end(job_id.removeprefix(SLICE_JOB_PREFIX))
+    else:
+        running = []
+    if frontier.state() == "paused" and not _running_slice_jobs(crawl_id):
+        frontier.release_claimed()
+        crawl = Crawl.objects.filter(pk=crawl_id).first()
+        if crawl is not None and crawl.state == CrawlState.PAUSING:
+            lifecycle.settle_pause(crawl)
+    return running
+
+
+def _running_slice_jobs(crawl_id: int) -> list[str]:
+    """The ids of the crawl's slice jobs that RQ has started and not seen end (one whose
+    worker was killed stays there until RQ cleans up: stopping it again does no harm)."""
+    registry = StartedJobRegistry("crawls", connection=django_rq.get_queue("crawls").connection)
+    prefix = slice_job_id(f"{crawl_id}-")
+    return [job_id for job_id in registry.get_job_ids(cleanup=False) if job_id.startswith(prefix)]

@@ -1,5 +1,5 @@
 """Crawls on real RQ worker processes: kill -9, cancel, Redis restarts (pause and resume on real
-workers: tests/engine/test_pause_resume.py).
+workers: tests/engine/test_pause_resume.py); slices stuck in a page, stopped on cancel and pause.
 
 Nothing is lost: the crawl ends with exactly the expected pages and exact counters.
 """
@@ -8,17 +8,23 @@ import random
 import time
 
 import pytest
+from rq.registry import StartedJobRegistry
 
+from crawlhub.connections import get_redis
 from crawls import services
 from crawls.engine.frontier import Frontier
 from crawls.models import CrawlState
+from tests.support import processes
 from tests.support.crawling import (
+    FAST_WORKERS,
+    WorkerFleet,
     assert_exact,
     refetched,
     start_sample_crawl,
     wait_for_progress,
     wait_for_state,
 )
+from tests.support.sites import Response
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -73,3 +79,60 @@ def test_redis_restarted_mid_crawl_resumes_and_finishes_exactly(
     redis_server.start()
     crawl = wait_for_state(crawl, {CrawlState.FINISHED}, timeout=180, fleet=fleet)
     assert_exact(crawl, site)
+
+
+def crawl_jobs_running(crawl) -> list[str]:
+    """The crawl's slice jobs that RQ has started and not seen end."""
+    started = StartedJobRegistry("crawls", connection=get_redis()).get_job_ids(cleanup=False)
+    return [job_id for job_id in started if job_id.startswith(f"slice-{crawl.pk}-")]
+
+
+@pytest.mark.parametrize("action", ["cancel", "pause"])
+def test_slices_stuck_in_a_page_are_stopped_within_seconds_of_a_cancel_or_pause(
+    user, make_site, action
+):
+    """Pages under /stuck make their slice's work horse spin in a regex holding the GIL
+    (tests.support.stuck_worker): the slice cannot even see the cancel. Its worker kills it a
+    grace period (CRAWLHUB_STOP_GRACE_SECONDS) after the cancel or pause."""
+    hub = "".join(f'<a href="{path}">x</a>' for path in ("/stuck/1", "/a", "/stuck/2", "/b"))
+    site = make_site(lambda r: Response(body=hub if r.path == "/" else "<title>leaf</title>"))
+    crawl = services.crawl_create(
+        user=user, name="stuck", seeds=[site.url + "/"], obey_robots=False, threads=2,
+        slices=2, max_retries=0,
+    )  # fmt: skip
+    fleet = WorkerFleet(
+        env=FAST_WORKERS, worker_class="tests.support.stuck_worker.StuckPagesWorker"
+    )
+    try:
+        fleet.start_worker()
+        fleet.start_worker()
+        fleet.start_cron()
+        services.crawl_start(crawl=crawl, user=user)
+        # Both workers stuck: a slice whose lease ran out hands its stuck page to the other.
+        deadline = time.monotonic() + 120
+        while not (any(p.startswith("/stuck") for p in site.paths()) and
+                   len(crawl_jobs_running(crawl)) == 2):  # fmt: skip
+            assert time.monotonic() < deadline, f"no slice got stuck: {site.paths()}"
+            time.sleep(0.1)
+        time.sleep(2)  # stuck for a while: nothing ends it by itself
+        horses = {pid for worker in fleet.alive() for pid in processes.children(worker.pid)}
+        assert crawl_jobs_running(crawl) and horses, "no slice is stuck"
+
+        asked = time.monotonic()
+        getattr(services, f"crawl_{action}")(crawl=crawl, user=user)
+        while crawl_jobs_running(crawl) or any(processes.alive(pid) for pid in horses):
+            assert time.monotonic() - asked < 30, "the stuck slices are still running after 30 s"
+            time.sleep(0.05)
+        idle = time.monotonic() - asked
+        expected = CrawlState.CANCELLED if action == "cancel" else CrawlState.PAUSED
+        crawl = wait_for_state(crawl, {expected}, timeout=10)
+        settled = time.monotonic() - asked
+        print(f"{action}: stuck slices stopped in {idle:.1f} s, crawl {crawl.state} in "
+              f"{settled:.1f} s")  # fmt: skip
+        assert idle < 10 and settled < 10
+        stats = Frontier(crawl.pk).stats()
+        assert stats["in_flight"] == 0
+        if action == "pause":  # what the stopped slices held is queued again
+            assert stats["queued"] >= 2 and crawl.pages.count() + stats["queued"] == 5
+    finally:
+        fleet.stop()

@@ -130,15 +130,17 @@ class WorkerFleet:
     registered for stopping as it starts (tests.support.processes): stop() ends them all, and
     the suite stops what a test left running."""
 
-    def __init__(self, *, env: dict[str, str]) -> None:
+    def __init__(self, *, env: dict[str, str], worker_class: str = "") -> None:
         self.env = {**os.environ, "DATABASE_URL": database_url(), **env}
+        self.worker_class = worker_class
         self.workers: list[subprocess.Popen] = []
         self.cron: subprocess.Popen | None = None
         self.killed_horses = 0
 
     def start_worker(self) -> subprocess.Popen:
+        extra = ["--worker-class", self.worker_class] if self.worker_class else []
         proc = processes.spawn(
-            [sys.executable, "manage.py", "rqworker", "control", "crawls", "default"],
+            [sys.executable, "manage.py", "rqworker", *extra, "control", "crawls", "default"],
             cwd=ROOT,
             env=self.env,
             stdout=subprocess.DEVNULL,
