@@ -13,12 +13,14 @@ from rq.registry import StartedJobRegistry
 from crawlhub.connections import get_redis
 from crawls import services
 from crawls.engine.frontier import Frontier
+from crawls.engine.retry import MAX_CRASHES
 from crawls.models import CrawlState
 from tests.support import processes
 from tests.support.crawling import (
     FAST_WORKERS,
     WorkerFleet,
     assert_exact,
+    database_refuses_pages,
     refetched,
     start_sample_crawl,
     wait_for_progress,
@@ -79,6 +81,31 @@ def test_redis_restarted_mid_crawl_resumes_and_finishes_exactly(
     redis_server.start()
     crawl = wait_for_state(crawl, {CrawlState.FINISHED}, timeout=180, fleet=fleet)
     assert_exact(crawl, site)
+
+
+def test_a_page_whose_row_is_refused_ends_in_the_failure_queue_and_the_crawl_finishes(
+    user, make_site, fleet
+):
+    """The database refuses one page's row (as SQLite refused a 2 GB body): on real workers,
+    the page is fetched MAX_CRASHES times, then failed with the database's error; the crawl
+    ends. It used to be fetched again and again, the crawl running until cancelled."""
+    links = "".join(f'<a href="/p/{n}">x</a>' for n in range(20)) + '<a href="/refused">x</a>'
+    site = make_site(lambda r: Response(body=links if r.path == "/" else "<title>leaf</title>"))
+    crawl = services.crawl_create(
+        user=user, name="refused", seeds=[site.url + "/"], obey_robots=False, threads=4,
+        slices=2, max_retries=0,
+    )  # fmt: skip
+    with database_refuses_pages("/refused"):
+        fleet.start_worker()
+        fleet.start_worker()
+        fleet.start_cron()
+        services.crawl_start(crawl=crawl, user=user)
+        crawl = wait_for_state(crawl, {CrawlState.FINISHED}, timeout=120, fleet=fleet)
+    assert crawl.pages.count() == 21 and site.paths().count("/refused") == MAX_CRASHES
+    failure = crawl.failures.get()
+    assert failure.url == site.url + "/refused"
+    assert "this row is refused on purpose" in failure.last_error
+    assert crawl.stats["failed"] == 1 and crawl.stats["responses"] == 21
 
 
 def crawl_jobs_running(crawl) -> list[str]:
