@@ -325,6 +325,9 @@ CRAWLHUB_SLICE_SECONDS = env_int("CRAWLHUB_SLICE_SECONDS", 20, minimum=1)
 # A claimed request returns to the queue this long after its worker stopped answering.
 CRAWLHUB_LEASE_SECONDS = env_int("CRAWLHUB_LEASE_SECONDS", 60, minimum=1)
 CRAWLHUB_SUPERVISOR_SECONDS = env_int("CRAWLHUB_SUPERVISOR_SECONDS", 3, minimum=1)
+# After a cancel or a pause, a slice still running this long after is stopped (its work horse
+# killed): its fetches in progress are dropped, and fetched again after a resume.
+CRAWLHUB_STOP_GRACE_SECONDS = env_int("CRAWLHUB_STOP_GRACE_SECONDS", 3, minimum=1)
 # How often due scheduled crawls are looked for (a run starts at most this late).
 CRAWLHUB_SCHEDULES_SECONDS = env_int("CRAWLHUB_SCHEDULES_SECONDS", 30, minimum=1)
 

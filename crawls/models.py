@@ -4,9 +4,20 @@ these rows hold what a crawl is, who did what to it, and what it fetched."""
 from __future__ import annotations
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.urls import reverse
+
+MB = 1024 * 1024
+# The largest body a crawl keeps of one response. A worker holds each body once while it is
+# fetched, parsed and written (crawlhub/http/bodies.py, links.py), so this bounds its memory;
+# kept bodies (keep_bodies) are rows that SQLite (at most 1,000,000,000 bytes a value) and
+# PostgreSQL (1 GB a value, hex text twice the size on the way in) take with room to spare.
+# Web pages are rarely more than a few MB; 50 MB leaves room for big documents and feeds.
+MAX_BODY_BYTES = 50 * MB
+# What one slice may hold in bodies at once: threads x max_bytes, each thread fetching one.
+MAX_SLICE_BODY_BYTES = 256 * MB
 
 
 class UserAgentMode(models.TextChoices):
@@ -154,9 +165,14 @@ class CrawlOptions(models.Model):
         help_text="Seconds a connect or a read may wait; a whole fetch gets three times this.",
     )  # fmt: skip
     max_bytes = models.PositiveIntegerField(
-        default=5 * 1024 * 1024, validators=[MinValueValidator(1024)],
-        help_text="Bytes; a larger body is cut off there and not parsed.",
-    )  # fmt: skip
+        default=5 * MB,
+        validators=[
+            MinValueValidator(1024),
+            MaxValueValidator(MAX_BODY_BYTES, f"At most {MAX_BODY_BYTES} bytes (50 MB)."),
+        ],
+        help_text="Bytes; a larger body is cut off there and not parsed. At most 50 MB, and "
+        "threads x max bytes at most 256 MB.",
+    )
     max_retries = models.PositiveIntegerField(
         default=2, validators=[MaxValueValidator(20)],
         help_text="Retries of a request that timed out, could not connect or got a 5xx or 429, "
@@ -168,6 +184,19 @@ class CrawlOptions(models.Model):
 
     class Meta:
         abstract = True
+
+    def clean(self) -> None:
+        """Each thread of a slice holds up to max_bytes of body: their sum is bounded too."""
+        super().clean()
+        threads, max_bytes = self.threads, self.max_bytes
+        if not (isinstance(threads, int) and isinstance(max_bytes, int)):
+            return  # the field's own error says what is wrong
+        if 0 < max_bytes <= MAX_BODY_BYTES and threads * max_bytes > MAX_SLICE_BODY_BYTES:
+            raise ValidationError({
+                "max_bytes": f"Threads x max bytes is at most {MAX_SLICE_BODY_BYTES // MB} MB, "
+                f"the memory one slice may hold in bodies: {threads} x {max_bytes} bytes is "
+                f"{threads * max_bytes / MB:.0f} MB. Lower one of them.",
+            })  # fmt: skip
 
 
 # What a caller may set on a new crawl besides name, channel and seeds, in the model's order.

@@ -18,7 +18,7 @@ from crawlhub.errors import ActionRefused
 from crawlhub.http import netguard
 from crawlhub.http.urls import validate_url
 from crawls.engine.frontier import Frontier, stats_many
-from crawls.engine.jobs import enqueue_slices
+from crawls.engine.jobs import enqueue_slices, stop_slices_soon
 from crawls.engine.lifecycle import announce, announce_end, settle_pause
 from crawls.engine.request import Request
 from crawls.engine.scope import ScopeError, compile_patterns
@@ -164,7 +164,8 @@ def crawl_start(*, crawl: Crawl, user=None) -> None:
 
 
 def crawl_pause(*, crawl: Crawl, user=None) -> None:
-    """Workers stop claiming at once; the crawl is paused when nothing is in flight."""
+    """Workers stop claiming at once; the crawl is paused when nothing is in flight. A slice
+    still running a few seconds later is stopped (engine.jobs.stop_slices)."""
     if not crawl.can_pause():
         raise CrawlActionError(f"A {crawl.get_state_display().lower()} crawl cannot be paused.")
     _frontier(crawl).set_state("paused")
@@ -173,6 +174,7 @@ def crawl_pause(*, crawl: Crawl, user=None) -> None:
         crawl.save(update_fields=["state"])
         _event(crawl, CrawlEvent.Kind.PAUSED, user)
         announce(crawl.pk)
+        transaction.on_commit(lambda: stop_slices_soon(crawl.pk))
     settle_pause(crawl)
 
 
@@ -189,7 +191,8 @@ def crawl_resume(*, crawl: Crawl, user=None) -> None:
 
 
 def crawl_cancel(*, crawl: Crawl, user=None) -> None:
-    """Stop for good; pages already fetched are kept."""
+    """Stop for good; pages already fetched are kept. A slice still running a few seconds
+    later is stopped (engine.jobs.stop_slices)."""
     if not crawl.can_cancel():
         raise CrawlActionError(f"A {crawl.get_state_display().lower()} crawl cannot be cancelled.")
     frontier = _frontier(crawl)
@@ -202,6 +205,7 @@ def crawl_cancel(*, crawl: Crawl, user=None) -> None:
         _event(crawl, CrawlEvent.Kind.CANCELLED, user)
         announce(crawl.pk)
         announce_end(crawl.pk, "cancelled")
+        transaction.on_commit(lambda: stop_slices_soon(crawl.pk))
 
 
 def crawl_add_seeds(*, crawl: Crawl, urls: list[str] | str, user=None) -> tuple[int, int]:

@@ -4,7 +4,8 @@ What every request needs is decided here, once, for every caller:
 - the private-network guard (netguard, CRAWLHUB_BLOCK_PRIVATE_NETWORKS) is asked for the first
   URL and for every redirect hop; refusal() gives its answer to a caller ahead of a fetch;
 - time: (connect, read) timeouts, and a deadline for the whole fetch (deadline.py);
-- size: at most max_bytes of decoded body, which also defuses gzip bombs;
+- size: at most max_bytes of decoded body, read and decoded in bounded steps (bodies.py),
+  which also defuses gzip and deflate bombs;
 - redirects: a GET follows up to max_redirects, checking and recording each hop; a POST none.
 
 A fetch never raises for what a network or a server does. Network trouble, hostile servers
@@ -32,7 +33,7 @@ from requests.cookies import extract_cookies_to_jar
 from requests.structures import CaseInsensitiveDict
 from requests.utils import get_encoding_from_headers
 
-from crawlhub.http import links, netguard
+from crawlhub.http import bodies, links, netguard
 from crawlhub.http.deadline import arm, disarm, new_session, set_socket_timeout
 from crawlhub.http.errors import (
     PROXY_REFUSED,
@@ -47,12 +48,11 @@ from crawlhub.http.urls import url_problem
 from crawlhub.http.useragents import pick_user_agent
 
 ACCEPT = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
-# Only what we can decode with a bounded output size (urllib3 caps each decompress call).
+# Only what bodies.py decodes, in bounded steps.
 ACCEPT_ENCODING = "gzip, deflate"
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 RETRYABLE_KINDS = frozenset({"timeout", "refused", "connection", "proxy"})
 MAX_RETRY_AFTER = 3600.0
-CHUNK = 64 * 1024
 # A redirect's own body is read (to keep the connection pooled) only when it is this small.
 REDIRECT_BODY_LIMIT = 16 * 1024
 
@@ -357,35 +357,31 @@ class Fetcher:
         """Up to max_bytes of decoded body; stops early on the deadline or a broken stream."""
         raw = response.raw
         body = _Body()
-        chunks: list[bytes] = []
-        size = 0
         timeout = self.timeout
+
+        def before_read() -> None:
+            nonlocal timeout
+            timeout = self._io_timeout(deadline)
+            set_socket_timeout(raw, timeout)
+
+        read = bodies.read(
+            raw, max_bytes=max_bytes, before_read=before_read,
+            content_encoding=response.headers.get("Content-Encoding", ""),
+        )  # fmt: skip
+        body.data, body.truncated, body.wire_bytes = read.data, read.truncated, read.wire_bytes
         try:
-            while True:
-                timeout = self._io_timeout(deadline)
-                set_socket_timeout(raw, timeout)
-                # read1 returns after one socket read, so the deadline is checked between
-                # trickled bytes; decoded output per call is capped, which defuses gzip bombs.
-                chunk = raw.read1(min(CHUNK, max_bytes + 1 - size), decode_content=True)
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                size += len(chunk)
-                if size > max_bytes:
-                    body.truncated = True
-                    break
+            if read.error is not None:
+                raise read.error
         except FetchError as exc:
             body.error = exc
         except (TimeoutError, urllib3.exceptions.ReadTimeoutError):
             body.error = timeout_error(
                 timeout, "reading the body", timeout=self.timeout, total_timeout=self.total_timeout
             )
-        except urllib3.exceptions.DecodeError as exc:
+        except bodies.DecodeError as exc:
             body.error = FetchError(f"could not decode the body: {describe(exc)}", "invalid")
         except (urllib3.exceptions.HTTPError, http.client.HTTPException, OSError, ValueError):
             body.error = FetchError("incomplete body", "connection")
-        body.data = b"".join(chunks)[:max_bytes]
-        body.wire_bytes = raw.tell()
         if body.error or body.truncated:
             response.close()  # drop the connection: the rest of the body is never read
         else:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
+import codecs
 import re
-import threading
 from urllib.parse import urljoin, urlsplit
 
-import lxml.html
 from lxml import etree
-from w3lib.encoding import html_to_unicode
+from w3lib.encoding import html_body_declared_encoding, http_content_type_encoding, read_bom
 from w3lib.url import safe_url_string
 
 HTML_TYPES = ("text/html", "application/xhtml+xml")
@@ -18,7 +17,11 @@ PAGE_RELS = frozenset({"alternate", "next", "prev"})
 # Browsers strip these from both ends of an attribute URL, and drop tabs/newlines inside it.
 _WHITESPACE = " \t\n\r\f"
 
-_local = threading.local()
+# Links kept of one page, in document order (Heritrix keeps 6,000): a page of nothing but
+# links, at the largest max_bytes, would otherwise make millions of URLs in a worker's memory.
+MAX_LINKS = 100_000
+# The page is decoded and parsed this much at a time.
+FEED_BYTES = 1024 * 1024
 # A URL scheme as urlsplit recognizes one: a letter, then letters, digits, "+", "-" or ".".
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+\-.]*")
 
@@ -28,64 +31,132 @@ def is_html(content_type: str) -> bool:
 
 
 def extract(body: bytes, base_url: str, content_type: str) -> tuple[str, list[str]]:
-    """(title, links) of an HTML page; links absolute http(s), in document order, repeats kept.
+    """(title, links) of an HTML page; links absolute http(s), in document order, repeats kept,
+    at most MAX_LINKS.
 
     The frontier counts repeats, so duplicates are returned on purpose. Anything that is not HTML,
     or cannot be parsed at all, gives ("", []).
     """
     if not body or not is_html(content_type):
         return "", []
-    encoding, root = _parse(body, content_type)
-    if root is None:
+    page = _Page()
+    encoding = _parse(body, content_type, page)
+    if encoding is None:
         return "", []
     try:
-        resolver = Resolver(_base_url(root, base_url), encoding)
+        resolver = Resolver(_base_url(page.base, base_url), encoding)
     except ValueError:  # a base URL that urlsplit rejects; the caller passed garbage
-        return _title(root), []
-    return _title(root), _links(root, resolver)
+        return page.title(), []
+    return page.title(), _links(page.hrefs, resolver)
 
 
 def _detect(body: bytes) -> str:
     """The encoding of a page that declares none: UTF-8 if it decodes, else Windows-1252."""
-    try:
-        body.decode("utf-8")
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    view = memoryview(body)
+    try:  # a slice at a time: decoding it whole would hold up to 4 times its size as text
+        for offset in range(0, len(body), FEED_BYTES):
+            decoder.decode(view[offset : offset + FEED_BYTES])
+        decoder.decode(b"", final=True)
     except UnicodeDecodeError:
         return "cp1252"
     return "utf-8"
 
 
-def _parse(body: bytes, content_type: str) -> tuple[str, lxml.html.HtmlElement | None]:
-    # w3lib picks the encoding as browsers do (BOM, then the HTTP charset, then <meta>) and
-    # decodes with replacement, so broken bytes cannot stop us.
+def _encoding(body: bytes, content_type: str) -> tuple[str, int]:
+    """The page's encoding, found as w3lib's html_to_unicode finds it (as browsers do: a BOM,
+    then the HTTP charset, then <meta>), and where its text starts (after the BOM)."""
+    bom_encoding, bom = read_bom(body)
+    if bom_encoding is not None and bom is not None:
+        return bom_encoding, len(bom)
+    encoding = http_content_type_encoding(content_type) or html_body_declared_encoding(body)
+    if encoding is None:
+        return _detect(body), 0
+    if encoding in ("utf-16", "utf-32"):
+        encoding += "-be"
+    return encoding, 0
+
+
+def _decoder(encoding: str) -> tuple[str, codecs.IncrementalDecoder]:
+    """An incremental decoder that replaces undecodable bytes, as w3lib's to_unicode decodes
+    (gb18030 with the error handler w3lib registers for it)."""
     try:
-        encoding, text = html_to_unicode(content_type, body, auto_detect_fun=_detect)
-    except (LookupError, ValueError):
-        encoding, text = "utf-8", body.decode("utf-8", "replace")
-    # Re-encoded as UTF-8 for a parser told so: lxml rejects str input with an XML encoding
-    # declaration, and an explicit encoding makes libxml2 ignore a (now wrong) <meta charset>.
+        name = codecs.lookup(encoding).name
+    except LookupError:
+        encoding, name = "utf-8", "utf-8"
+    errors = "w3lib_gb18030_replace" if name == "gb18030" else "replace"
+    return encoding, codecs.getincrementaldecoder(encoding)(errors)
+
+
+def _parse(body: bytes, content_type: str, page: _Page) -> str | None:
+    """Feed the page to libxml2's HTML parser, which tells `page` about each element; the
+    page's encoding, or None when it could not be parsed at all.
+
+    The text is decoded a slice at a time and re-encoded as UTF-8 for a parser told so (an
+    explicit encoding makes libxml2 ignore a now wrong <meta charset>), so that the page is
+    never held twice in memory, and no tree is built: a tree takes ~45 times the page's size.
+    """
+    encoding, start = _encoding(body, content_type)
+    encoding, decoder = _decoder(encoding)
+    parser = etree.HTMLParser(target=page, encoding="utf-8")
+    view = memoryview(body)
     try:
-        return encoding, lxml.html.document_fromstring(text.encode("utf-8"), parser=_parser())
+        for offset in range(start, len(body), FEED_BYTES):
+            parser.feed(decoder.decode(view[offset : offset + FEED_BYTES]).encode("utf-8"))
+        parser.feed(decoder.decode(b"", final=True).encode("utf-8"))
+        parser.close()
     except (etree.ParserError, etree.LxmlError, ValueError):
-        return encoding, None  # "Document is empty" and friends
+        return None  # "Document is empty" and friends
+    return encoding
 
 
-def _parser() -> lxml.html.HTMLParser:
-    # One parser per thread: slices parse pages from several threads at once.
-    parser = getattr(_local, "parser", None)
-    if parser is None:
-        parser = _local.parser = lxml.html.HTMLParser(encoding="utf-8", remove_comments=True)
-    return parser
+class _Page:
+    """What extract keeps of a page, told by the parser element by element (a parser target):
+    the first <title>'s text, the first <base href>, and the URLs of links in document order."""
 
+    def __init__(self) -> None:
+        self.hrefs: list[str] = []
+        self.base: str | None = None
+        self._title: list[str] | None = None  # the first <title>'s text so far
+        self._title_size = 0
+        self._in_title = 0  # <title> elements open, inside the first one
 
-def _title(root: lxml.html.HtmlElement) -> str:
-    title = next(root.iter("title"), None)
-    if title is None:
-        return ""
-    # A garbage title can be megabytes long; only the start is ever shown. itertext gives what
-    # text_content() gives, without its XPath object: one per process, behind a lock that the
-    # fetch threads of a slice would queue on.
-    text = "".join(title.itertext())[: MAX_TITLE * 4]
-    return " ".join(_visible(text).split())[:MAX_TITLE]
+    def start(self, tag: str, attrib: dict[str, str]) -> None:
+        if tag == "a" or tag == "area":
+            value = attrib.get("href")
+        elif tag == "link":
+            rels = (attrib.get("rel") or "").lower().split()
+            value = attrib.get("href") if PAGE_RELS.intersection(rels) else None
+        elif tag == "frame" or tag == "iframe":
+            value = attrib.get("src")
+        else:
+            if tag == "base" and self.base is None:
+                self.base = attrib.get("href")  # the first one with an href, as browsers use
+            elif tag == "title" and (self._in_title or self._title is None):
+                self._title = self._title if self._title is not None else []
+                self._in_title += 1
+            return
+        if value and len(self.hrefs) < MAX_LINKS:
+            self.hrefs.append(value)
+
+    def end(self, tag: str) -> None:
+        if tag == "title" and self._in_title:
+            self._in_title -= 1
+
+    def data(self, text: str) -> None:
+        # A garbage title can be megabytes long; only the start is ever shown.
+        if self._in_title and self._title_size < MAX_TITLE * 4:
+            self._title.append(text)
+            self._title_size += len(text)
+
+    def close(self) -> _Page:
+        return self
+
+    def title(self) -> str:
+        if not self._title:
+            return ""
+        text = "".join(self._title)[: MAX_TITLE * 4]
+        return " ".join(_visible(text).split())[:MAX_TITLE]
 
 
 def _visible(text: str) -> str:
@@ -99,34 +170,22 @@ def _visible(text: str) -> str:
     return "".join(ch for ch in text if ch.isprintable() or ch.isspace())
 
 
-def _base_url(root: lxml.html.HtmlElement, page_url: str) -> str:
+def _base_url(base_href: str | None, page_url: str) -> str:
     """The page's <base href> (the first one with an href, as browsers use) or the page URL."""
-    for base in root.iter("base"):
-        href = base.get("href")
-        if href is None:
-            continue
-        url = absolute_url(href, page_url, "utf-8")
-        return url or page_url  # a javascript: or garbage base is ignored, as browsers do
-    return page_url
+    if base_href is None:
+        return page_url
+    url = absolute_url(base_href, page_url, "utf-8")
+    return url or page_url  # a javascript: or garbage base is ignored, as browsers do
 
 
-def _links(root: lxml.html.HtmlElement, resolver: Resolver) -> list[str]:
+def _links(hrefs: list[str], resolver: Resolver) -> list[str]:
     # One flat loop: this runs once per link, 100,000 times on a big page.
     absolute = resolver.absolute
     links = []
-    for el in root.iter("a", "area", "link", "frame", "iframe"):
-        tag = el.tag
-        if tag == "a" or tag == "area":
-            value = el.get("href")
-        elif tag == "link":
-            rels = (el.get("rel") or "").lower().split()
-            value = el.get("href") if PAGE_RELS.intersection(rels) else None
-        else:
-            value = el.get("src")
-        if value:
-            url = absolute(value)
-            if url:
-                links.append(url)
+    for value in hrefs:
+        url = absolute(value)
+        if url:
+            links.append(url)
     return links
 
 

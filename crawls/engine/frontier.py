@@ -73,7 +73,7 @@ COUNTERS = (
 _LUA_DIR = Path(__file__).resolve().parent / "lua"
 _SCRIPTS = (
     "add", "claim", "complete", "release", "requeue_expired", "retry_failed", "pending", "cancel",
-    "slice_beat", "live_slices", "series", "renew",
+    "slice_beat", "live_slices", "series", "renew", "release_claimed",
 )  # fmt: skip
 
 # The pages/s chart: one point a second at most, kept for 10 minutes.
@@ -199,7 +199,8 @@ class Frontier:
         return int(self._run("release", [request.fp for request in requests]))
 
     def requeue_expired(self) -> int:
-        """Return every request whose lease has expired to the queue (its worker died)."""
+        """Return every request whose lease has expired to the queue (its worker died, or its
+        slice was stopped or ran out of time), each with one more crash (Request.crashes)."""
         return int(self._run("requeue_expired", []))
 
     def is_done(self) -> bool:
@@ -223,7 +224,10 @@ class Frontier:
         takes back more than `failed`. Returns how many were queued."""
         if not requests:
             return 0
-        members = [replace(request, attempts=0).to_json() for request in requests]
+        members = [
+            replace(request, attempts=0, crashes=0, crash_error="").to_json()
+            for request in requests
+        ]
         return int(self._run("retry_failed", members))
 
     def cancel(self) -> None:
@@ -255,6 +259,11 @@ class Frontier:
 
     def slice_end(self, slice_id: str) -> None:
         self.redis.zrem(self.key("slices"), slice_id)
+
+    def release_claimed(self) -> int:
+        """Hand back every claimed request, unless the crawl is running: for a crawl whose
+        slices were all stopped, so that none holds a request any more. Returns how many."""
+        return int(self._run("release_claimed", []))
 
     def live_slices(self) -> int:
         """Slices registered or beating within their ttl; expired ones are forgotten."""
@@ -356,6 +365,9 @@ def _outcome_args(outcome: Outcome) -> list:
     retry_json, links = "", []
     if outcome.kind == "retry":
         retry_json = replace(request, attempts=request.attempts + 1).to_json()
+    elif outcome.kind == "crashed":
+        again = replace(request, crashes=request.crashes + 1, crash_error=outcome.error[:300])
+        retry_json = again.to_json()
     elif outcome.kind == "done":
         # Request(url, depth + 1, referrer=request.url, priority=...).to_json() for each link,
         # without building the Request: the tail is the same for every link of the page.

@@ -1,26 +1,59 @@
-"""RQ jobs of the crawl engine, and how slices get on the queue. Thin: each job calls a step
-that tests call directly."""
+"""RQ jobs of the crawl engine, how slices get on the queue, and how they are stopped. Thin:
+each job calls a step that tests call directly.
+
+Every slice job ends: RQ kills its work horse at its job_timeout (slice_timeout: the slice's
+budget, then the fetches it started, each within its deadlines), and after a cancel or a pause
+the crawl's slices still running CRAWLHUB_STOP_GRACE_SECONDS later are stopped with RQ's stop
+command (the worker kills the horse, whatever the horse is stuck in). The requests a killed
+slice held come back through their leases, or at once for a paused crawl.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import math
+import threading
+import time
 import uuid
 
 import django_rq
 from django.conf import settings
-from django.db import close_old_connections, transaction
+from django.db import close_old_connections, connection, transaction
+from rq.command import send_stop_job_command
+from rq.exceptions import InvalidJobOperation, NoSuchJobError
+from rq.registry import StartedJobRegistry
 
 from crawlhub.workers import JOB_CRAWL
 from crawls.engine import lifecycle, live
 from crawls.engine.frontier import Frontier, supervisor_lock
+from crawls.engine.proxying import PROXY_TRIES
 from crawls.engine.slices import run_slice
-from crawls.models import Crawl, CrawlState
+from crawls.models import Crawl, CrawlState, ProxyUse
 
 log = logging.getLogger(__name__)
 
 # A queued slice may wait long behind other crawls' slices; a started one beats every
 # fraction of a second, so its record expires soon after its worker dies.
 QUEUED_SLICE_TTL = 3600.0
+# A slice's last write of pages may wait for the database (SQLite's busy timeout is 30 s).
+SLICE_WRITE_SECONDS = 60
+# How long a stopped slice's worker may take to kill its work horse and say so.
+STOPPED_WITHIN_SECONDS = 10.0
+
+
+def slice_timeout(crawl: Crawl) -> int:
+    """A slice job's hard deadline (RQ's job_timeout), in seconds: its budget
+    (CRAWLHUB_SLICE_SECONDS), then the fetches it started, each within its own deadlines, then
+    its last write. A fetch has 3 x the crawl's timeout (Fetcher.total_timeout); first the
+    host's robots.txt, as long again; through the proxy pool, up to PROXY_TRIES proxies, each
+    waited for up to the crawl's timeout."""
+    fetch = 3 * crawl.timeout
+    page = fetch
+    if crawl.channel.proxy_use == ProxyUse.POOL:
+        page = PROXY_TRIES * (crawl.timeout + fetch)
+    robots = fetch + 2 if crawl.obey_robots else 0
+    return math.ceil(settings.CRAWLHUB_SLICE_SECONDS + robots + page + SLICE_WRITE_SECONDS)
 
 
 def enqueue_slices(crawl: Crawl, count: int | None = None) -> int:
@@ -28,11 +61,12 @@ def enqueue_slices(crawl: Crawl, count: int | None = None) -> int:
     transaction commits. Returns how many."""
     count = crawl.slices if count is None else count
     slice_ids = [f"{crawl.pk}-{uuid.uuid4().hex[:10]}" for _ in range(count)]
-    transaction.on_commit(lambda: _enqueue(crawl.pk, slice_ids))
+    timeout = slice_timeout(crawl)
+    transaction.on_commit(lambda: _enqueue(crawl.pk, slice_ids, timeout))
     return count
 
 
-def _enqueue(crawl_id: int, slice_ids: list[str]) -> None:
+def _enqueue(crawl_id: int, slice_ids: list[str], timeout: int) -> None:
     Frontier(crawl_id).slice_register(slice_ids, ttl=QUEUED_SLICE_TTL)
     queue = django_rq.get_queue("crawls")
     for slice_id in slice_ids:
@@ -40,13 +74,20 @@ def _enqueue(crawl_id: int, slice_ids: list[str]) -> None:
             slice_job,
             crawl_id,
             slice_id,
-            job_id=f"slice-{slice_id}",
+            job_id=slice_job_id(slice_id),
             description=f"crawl {crawl_id} slice {slice_id}",
             meta={JOB_CRAWL: crawl_id},  # the Workers page shows it to the crawl's owner only
-            job_timeout=int(settings.CRAWLHUB_SLICE_SECONDS * 3 + 300),
+            job_timeout=timeout,
             result_ttl=600,
             failure_ttl=7 * 24 * 3600,
         )
+
+
+SLICE_JOB_PREFIX = "slice-"
+
+
+def slice_job_id(slice_id: str) -> str:
+    return SLICE_JOB_PREFIX + slice_id
 
 
 def slice_job(crawl_id: int, slice_id: str) -> dict:
@@ -97,3 +138,69 @@ def supervise() -> dict:
     if any(report.values()):
         log.info("supervisor: %s", report)
     return report
+
+
+# Stopping slices ------------------------------------------------------------------------------
+
+
+def stop_slices_soon(crawl_id: int) -> threading.Thread:
+    """After a cancel or a pause: in a thread of this process, stop_slices. Not a job: a stuck
+    slice may hold every worker. Not a daemon: a command that cancels waits for it."""
+    thread = threading.Thread(
+        target=_stop_slices_thread, args=(crawl_id,), name=f"stop-slices-{crawl_id}"
+    )
+    thread.start()
+    return thread
+
+
+def _stop_slices_thread(crawl_id: int) -> None:
+    try:
+        stop_slices(crawl_id, grace=settings.CRAWLHUB_STOP_GRACE_SECONDS)
+    except Exception:  # a thread of its own: nobody else would hear of it
+        log.exception("stopping the slices of crawl %s failed", crawl_id)
+    finally:
+        connection.close()
+
+
+def stop_slices(crawl_id: int, *, grace: float) -> list[str]:
+    """Stop the crawl's slice jobs still running `grace` seconds from now, unless the crawl runs
+    again by then (a quick resume): RQ's stop command makes their workers kill their work
+    horses, wherever those are stuck. Then, for a paused crawl none of whose slices runs any
+    more, the requests they held go back to the queue at once (not counted as crashes) and the
+    pause settles. Returns the job ids of the slices stopped."""
+    frontier = Frontier(crawl_id)
+    deadline = time.monotonic() + grace
+    while running := _running_slice_jobs(crawl_id):
+        if frontier.state() == "running":
+            return []
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(0.1)
+    if running and frontier.state() != "running":
+        rq_connection = django_rq.get_queue("crawls").connection
+        for job_id in running:
+            with contextlib.suppress(InvalidJobOperation, NoSuchJobError):
+                send_stop_job_command(rq_connection, job_id)
+        log.warning("crawl %s: stopped %d slice(s) still running %s s after it stopped",
+                    crawl_id, len(running), grace)  # fmt: skip
+        ended_by = time.monotonic() + STOPPED_WITHIN_SECONDS
+        while set(running) & set(_running_slice_jobs(crawl_id)) and time.monotonic() < ended_by:
+            time.sleep(0.1)
+        for job_id in running:
+            frontier.slice_end(job_id.removeprefix(SLICE_JOB_PREFIX))
+    else:
+        running = []
+    if frontier.state() == "paused" and not _running_slice_jobs(crawl_id):
+        frontier.release_claimed()
+        crawl = Crawl.objects.filter(pk=crawl_id).first()
+        if crawl is not None and crawl.state == CrawlState.PAUSING:
+            lifecycle.settle_pause(crawl)
+    return running
+
+
+def _running_slice_jobs(crawl_id: int) -> list[str]:
+    """The ids of the crawl's slice jobs that RQ has started and not seen end (one whose
+    worker was killed stays there until RQ cleans up: stopping it again does no harm)."""
+    registry = StartedJobRegistry("crawls", connection=django_rq.get_queue("crawls").connection)
+    prefix = slice_job_id(f"{crawl_id}-")
+    return [job_id for job_id in registry.get_job_ids(cleanup=False) if job_id.startswith(prefix)]

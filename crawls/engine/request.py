@@ -23,7 +23,7 @@ from crawlhub.http.urls import url_origin
 
 FINGERPRINT_VERSION = 1
 
-OUTCOME_KINDS = ("done", "retry", "failed")
+OUTCOME_KINDS = ("done", "retry", "failed", "crashed")
 
 
 # URLs that w3lib's canonicalize_url returns unchanged: http(s), a lowercase ASCII host name or
@@ -100,8 +100,12 @@ class Request:
     url: str
     depth: int = 0
     referrer: str = ""
-    attempts: int = 0
+    attempts: int = 0  # fetched before, each time with a retryable failure
     priority: int = 0
+    # Slices that failed to finish it: it could not be written, or the slice ended (its worker
+    # died, it was stopped or ran out of time) while holding it; and the last error said.
+    crashes: int = 0
+    crash_error: str = ""
 
     @cached_property
     def fp(self) -> int:
@@ -115,13 +119,17 @@ class Request:
     def to_json(self) -> str:
         """Compact and deterministic. Carries fp (as a string: a double would round it) and host
         for the Lua scripts, which neither hash nor parse URLs; default fields are left out."""
-        # What json.dumps(separators=(",", ":")) gives for {"f", "h", "u", "d", "p", "a", "r"}
-        # (in this order: the Lua scripts find "h" right after "f"), built directly: this runs
-        # once per link. tests/engine/test_canonical_urls.py checks it against json.dumps.
+        # What json.dumps(separators=(",", ":")) gives for {"f", "h", "u", "d", "p", "a", "r",
+        # "x", "e"} (in this order: the Lua scripts find "h" right after "f", and add "x" at
+        # the end), built directly: this runs once per link. tests/engine/test_canonical_urls.py
+        # checks it against json.dumps.
         return (
             f'{{"f":"{self.fp}","h":{_json_str(self.host)},"u":{_json_str(self.url)}'
-            + json_tail(self.depth, self.priority, self.attempts, self.referrer)
-        )
+            + json_tail(
+                self.depth, self.priority, self.attempts, self.referrer,
+                self.crashes, self.crash_error,
+            )
+        )  # fmt: skip
 
     @classmethod
     def from_json(cls, raw: str | bytes) -> Request:
@@ -132,6 +140,8 @@ class Request:
             referrer=data.get("r", ""),
             attempts=data.get("a", 0),
             priority=data.get("p", 0),
+            crashes=data.get("x", 0),
+            crash_error=data.get("e", ""),
         )
         # Keep the stored fp and host: the backup hash is keyed by that fp, so complete() must
         # use it even if fingerprinting changed since the request was queued.
@@ -142,7 +152,10 @@ class Request:
         return request
 
 
-def json_tail(depth: int, priority: int, attempts: int, referrer: str) -> str:
+def json_tail(
+    depth: int, priority: int, attempts: int, referrer: str, crashes: int = 0,
+    crash_error: str = "",
+) -> str:  # fmt: skip
     """The end of a request's JSON after "u" (see Request.to_json). The frontier builds a
     page's link JSON from it without a Request per link."""
     tail = f',"d":{depth}'
@@ -152,6 +165,10 @@ def json_tail(depth: int, priority: int, attempts: int, referrer: str) -> str:
         tail += f',"a":{attempts}'
     if referrer:
         tail += f',"r":{_json_str(referrer)}'
+    if crashes:
+        tail += f',"x":{crashes}'
+    if crash_error:
+        tail += f',"e":{_json_str(crash_error)}'
     return tail + "}"
 
 
@@ -160,9 +177,12 @@ class Outcome:
     """What a slice reports for one claimed request."""
 
     request: Request
-    kind: str  # one of OUTCOME_KINDS: "done" | "retry" | "failed"
+    # One of OUTCOME_KINDS: "done" | "retry" | "failed" | "crashed" (could not be recorded:
+    # queued again with one more crash, after retry_delay).
+    kind: str
     status: int | None = None  # HTTP status of the final response, None when there was none
     nbytes: int = 0  # body bytes received
     # Absolute URLs already filtered by scope; the frontier applies depth, max_pages and dedup.
     links: list[str] = field(default_factory=list)
-    retry_delay: float = 0.0  # seconds, for kind == "retry"
+    retry_delay: float = 0.0  # seconds, for kind == "retry" or "crashed"
+    error: str = ""  # what went wrong, for kind == "crashed"

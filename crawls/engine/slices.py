@@ -4,6 +4,11 @@ pages, complete them in batches, and stop after a time budget, on pause, or on S
 Pages are written to the database before their completion reaches Redis. A worker killed in
 between leaves the request leased, so it is fetched again and the row (unique per crawl and
 URL) is kept once; a completion that Redis already applied is ignored the second time.
+
+A row the database refuses does not take the slice down: the batch is written again one row at
+a time, and each request whose row still fails is queued again with one more crash and the
+error (crawls.engine.retry); a request that has crashed too many slices is failed with that
+error without being fetched again. When the database itself is away, the slice stops instead.
 """
 
 from __future__ import annotations
@@ -29,7 +34,13 @@ from crawls.engine.live import publish_crawl
 from crawls.engine.proxying import KeptProxies, Stopped, fetch_via_pool
 from crawls.engine.request import Outcome, Request
 from crawls.engine.robots import RobotsCache
-from crawls.engine.rows import PAGE_ROWS, failure_row, page_row
+from crawls.engine.rows import (
+    PAGE_ROWS,
+    crash_failure_row,
+    database_answers,
+    failure_row,
+    page_row,
+)
 from crawls.engine.scope import Scope
 from crawls.models import Crawl, FailedRequest, ProxyUse
 
@@ -38,6 +49,10 @@ log = logging.getLogger(__name__)
 STATE_CHECK_SECONDS = 0.25
 FLUSH_EVERY_SECONDS = 0.25
 FLUSH_AT_OUTCOMES = 100
+# Fetched pages wait in memory for the next flush; their kept bodies and links are written
+# early once they hold this much (a link counts ~100 bytes).
+FLUSH_AT_BYTES = 32 * 1024 * 1024
+LINK_BYTES = 100
 IDLE_EXIT_SECONDS = 2.0
 KEPT_IDLE_SECONDS = 0.5  # nothing fetched for this long: proxies kept (greedy) go back
 EMPTY_CLAIM_BACKOFF = 0.1
@@ -52,9 +67,17 @@ class Result:
     fetch: FetchResult | None = None
     blocked: str = ""  # why the request was not fetched (the guard, robots.txt)
     handed_back: bool = False  # not fetched because the slice is stopping: back to the queue
+    given_up: bool = False  # not fetched: it crashed too many slices (retry.gave_up)
     page: tuple | None = None  # the Page row, as PAGE_ROWS writes it
     failure: FailedRequest | None = None
     outcome: Outcome | None = None
+
+    @property
+    def held_bytes(self) -> int:
+        """About what the result holds in memory until it is written: body and links."""
+        if self.fetch is None:
+            return 0
+        return len(self.fetch.body) + LINK_BYTES * len(self.fetch.links)
 
 
 @dataclass
@@ -147,6 +170,7 @@ class Slice:
         # every running future would lock and unlock each of them on every loop.
         self.completed: queue.SimpleQueue[Future] = queue.SimpleQueue()
         self.done: list[Result] = []  # fetched, for the next flush
+        self.done_bytes = 0  # what they hold (Result.held_bytes)
         self.unstarted: list[Request] = []  # claimed but not fetched: released back to the queue
         self.last_flush = self.last_state = self.last_work = self.last_renew = 0.0
         self.next_claim = 0.0
@@ -197,6 +221,9 @@ class Slice:
             return True
         claimed = with_redis_retry(lambda: self.frontier.claim(free, lease_seconds=self.lease))
         for request in claimed:
+            if retry.gave_up(request.crashes):
+                self._keep(Result(request=request, given_up=True))
+                continue
             future = pool.submit(self._fetch, request)
             self.running[future] = request
             future.add_done_callback(self.completed.put)
@@ -230,13 +257,16 @@ class Slice:
             self.unstarted.append(result.request)
         else:
             self.done.append(result)
+            self.done_bytes += result.held_bytes
 
     def _flush_when_due(self) -> None:
-        if len(self.done) >= FLUSH_AT_OUTCOMES or (
-            self.done and time.monotonic() - self.last_flush >= FLUSH_EVERY_SECONDS
+        if (
+            len(self.done) >= FLUSH_AT_OUTCOMES
+            or self.done_bytes >= FLUSH_AT_BYTES
+            or (self.done and time.monotonic() - self.last_flush >= FLUSH_EVERY_SECONDS)
         ):
             self._flush(self.done)
-            self.done = []
+            self.done, self.done_bytes = [], 0
             self.last_flush = time.monotonic()
 
     def _shut_down(self, pool: ThreadPoolExecutor) -> None:
@@ -297,6 +327,8 @@ class Slice:
                 )  # fmt: skip
             else:
                 fetch = self.fetcher.fetch(request.url)
+            if not self.crawl.keep_bodies:
+                fetch.body = b""  # parsed already; only a kept body is written
             return Result(request=request, fetch=fetch)
         except Stopped:
             return Result(request=request, handed_back=True)
@@ -315,6 +347,10 @@ class Slice:
         """The result's row (page or failure) and the outcome the frontier records."""
         request, fetch = result.request, result.fetch
         now = timezone.now()
+        if result.given_up:
+            result.failure = crash_failure_row(self.crawl, request, now)
+            result.outcome = Outcome(request=request, kind="failed")
+            return
         kind = retry.decide(fetch, attempts=request.attempts, max_retries=self.crawl.max_retries)
         if kind == retry.RETRY:
             delay = retry.retry_delay(request.attempts, fetch.retry_after)
@@ -346,6 +382,19 @@ class Slice:
         """Rows first, then one completion call: see the module docstring for why."""
         if not results:
             return
+        try:
+            self.report.pages += self._write(results)
+        except REDIS_ERRORS:
+            raise
+        except Exception:
+            log.exception("writing %d results failed; writing them one at a time", len(results))
+            self.report.pages += self._write_one_by_one(results)
+        outcomes = [r.outcome for r in results]
+        with_redis_retry(lambda: self.frontier.complete(outcomes))
+        publish_crawl(self.crawl.pk)
+
+    def _write(self, results: list[Result]) -> int:
+        """Decide each result and write its row. Returns how many pages were written."""
         for result in results:
             self._decide(result)
         pages = [r.page for r in results if r.page is not None]
@@ -353,10 +402,32 @@ class Slice:
         PAGE_ROWS.write(pages)
         if failures:
             FailedRequest.objects.bulk_create(failures, batch_size=500, ignore_conflicts=True)
-        outcomes = [r.outcome for r in results]
-        with_redis_retry(lambda: self.frontier.complete(outcomes))
-        self.report.pages += len(pages)
-        publish_crawl(self.crawl.pk)
+        return len(pages)
+
+    def _write_one_by_one(self, results: list[Result]) -> int:
+        """After a batch failed: each result alone. One whose row still fails crashes (queued
+        again, its error kept); if the database does not answer at all, the slice stops."""
+        written, crashed = 0, []
+        for result in results:
+            try:
+                written += self._write([result])
+            except REDIS_ERRORS:
+                raise
+            except Exception as exc:
+                crashed.append((result, " ".join(f"{type(exc).__name__}: {exc}".split())))
+        if crashed and not database_answers():
+            raise RuntimeError(
+                "the database does not answer: the slice stops, its requests stay leased"
+            )
+        for result, error in crashed:
+            log.error("could not record %s: %s", result.request.url, error)
+            if result.given_up:  # not even its failure row: counted as failed, and it ends
+                result.outcome = Outcome(request=result.request, kind="failed")
+                continue
+            result.outcome = Outcome(
+                request=result.request, kind="crashed", retry_delay=retry.CRASH_DELAY, error=error
+            )
+        return written
 
 
 def stop_on_sigterm(flag: StopFlag) -> None:

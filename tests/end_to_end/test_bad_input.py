@@ -384,9 +384,14 @@ def crawl_form_errors(client, **overrides) -> dict:
         ({"threads": "100000"}, "threads", "Ensure this value is less than or equal to 128."),
         ({"timeout": "NaN"}, "timeout", "Enter a number."),
         ({"name": "   "}, "name", "This field is required."),
+        ({"max_bytes": str(10**18)}, "max_bytes", "At most 52428800 bytes (50 MB)."),
+        ({"max_bytes": str(50 * MB), "threads": "16"}, "max_bytes",
+         "Threads x max bytes is at most 256 MB, the memory one slice may hold in bodies: "
+         "16 x 52428800 bytes is 800 MB. Lower one of them."),
     ],
     ids=["ftp", "javascript-line-3", "10k-url", "space-in-host", "broken-ipv6", "nul",
-         "bad-regex", "domain-with-scheme", "zero-pages", "too-many-threads", "nan", "blank-name"],
+         "bad-regex", "domain-with-scheme", "zero-pages", "too-many-threads", "nan", "blank-name",
+         "10^18-bytes", "threads-x-bytes"],
 )  # fmt: skip
 def test_the_new_crawl_form_names_the_bad_field(user_client, overrides, field, message):
     assert crawl_form_errors(user_client, **overrides)[field] == [message]
@@ -521,9 +526,11 @@ def test_the_cli_reports_bad_proxy_lines_with_numbers(tmp_path):
          "no user named 'ghost'"),
         (["start", "999999"], "no crawl with id 999999"),
         (["add-seeds", "999999", "http://e.com/"], "no crawl with id 999999"),
+        (["create", "--name", "x", "--seed", "http://e.com/", "--max-bytes", "3000000000"],
+         "invalid crawl:\n  max_bytes: At most 52428800 bytes (50 MB)."),
     ],
     ids=["bad-seed", "bad-regex", "zero-pages", "no-channel", "no-user", "no-crawl",
-         "add-seeds-no-crawl"],
+         "add-seeds-no-crawl", "3-gb"],
 )  # fmt: skip
 def test_the_crawl_cli_says_what_is_wrong(args, message):
     with pytest.raises(CommandError) as caught:
@@ -558,8 +565,13 @@ api = pytest.mark.skipif(not HAS_API, reason="the REST API (crawls/api.py) is no
          "A valid integer is required."),
         ({"name": "x", "seeds": ["http://e.com/"], "include_patterns": ["[z-a]"]},
          "include_patterns", None),
+        ({"name": "x", "seeds": ["http://e.com/"], "max_bytes": 3 * 10**9}, "max_bytes",
+         "52428800"),
+        ({"name": "x", "seeds": ["http://e.com/"], "max_bytes": 10**18}, "max_bytes",
+         "52428800"),
     ],
-    ids=["scheme", "string-not-list", "object-in-list", "empty", "negative", "word", "regex"],
+    ids=["scheme", "string-not-list", "object-in-list", "empty", "negative", "word", "regex",
+         "3-gb", "10^18-bytes"],
 )  # fmt: skip
 def test_the_api_answers_400_naming_the_field(user_client, body, field, message):
     response = user_client.post("/api/crawls/", body, content_type="application/json")

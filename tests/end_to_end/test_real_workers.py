@@ -1,5 +1,5 @@
 """Crawls on real RQ worker processes: kill -9, cancel, Redis restarts (pause and resume on real
-workers: tests/engine/test_pause_resume.py).
+workers: tests/engine/test_pause_resume.py); slices stuck in a page, stopped on cancel and pause.
 
 Nothing is lost: the crawl ends with exactly the expected pages and exact counters.
 """
@@ -14,21 +14,27 @@ import time
 import pytest
 import redis
 from rq import Queue, Worker
+from rq.registry import StartedJobRegistry
 
 from crawlhub import launcher
+from crawlhub.connections import get_redis
 from crawls import services
 from crawls.engine.frontier import Frontier
+from crawls.engine.retry import MAX_CRASHES
 from crawls.models import CrawlState
 from tests.support import processes
 from tests.support.crawling import (
+    FAST_WORKERS,
     ROOT,
+    WorkerFleet,
     assert_exact,
+    database_refuses_pages,
     refetched,
     start_sample_crawl,
     wait_for_progress,
     wait_for_state,
 )
-from tests.support.sites import free_port
+from tests.support.sites import Response, free_port
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -144,3 +150,85 @@ def _outlive_an_outage(server: launcher.EmbeddedRedis, worker, log) -> None:
         worker.wait(timeout=15)
     except subprocess.TimeoutExpired:
         raise AssertionError(f"the worker did not stop:\n{log.read_text()}") from None
+
+
+def test_a_page_whose_row_is_refused_ends_in_the_failure_queue_and_the_crawl_finishes(
+    user, make_site, fleet
+):
+    """The database refuses one page's row (as SQLite refused a 2 GB body): on real workers,
+    the page is fetched MAX_CRASHES times, then failed with the database's error; the crawl
+    ends. It used to be fetched again and again, the crawl running until cancelled."""
+    links = "".join(f'<a href="/p/{n}">x</a>' for n in range(20)) + '<a href="/refused">x</a>'
+    site = make_site(lambda r: Response(body=links if r.path == "/" else "<title>leaf</title>"))
+    crawl = services.crawl_create(
+        user=user, name="refused", seeds=[site.url + "/"], obey_robots=False, threads=4,
+        slices=2, max_retries=0,
+    )  # fmt: skip
+    with database_refuses_pages("/refused"):
+        fleet.start_worker()
+        fleet.start_worker()
+        fleet.start_cron()
+        services.crawl_start(crawl=crawl, user=user)
+        crawl = wait_for_state(crawl, {CrawlState.FINISHED}, timeout=120, fleet=fleet)
+    assert crawl.pages.count() == 21 and site.paths().count("/refused") == MAX_CRASHES
+    failure = crawl.failures.get()
+    assert failure.url == site.url + "/refused"
+    assert "this row is refused on purpose" in failure.last_error
+    assert crawl.stats["failed"] == 1 and crawl.stats["responses"] == 21
+
+
+def crawl_jobs_running(crawl) -> list[str]:
+    """The crawl's slice jobs that RQ has started and not seen end."""
+    started = StartedJobRegistry("crawls", connection=get_redis()).get_job_ids(cleanup=False)
+    return [job_id for job_id in started if job_id.startswith(f"slice-{crawl.pk}-")]
+
+
+@pytest.mark.parametrize("action", ["cancel", "pause"])
+def test_slices_stuck_in_a_page_are_stopped_within_seconds_of_a_cancel_or_pause(
+    user, make_site, action
+):
+    """Pages under /stuck make their slice's work horse spin in a regex holding the GIL
+    (tests.support.stuck_worker): the slice cannot even see the cancel. Its worker kills it a
+    grace period (CRAWLHUB_STOP_GRACE_SECONDS) after the cancel or pause."""
+    hub = "".join(f'<a href="{path}">x</a>' for path in ("/stuck/1", "/a", "/stuck/2", "/b"))
+    site = make_site(lambda r: Response(body=hub if r.path == "/" else "<title>leaf</title>"))
+    crawl = services.crawl_create(
+        user=user, name="stuck", seeds=[site.url + "/"], obey_robots=False, threads=2,
+        slices=2, max_retries=0,
+    )  # fmt: skip
+    fleet = WorkerFleet(
+        env=FAST_WORKERS, worker_class="tests.support.stuck_worker.StuckPagesWorker"
+    )
+    try:
+        fleet.start_worker()
+        fleet.start_worker()
+        fleet.start_cron()
+        services.crawl_start(crawl=crawl, user=user)
+        # Both workers stuck: a slice whose lease ran out hands its stuck page to the other.
+        deadline = time.monotonic() + 120
+        while not (any(p.startswith("/stuck") for p in site.paths()) and
+                   len(crawl_jobs_running(crawl)) == 2):  # fmt: skip
+            assert time.monotonic() < deadline, f"no slice got stuck: {site.paths()}"
+            time.sleep(0.1)
+        time.sleep(2)  # stuck for a while: nothing ends it by itself
+        horses = {pid for worker in fleet.alive() for pid in processes.children(worker.pid)}
+        assert crawl_jobs_running(crawl) and horses, "no slice is stuck"
+
+        asked = time.monotonic()
+        getattr(services, f"crawl_{action}")(crawl=crawl, user=user)
+        while crawl_jobs_running(crawl) or any(processes.alive(pid) for pid in horses):
+            assert time.monotonic() - asked < 30, "the stuck slices are still running after 30 s"
+            time.sleep(0.05)
+        idle = time.monotonic() - asked
+        expected = CrawlState.CANCELLED if action == "cancel" else CrawlState.PAUSED
+        crawl = wait_for_state(crawl, {expected}, timeout=10)
+        settled = time.monotonic() - asked
+        print(f"{action}: stuck slices stopped in {idle:.1f} s, crawl {crawl.state} in "
+              f"{settled:.1f} s")  # fmt: skip
+        assert idle < 10 and settled < 10
+        stats = Frontier(crawl.pk).stats()
+        assert stats["in_flight"] == 0
+        if action == "pause":  # what the stopped slices held is queued again
+            assert stats["queued"] >= 2 and crawl.pages.count() + stats["queued"] == 5
+    finally:
+        fleet.stop()

@@ -1,12 +1,15 @@
 """Creating crawls: every bad input named by field; seeds into the frontier; the admin. (Which
 actions each state allows: test_pause_resume.py.)"""
 
+import importlib
+
 import pytest
+from django.apps import apps
 from django.core.exceptions import ValidationError
 
 from crawls import services
 from crawls.engine.frontier import Frontier
-from crawls.models import Channel, CrawlEvent, CrawlState
+from crawls.models import MAX_BODY_BYTES, Channel, Crawl, CrawlEvent, CrawlState
 
 pytestmark = pytest.mark.django_db
 
@@ -58,6 +61,27 @@ def test_an_invalid_regex_is_rejected_naming_the_field_and_line(user):
 )  # fmt: skip
 def test_a_bad_limit_is_rejected_naming_the_field(user, field, value):
     assert field in errors_of(user, **{field: value})
+
+
+def test_max_bytes_is_at_most_50_mb_and_threads_times_max_bytes_at_most_256_mb(user):
+    assert errors_of(user, max_bytes=3 * 10**9) == {
+        "max_bytes": ["At most 52428800 bytes (50 MB)."]
+    }
+    assert (
+        "16 x 52428800 bytes is 800 MB"
+        in errors_of(user, threads=16, max_bytes=50 << 20)["max_bytes"][0]
+    )
+    assert create(user, threads=5, max_bytes=50 << 20).max_bytes == MAX_BODY_BYTES
+    assert create(user, threads=128, max_bytes=2 << 20).threads == 128
+
+
+def test_crawls_saved_before_the_bound_are_brought_to_it_by_the_migration(user):
+    over, under = create(user), create(user)
+    Crawl.objects.filter(pk=over.pk).update(max_bytes=2 * 10**9)  # PostgreSQL: at most 2^31-1
+    migration = importlib.import_module("crawls.migrations.0006_max_bytes_bound")
+    migration.clamp_max_bytes(apps, None)
+    assert Crawl.objects.get(pk=over.pk).max_bytes == MAX_BODY_BYTES
+    assert Crawl.objects.get(pk=under.pk).max_bytes == 5 << 20
 
 
 def test_every_bad_field_is_reported_at_once(user):

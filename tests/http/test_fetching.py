@@ -239,6 +239,30 @@ def test_compression_bomb_is_capped_on_decoded_bytes(make_site, encoding):
     assert peak < 3 * MB
 
 
+@pytest.mark.parametrize("wrapped", [True, False], ids=["zlib", "raw-deflate"])
+def test_deflate_that_decodes_to_nothing_is_cut_by_its_raw_size_within_the_deadline(
+    raw_server, wrapped
+):
+    """Empty stored blocks, endlessly: megabytes on the wire, not one byte of body. Each block
+    must count against the limits, not only what it decodes to."""
+    empty_blocks = b"\x00\x00\x00\xff\xff" * 13_000  # 65,000 bytes, decoding to nothing
+
+    def play(conn: socket.socket, server: RawServer) -> None:
+        conn.sendall(raw_head(Content_Type="text/html", Content_Encoding="deflate"))
+        conn.sendall(b"\x78\x9c" if wrapped else b"")
+        while server.alive():
+            conn.sendall(empty_blocks)
+
+    server = raw_server(play, lifetime=20)
+    with Fetcher(timeout=1, max_bytes=MB, total_timeout=5) as f:
+        started = time.monotonic()
+        result, peak = peak_memory(lambda: f.fetch(server.url + "/"))
+    assert time.monotonic() - started < 2
+    assert result.status == 200 and result.error == "" and result.truncated
+    assert result.body == b"" and MB <= result.nbytes < 2 * MB
+    assert peak < 6 * MB
+
+
 def test_compressed_page_is_decoded_and_parsed(make_site, fetcher):
     page = b"<title>Packed</title>" + b"<a href='/x'>x</a>" * 500
     packed = gzip.compress(page)

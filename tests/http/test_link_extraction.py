@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import random
+import sys
 import time
+from pathlib import Path
 from urllib.parse import urljoin
 
 import pytest
 
-from crawlhub.http.links import Resolver, extract
+from crawlhub.http.links import MAX_LINKS, Resolver, extract
 from crawls import services
+from tests.support import processes
 from tests.support.crawling import drive
 from tests.support.sites import Response, pages_site
+
+ROOT = Path(__file__).resolve().parents[2]
 
 PAGE = "http://example.com/dir/page.html"
 
@@ -277,3 +282,38 @@ def test_a_crawled_title_keeps_no_control_or_bidi_characters(user, make_site):
     assert titles[site.url + "/latin"] == "café"
     for title in titles.values():
         assert not set(title) & set(HOSTILE_TITLE_CHARACTERS), repr(title)
+
+
+def test_a_page_yields_at_most_max_links_the_first_ones():
+    body = "".join(f'<a href="/p/{i}">{i}</a>' for i in range(MAX_LINKS + 20_000)).encode()
+    links = extract(body, PAGE, "text/html")[1]
+    assert len(links) == MAX_LINKS == 100_000
+    assert links[-1] == f"http://example.com/p/{MAX_LINKS - 1}"
+
+
+# What a child process holds at its highest: Python, lxml and the page, then the extraction.
+PARSE_IN_A_CHILD = """
+import sys
+from crawlhub.http.links import extract
+from tests.support.slice_process import peak_rss_of_this_process
+body = b"<title>T</title>" + sys.argv[1].encode() * (10 * 1024 * 1024 // len(sys.argv[1]))
+before = peak_rss_of_this_process()
+title, links = extract(body, "http://example.com/", "text/html; charset=utf-8")
+assert title == "T", title
+print((peak_rss_of_this_process() - before) // 2**20, len(links))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("element", "found"), [("<p>", 0), ("<a href=/a>x</a>", MAX_LINKS), ("<a href=/é>", MAX_LINKS)]
+)
+def test_a_10_mb_page_of_elements_is_parsed_in_bounded_memory(element, found):
+    """A tree of its 2,600,000 <p> took 440 MB: the parser builds none."""
+    result = processes.run(
+        [sys.executable, "-c", PARSE_IN_A_CHILD, element], cwd=ROOT, timeout=120,
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    grown_mb, links = map(int, result.stdout.split())
+    assert links == found
+    assert grown_mb < 40, f"extracting links from a 10 MB page took {grown_mb} MB more"

@@ -50,6 +50,41 @@ def use_redis(url: str) -> None:
     channel_layers.backends.clear()
 
 
+@contextlib.contextmanager
+def database_refuses_pages(url_part: str):
+    """A trigger in the test database that refuses every Page row whose URL holds `url_part`, as
+    a database refuses a row it cannot take ("string or blob too big"): a real database error
+    for that one row, on SQLite and PostgreSQL. Dropped on the way out."""
+    if connection.vendor == "sqlite":
+        create = [
+            "CREATE TRIGGER refuse_pages BEFORE INSERT ON crawls_page "
+            f"WHEN instr(NEW.url, '{url_part}') > 0 "
+            "BEGIN SELECT RAISE(ABORT, 'this row is refused on purpose'); END"
+        ]
+        drop = ["DROP TRIGGER IF EXISTS refuse_pages"]
+    else:
+        create = [
+            "CREATE FUNCTION refuse_pages() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+            f"IF position('{url_part}' in NEW.url) > 0 THEN "
+            "RAISE EXCEPTION 'this row is refused on purpose'; END IF; RETURN NEW; END $$",
+            "CREATE TRIGGER refuse_pages BEFORE INSERT ON crawls_page "
+            "FOR EACH ROW EXECUTE FUNCTION refuse_pages()",
+        ]
+        drop = [
+            "DROP TRIGGER IF EXISTS refuse_pages ON crawls_page",
+            "DROP FUNCTION IF EXISTS refuse_pages()",
+        ]
+    with connection.cursor() as cursor:
+        for statement in create:
+            cursor.execute(statement)
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            for statement in drop:
+                cursor.execute(statement)
+
+
 def make_crawl(user, name: str = "c", **options) -> Crawl:
     """A draft crawl of user's through the services; robots.txt off, a seed nobody answers
     unless seeds= says otherwise."""
@@ -95,15 +130,17 @@ class WorkerFleet:
     registered for stopping as it starts (tests.support.processes): stop() ends them all, and
     the suite stops what a test left running."""
 
-    def __init__(self, *, env: dict[str, str]) -> None:
+    def __init__(self, *, env: dict[str, str], worker_class: str = "") -> None:
         self.env = {**os.environ, "DATABASE_URL": database_url(), **env}
+        self.worker_class = worker_class
         self.workers: list[subprocess.Popen] = []
         self.cron: subprocess.Popen | None = None
         self.killed_horses = 0
 
     def start_worker(self) -> subprocess.Popen:
+        extra = ["--worker-class", self.worker_class] if self.worker_class else []
         proc = processes.spawn(
-            [sys.executable, "manage.py", "rqworker", "control", "crawls", "default"],
+            [sys.executable, "manage.py", "rqworker", *extra, "control", "crawls", "default"],
             cwd=ROOT,
             env=self.env,
             stdout=subprocess.DEVNULL,

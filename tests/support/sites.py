@@ -2,7 +2,8 @@
 
 LocalSite: a site is a function from a Request to a Response; the server logs every request it
 saw (path, headers, client address, time), so tests can assert what reached the site and when.
-RawServer: a TCP server whose play(conn, server) misbehaves on purpose at the socket level.
+RawServer: a TCP server whose play(conn, server) misbehaves on purpose at the socket level;
+streaming() is one that sends gigabytes, or a compression bomb, without holding them.
 """
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Callable
+import zlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -188,3 +190,38 @@ def raw_head(status: str = "200 OK", **headers: str) -> bytes:
     """An HTTP/1.1 status line and headers (Content_Type= gives Content-Type:), for a RawServer."""
     lines = [f"HTTP/1.1 {status}"] + [f"{k.replace('_', '-')}: {v}" for k, v in headers.items()]
     return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+def streaming(
+    size: int, *, content_encoding: str = ""
+) -> Callable[[socket.socket, RawServer], None]:
+    """A RawServer play answering with `size` bytes of HTML body, made while they are sent and
+    never held whole: plain, or ("gzip", "deflate") a compression bomb that decodes to `size`
+    bytes from about a thousandth of that on the wire. Until-close framing, as big files often
+    come; the client hanging up ends it."""
+    block = b"<p>" + b"a" * (64 * 1024 - 3)
+
+    def plain() -> Iterator[bytes]:
+        for start in range(0, size, len(block)):
+            yield block[: size - start]
+
+    def body() -> Iterator[bytes]:
+        if not content_encoding:
+            yield from plain()
+            return
+        wbits = {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}[content_encoding]
+        packer = zlib.compressobj(9, zlib.DEFLATED, wbits)
+        for part in plain():
+            if packed := packer.compress(part):
+                yield packed
+        yield packer.flush()
+
+    def play(conn: socket.socket, server: RawServer) -> None:
+        extra = {"Content_Encoding": content_encoding} if content_encoding else {}
+        conn.sendall(raw_head(Content_Type="text/html", Connection="close", **extra))
+        for part in body():
+            if not server.alive():
+                return
+            conn.sendall(part)
+
+    return play

@@ -51,8 +51,20 @@ local function dequeued(host)
   if redis.call('HINCRBY', K_HOSTQ, host, -1) <= 0 then redis.call('HDEL', K_HOSTQ, host) end
 end
 
--- A claimed request goes back to the queue: used by release and by expired leases.
-local function unclaim(fp)
+-- One more crash ("x") in a request JSON. Inside a JSON string a quote is escaped, so ',"x":'
+-- can only be the key; Request.to_json writes it after every other key but "e", which comes
+-- with an "x", so a new "x" goes at the end.
+local function crashed(member)
+  local n = string.match(member, ',"x":(%d+)')
+  if n then
+    return (string.gsub(member, ',"x":%d+', ',"x":' .. (tonumber(n) + 1), 1))
+  end
+  return string.sub(member, 1, -2) .. ',"x":1}'
+end
+
+-- A claimed request goes back to the queue: handed back unfetched (release), or, with one
+-- more crash, because its lease ran out (the slice holding it ended without finishing it).
+local function unclaim(fp, crash)
   local member = redis.call('HGET', K_BACKUP, fp)
   if not member then
     redis.call('ZREM', K_LEASES, fp)
@@ -60,6 +72,7 @@ local function unclaim(fp)
   end
   redis.call('HDEL', K_BACKUP, fp)
   redis.call('ZREM', K_LEASES, fp)
+  if crash then member = crashed(member) end
   enqueue(member)
   return 1
 end

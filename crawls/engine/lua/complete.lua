@@ -1,6 +1,8 @@
 -- Record what a slice did with its claimed requests. ARGV: seen prefix, then per outcome
 -- 9 fields (fp, kind, status or '', nbytes, priority, child depth, retry JSON or '', retry delay
 -- ms, number of links) followed by (bucket, fp, json) per link. Fingerprints come from Python.
+-- A 'retry' and a 'crashed' request both wait in delayed as their retry JSON says (one more
+-- attempt, or one more crash); only a retry counts in 'retries'.
 local prefix = ARGV[1]
 local limits, counts = read_limits(), {}
 local now = nil
@@ -37,10 +39,10 @@ while i <= #ARGV do
     bump(counts, 'bytes', nbytes)
     if kind == 'done' then
       record_done(status, priority, child_depth, first, i - 1)
-    elseif kind == 'retry' then
+    elseif kind == 'retry' or kind == 'crashed' then
       now = now or now_ms()
       redis.call('ZADD', K_DELAYED, now + delay_ms, retry_member)
-      bump(counts, 'retries')
+      if kind == 'retry' then bump(counts, 'retries') end
     else
       bump(counts, 'failed')
       bump(counts, 'errors')
