@@ -22,6 +22,7 @@ from crawls.engine.jobs import enqueue_slices, stop_slices_soon
 from crawls.engine.lifecycle import announce, announce_end, settle_pause
 from crawls.engine.request import Request
 from crawls.engine.scope import ScopeError, compile_patterns
+from crawls.engine.slices import settings_problems
 from crawls.models import CRAWL_OPTIONS, Channel, Crawl, CrawlEvent, CrawlState, FailedRequest
 
 
@@ -85,7 +86,10 @@ def _clean_patterns(patterns: list[str] | str, field: str) -> list[str]:
 def crawl_clean(
     *, name: str, seeds: list[str] | str, channel: Channel | None = None, **options: Any
 ) -> Crawl:
-    """An unsaved, validated crawl. Raises ValidationError naming every bad field at once."""
+    """An unsaved, validated crawl. Raises ValidationError naming every bad field at once.
+
+    Every door goes through here, creating and editing alike; once the fields are valid, the
+    crawl's settings are checked as a slice will check them when it starts."""
     unknown = set(options) - set(CRAWL_OPTIONS)
     if unknown:
         raise TypeError(f"unknown crawl options: {', '.join(sorted(unknown))}")
@@ -111,6 +115,10 @@ def crawl_clean(
         crawl.full_clean(exclude=["seeds", "created_by"] + list(errors))
     except ValidationError as exc:
         errors.update(exc.message_dict)
+    if not errors:
+        # What a slice would refuse when it starts, refused now (a user agent with a line
+        # break, a domain that is no host name...), by the same checks.
+        errors = settings_problems(crawl)
     if errors:
         raise ValidationError(errors)
     return crawl

@@ -5,8 +5,8 @@ wrong in words and kinds (errors.py); URL checks (urls.py), links (links.py), Us
 (useragents.py).
 """
 
-from crawlhub.http.client import Fetcher, FetchResult, refusal
+from crawlhub.http.client import Fetcher, FetchResult, OptionError, refusal
 from crawlhub.http.errors import FetchError
 from crawlhub.http.netguard import BlockedAddress
 
-__all__ = ["BlockedAddress", "FetchError", "FetchResult", "Fetcher", "refusal"]
+__all__ = ["BlockedAddress", "FetchError", "FetchResult", "Fetcher", "OptionError", "refusal"]

@@ -45,7 +45,7 @@ from crawlhub.http.errors import (
     timeout_error,
 )
 from crawlhub.http.urls import url_problem
-from crawlhub.http.useragents import pick_user_agent
+from crawlhub.http.useragents import MODES, pick_user_agent
 
 ACCEPT = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
 # Only what bodies.py decodes, in bounded steps.
@@ -55,6 +55,14 @@ RETRYABLE_KINDS = frozenset({"timeout", "refused", "connection", "proxy"})
 MAX_RETRY_AFTER = 3600.0
 # A redirect's own body is read (to keep the connection pooled) only when it is this small.
 REDIRECT_BODY_LIMIT = 16 * 1024
+
+
+class OptionError(ValueError):
+    """A Fetcher option that cannot be used; `option` names it, and so does the message."""
+
+    def __init__(self, option: str, message: str) -> None:
+        super().__init__(f"{option}: {message}")
+        self.option = option
 
 
 @dataclass
@@ -178,11 +186,10 @@ class Fetcher:
         max_redirects: int = 10,
         total_timeout: float | None = None,
     ) -> None:
-        if min(timeout, max_bytes, pool_size) <= 0 or max_redirects < 0:
-            raise ValueError("timeout, max_bytes and pool_size must be > 0, max_redirects >= 0")
-        if "\r" in user_agent or "\n" in user_agent:
-            raise ValueError("user_agent: must be a single line")
-        pick_user_agent(user_agent_mode, user_agent)  # a bad mode fails here, not per page
+        self.check_options(
+            timeout=timeout, max_bytes=max_bytes, user_agent_mode=user_agent_mode,
+            user_agent=user_agent, pool_size=pool_size, max_redirects=max_redirects,
+        )  # fmt: skip
         self.timeout = timeout
         self.max_bytes = max_bytes
         self.user_agent_mode = user_agent_mode
@@ -193,6 +200,35 @@ class Fetcher:
         self.total_timeout = total_timeout if total_timeout else 3 * timeout
         self.session = new_session(pool_size)
         self.session.headers.update({"Accept": ACCEPT, "Accept-Encoding": ACCEPT_ENCODING})
+
+    @staticmethod
+    def check_options(
+        *,
+        timeout: float,
+        max_bytes: int,
+        user_agent_mode: str = "random",
+        user_agent: str = "",
+        pool_size: int = 16,
+        max_redirects: int = 10,
+    ) -> None:
+        """OptionError for an option no fetch could work with. The constructor calls it; so can
+        whoever takes the options from people, to refuse them where they are entered."""
+        positive = {"timeout": timeout, "max_bytes": max_bytes, "pool_size": pool_size}
+        for name, value in positive.items():
+            if not value > 0:  # NaN included
+                raise OptionError(name, f"must be more than 0, not {value!r}")
+        if max_redirects < 0:
+            raise OptionError("max_redirects", f"must be 0 or more, not {max_redirects!r}")
+        if "\r" in user_agent or "\n" in user_agent:
+            raise OptionError("user_agent", "must be a single line")
+        if unsendable := [char for char in user_agent if ord(char) > 255]:
+            raise OptionError(
+                "user_agent", f"{unsendable[0]!r} cannot be sent in an HTTP header (Latin-1 only)"
+            )
+        if user_agent_mode not in MODES:
+            raise OptionError(
+                "user_agent_mode", f"{user_agent_mode!r} is not one of {', '.join(MODES)}"
+            )
 
     def fetch(self, url: str, *, proxy: str | None = None) -> FetchResult:
         """A page for a crawl: GET `url` (through `proxy` if given), following redirects, with

@@ -28,7 +28,7 @@ from crawlhub.workers import JOB_CRAWL
 from crawls.engine import lifecycle, live
 from crawls.engine.frontier import Frontier, supervisor_lock
 from crawls.engine.proxying import PROXY_TRIES
-from crawls.engine.slices import run_slice
+from crawls.engine.slices import CannotStart, run_slice
 from crawls.models import Crawl, CrawlState, ProxyUse
 
 log = logging.getLogger(__name__)
@@ -93,7 +93,13 @@ def slice_job_id(slice_id: str) -> str:
 def slice_job(crawl_id: int, slice_id: str) -> dict:
     close_old_connections()
     try:
-        report = run_slice(crawl_id, slice_id)
+        try:
+            report = run_slice(crawl_id, slice_id)
+        except CannotStart as exc:
+            # Every slice would refuse it alike: end the crawl rather than leave it running
+            # with its queue full and no slice (the supervisor would start more, in vain).
+            lifecycle.fail(crawl_id, str(exc))
+            return {"reason": "cannot start", "error": str(exc)}
         after_slice(crawl_id)
     finally:
         close_old_connections()

@@ -1,6 +1,7 @@
 """The state changes a crawl makes on its own, decided from its frontier: a pausing crawl is
-paused once nothing is in flight, and a running crawl ends once its queue, retries and backup
-are all empty. Workers (after a slice, the supervisor) and the services both call these.
+paused once nothing is in flight, a running crawl ends once its queue, retries and backup are
+all empty, and one whose slices cannot start fails. Workers (after a slice, the supervisor) and
+the services call these.
 """
 
 from __future__ import annotations
@@ -68,6 +69,25 @@ def finish_if_done(crawl_id: int) -> bool:
         announce(crawl_id)
         announce_end(crawl_id, kind)
     return bool(ended)
+
+
+def fail(crawl_id: int, error: str) -> bool:
+    """End an active crawl that cannot go on (a slice refused its settings): failed, with the
+    reason in `error`. Its unfinished requests are dropped, as on cancel, since a failed crawl
+    is over; slices still running see the state change and stop. True when it did."""
+    with transaction.atomic():
+        ended = Crawl.objects.filter(
+            pk=crawl_id, state__in=[CrawlState.RUNNING, CrawlState.PAUSING]
+        ).update(state=CrawlState.FAILED, finished_at=timezone.now(), error=error)
+        if not ended:
+            return False
+        frontier = Frontier(crawl_id)
+        frontier.cancel()
+        Crawl.objects.filter(pk=crawl_id).update(stats=frontier.stats())
+        CrawlEvent.objects.create(crawl_id=crawl_id, kind=CrawlEvent.Kind.FAILED, detail=error)
+        announce(crawl_id)
+        announce_end(crawl_id, CrawlEvent.Kind.FAILED)
+    return True
 
 
 def _commonest_error(crawl_id: int) -> str:

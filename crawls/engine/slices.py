@@ -26,7 +26,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from crawlhub.connections import REDIS_ERRORS
-from crawlhub.http import Fetcher, FetchResult, refusal
+from crawlhub.http import Fetcher, FetchResult, OptionError, refusal
 from crawlhub.http.useragents import DEFAULT_USER_AGENT
 from crawls.engine import retry
 from crawls.engine.frontier import Frontier
@@ -41,7 +41,7 @@ from crawls.engine.rows import (
     failure_row,
     page_row,
 )
-from crawls.engine.scope import Scope
+from crawls.engine.scope import Scope, ScopeError
 from crawls.models import Crawl, FailedRequest, ProxyUse
 
 log = logging.getLogger(__name__)
@@ -133,6 +133,53 @@ def with_redis_retry(fn, *, stop_after: float = REDIS_RETRY_SECONDS):
             delay = min(delay * 2, 5.0)
 
 
+class CannotStart(Exception):
+    """A slice refused the crawl's settings: they became unusable after they were saved (an
+    edit that bypassed crawl_clean, a channel changed since). The message says why."""
+
+
+def scope_of(crawl: Crawl) -> Scope:
+    return Scope(
+        seeds=crawl.seeds,
+        allowed_domains=crawl.allowed_domains,
+        include=crawl.include_patterns,
+        exclude=crawl.exclude_patterns,
+    )
+
+
+def fetcher_options(crawl: Crawl) -> dict:
+    return {
+        "timeout": crawl.timeout,
+        "max_bytes": crawl.max_bytes,
+        "user_agent_mode": crawl.effective_user_agent_mode(),
+        "user_agent": crawl.user_agent,
+        "pool_size": crawl.threads,
+    }
+
+
+# The crawl field a Fetcher option comes from, where their names differ.
+_FIELD_OF_OPTION = {"pool_size": "threads"}
+
+
+def settings_problems(crawl: Crawl) -> dict[str, list[str]]:
+    """What a slice would refuse in the crawl's settings, by field; {} when it can start.
+
+    The same checks a Slice makes when it is built (scope_of, fetcher_options), without
+    building one: crawls.services.crawl_clean asks, so a crawl is refused when it is saved
+    rather than left running with slices that cannot start.
+    """
+    problems: dict[str, list[str]] = {}
+    try:
+        scope_of(crawl)
+    except ScopeError as exc:
+        problems[exc.field] = [str(exc)]
+    try:
+        Fetcher.check_options(**fetcher_options(crawl))
+    except OptionError as exc:
+        problems.setdefault(_FIELD_OF_OPTION.get(exc.option, exc.option), []).append(str(exc))
+    return problems
+
+
 class Slice:
     def __init__(self, crawl: Crawl, slice_id: str, *, budget_seconds: float | None = None):
         self.crawl = crawl
@@ -141,19 +188,8 @@ class Slice:
         self.frontier = Frontier(crawl.pk)
         self.budget = budget_seconds or settings.CRAWLHUB_SLICE_SECONDS
         self.lease = settings.CRAWLHUB_LEASE_SECONDS
-        self.scope = Scope(
-            seeds=crawl.seeds,
-            allowed_domains=crawl.allowed_domains,
-            include=crawl.include_patterns,
-            exclude=crawl.exclude_patterns,
-        )
-        self.fetcher = Fetcher(
-            timeout=crawl.timeout,
-            max_bytes=crawl.max_bytes,
-            user_agent_mode=crawl.effective_user_agent_mode(),
-            user_agent=crawl.user_agent,
-            pool_size=crawl.threads,
-        )
+        self.scope = scope_of(crawl)
+        self.fetcher = Fetcher(**fetcher_options(crawl))
         self.host_delay = crawl.effective_host_delay()
         # Politeness needs fetches to start when claimed; without a delay, keep a buffer.
         self.buffer = crawl.threads * (1 if self.host_delay > 0 else 2)
@@ -438,14 +474,18 @@ def stop_on_sigterm(flag: StopFlag) -> None:
 
 
 def run_slice(crawl_id: int, slice_id: str, *, budget_seconds: float | None = None) -> dict:
-    """The step an RQ slice job runs; tests call it directly."""
+    """The step an RQ slice job runs; tests call it directly. CannotStart when the crawl's
+    settings cannot be used (the job then fails the crawl)."""
     try:
         crawl = Crawl.objects.select_related("channel").get(pk=crawl_id)
     except Crawl.DoesNotExist:
         return {"reason": "crawl deleted"}
     if not crawl.is_active():
         return {"reason": f"crawl {crawl.state}"}
-    work = Slice(crawl, slice_id, budget_seconds=budget_seconds)
+    try:
+        work = Slice(crawl, slice_id, budget_seconds=budget_seconds)
+    except ValueError as exc:  # what the Scope and the Fetcher raise for settings
+        raise CannotStart(f"a slice cannot start with this crawl's settings: {exc}") from exc
     stop_on_sigterm(work.stop)
     work.frontier.slice_beat(slice_id)
     try:

@@ -12,19 +12,22 @@ import gzip
 import importlib.util
 import io
 import json
+import os
 import socket
+import sys
 import time
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.core.management import CommandError, call_command
 
-from crawls import services
+from crawls import services, webhooks
 from crawls.models import Crawl, CrawlState
 from proxies import services as proxy_services
 from proxies.models import Proxy
+from tests.support import processes
 from tests.support.clients import form_data
-from tests.support.crawling import drive
+from tests.support.crawling import ROOT, database_url, drive
 from tests.support.proxy_jobs import import_by_api
 from tests.support.sites import RawServer, Request, Response, pages_site, raw_head
 
@@ -619,3 +622,121 @@ def test_the_api_proxy_import_reports_bad_lines_by_number(staff_client):
         (2, "port must be a number from 1 to 65535")
     ]
     assert "topsecret" not in answer.content.decode() + response.content.decode()
+
+
+# == hostile patterns and settings: refused where they are entered, never a stalled worker ====
+# (docs/reliability.md, "Hostile input")
+
+NESTED_5000 = "(" * 5000 + "a" + ")" * 5000
+HOSTILE_PATTERNS = [
+    # (lines, the message on include_patterns)
+    (["a" * MB], f"include_patterns: line 1: {'a' * 40!r}... is 1,048,576 characters long; a "
+     "pattern has at most 1,000"),
+    ([NESTED_5000], f"include_patterns: line 1: {'(' * 40!r}... is 10,001 characters long; a "
+     "pattern has at most 1,000"),
+    (["/docs/", r"/(\w+)/\1/"], r"include_patterns: line 2: '/(\\w+)/\\1/' uses a backreference "
+     r"(\1), which crawlhub's linear-time pattern engine does not support"),
+    ([f"/p{n}/" for n in range(101)], "include_patterns: 101 patterns; at most 100"),
+]  # fmt: skip
+HOSTILE_IDS = ["1-mb", "5000-nested-groups", "backreference", "101-patterns"]
+
+
+@pytest.mark.parametrize(("lines", "message"), HOSTILE_PATTERNS, ids=HOSTILE_IDS)
+def test_hostile_patterns_are_refused_by_the_form_naming_the_field(user_client, lines, message):
+    errors = crawl_form_errors(user_client, include_patterns="\n".join(lines))
+    assert errors == {"include_patterns": [message]}
+
+
+@api
+@pytest.mark.parametrize(("lines", "message"), HOSTILE_PATTERNS, ids=HOSTILE_IDS)
+def test_hostile_patterns_are_refused_by_the_api_with_a_json_400(user_client, lines, message):
+    body = {"name": "x", "seeds": ["http://e.com/"], "include_patterns": lines}
+    response = user_client.post("/api/crawls/", body, content_type="application/json")
+    assert response.status_code == 400, response.content[:500]
+    assert response.json() == {"include_patterns": [message]}
+    assert Crawl.objects.count() == 0
+
+
+@pytest.mark.parametrize(("lines", "message"), HOSTILE_PATTERNS, ids=HOSTILE_IDS)
+def test_hostile_patterns_are_refused_by_the_cli(lines, message):
+    args = ["create", "--name", "x", "--seed", "http://e.com/"]
+    for line in lines:
+        args += ["--include", line]
+    with pytest.raises(CommandError) as caught:
+        call_command("crawl", *args, stdout=io.StringIO())
+    assert str(caught.value) == "invalid crawl:\n  " + message
+    assert Crawl.objects.count() == 0
+
+
+UA_ERROR = "user_agent: must be a single line"
+
+
+def test_a_user_agent_with_a_line_break_is_refused_by_the_form(user_client):
+    errors = crawl_form_errors(user_client, user_agent_mode="fixed", user_agent="Bot/1\nX-Evil: 1")
+    assert errors == {"user_agent": [UA_ERROR]}
+
+
+@api
+def test_a_user_agent_with_a_line_break_is_refused_by_the_api(user_client):
+    body = {"name": "x", "seeds": ["http://e.com/"], "user_agent_mode": "fixed",
+            "user_agent": "Bot/1\nX-Evil: 1"}  # fmt: skip
+    response = user_client.post("/api/crawls/", body, content_type="application/json")
+    assert (response.status_code, response.json()) == (400, {"user_agent": [UA_ERROR]})
+    assert Crawl.objects.count() == 0
+
+
+def test_a_user_agent_with_a_line_break_is_refused_by_the_cli():
+    with pytest.raises(CommandError) as caught:
+        call_command("crawl", "create", "--name", "x", "--seed", "http://e.com/",
+                     "--user-agent", "Bot/1\rX-Evil: 1", stdout=io.StringIO())  # fmt: skip
+    assert str(caught.value) == "invalid crawl:\n  " + UA_ERROR
+    assert Crawl.objects.count() == 0
+
+
+@pytest.mark.timeout(120)  # on Python's re, the first link alone would take hours
+def test_a_backtracking_include_pattern_does_not_stall_the_crawl(user, make_site):
+    """The finding: `(a+)+$` against URLs of 40 "a"s and a "!" held a worker for 420 s."""
+    attacks = ["/" + "a" * n + "!" for n in range(40, 60)]
+    wanted = "/" + "a" * 40
+    site = make_site(pages_site({"/": page(*attacks, wanted), wanted: page(*attacks, "/")}))
+    crawl = services.crawl_create(
+        user=user, name="attack", seeds=[site.url + "/"], include_patterns=["(a+)+$"],
+        obey_robots=False, threads=4,
+    )  # fmt: skip
+    started = time.monotonic()
+    services.crawl_start(crawl=crawl, user=user)
+    crawl = drive(crawl, timeout=60)
+    elapsed = time.monotonic() - started
+    assert crawl.state == CrawlState.FINISHED
+    assert sorted(site.paths()) == ["/", wanted]
+    assert elapsed < 20, f"the crawl took {elapsed:.1f} s"
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)  # a worker process reads the rows
+def test_on_a_real_worker_a_crawl_whose_settings_broke_fails_and_says_why(user, make_site):
+    """The finding: such a crawl stayed "running" with one queued request and no slice."""
+    deliveries: list[Request] = []
+    receiver = make_site(lambda request: deliveries.append(request) or Response(body="ok"))
+    site = make_site(pages_site({"/": page("/a"), "/a": page()}))
+    crawl = services.crawl_create(user=user, name="broken", seeds=[site.url + "/"],
+                                  obey_robots=False)  # fmt: skip
+    webhooks.webhook_create(user=user, url=receiver.url + "/hook", events=["failed"], crawl=crawl)
+    services.crawl_start(crawl=crawl, user=user)
+    # Past crawl_clean, as a row saved before an upgrade, or edited in the database, would be.
+    Crawl.objects.filter(pk=crawl.pk).update(user_agent="Bot/1\nX-Evil: 1")
+    started = time.monotonic()
+    worker = processes.run(
+        [sys.executable, "manage.py", "rqworker", "crawls", "control", "--burst"],
+        cwd=ROOT, env={**os.environ, "DATABASE_URL": database_url()}, timeout=120,
+        capture_output=True, text=True,
+    )  # fmt: skip
+    print(f"the worker ended the crawl and exited in {time.monotonic() - started:.1f} s")
+    assert worker.returncode == 0, worker.stderr[-2000:]
+    crawl.refresh_from_db()
+    assert crawl.state == CrawlState.FAILED
+    assert crawl.error == (
+        "a slice cannot start with this crawl's settings: user_agent: must be a single line"
+    )
+    assert site.paths() == []
+    assert [json.loads(d.body)["event"] for d in deliveries] == ["crawl.failed"]

@@ -93,6 +93,59 @@ def test_a_domain_with_a_scheme_is_rejected(user):
     assert "allowed_domains" in errors_of(user, allowed_domains=["https://example.com"])
 
 
+@pytest.mark.parametrize(
+    ("options", "field", "message"),
+    [
+        ({"user_agent": "Bot/1\nX-Evil: 1"}, "user_agent", "user_agent: must be a single line"),
+        ({"user_agent": "Bot/1\r"}, "user_agent", "user_agent: must be a single line"),
+        ({"user_agent": "Bot \u2603"}, "user_agent",
+         "user_agent: '\u2603' cannot be sent in an HTTP header (Latin-1 only)"),
+        ({"allowed_domains": ["\u00fc" * 64]}, "allowed_domains",
+         f"allowed_domains: line 1: {chr(252) * 64!r} is not a domain name"),
+    ],
+    ids=["line-break", "carriage-return", "not-latin-1", "domain-no-host-name"],
+)  # fmt: skip
+def test_what_a_slice_would_refuse_is_refused_when_the_crawl_is_saved(
+    user, options, field, message
+):
+    assert errors_of(user, user_agent_mode="fixed", **options) == {field: [message]}
+
+
+def test_a_channel_setting_a_slice_would_refuse_is_named(user):
+    channel = Channel.objects.create(slug="odd", name="Odd")
+    Channel.objects.filter(pk=channel.pk).update(user_agent_mode="rotating")
+    channel.refresh_from_db()
+    assert errors_of(user, channel=channel) == {
+        "user_agent_mode": ["user_agent_mode: 'rotating' is not one of fixed, random"]
+    }
+
+
+def test_an_edit_in_the_admin_is_checked_as_a_new_crawl_is(staff_client, django_user_model):
+    staff = django_user_model.objects.get(username="sam")
+    staff.is_superuser = True
+    staff.save()
+    crawl = create(staff)
+    page = staff_client.get(f"/admin/crawls/crawl/{crawl.pk}/change/")
+    form = page.context["adminform"].form
+    data = {
+        **{name: form[name].value() for name in form.fields},
+        "seeds": '["http://127.0.0.1:9/"]', "allowed_domains": "[]", "include_patterns": "[]",
+        "exclude_patterns": "[]", "host_delay": "", "user_agent_mode": "fixed",
+        "user_agent": "Bot/1\nX-Evil: 1",
+        "events-TOTAL_FORMS": 1, "events-INITIAL_FORMS": 1, "events-0-id": crawl.events.get().pk,
+        "events-0-crawl": crawl.pk,
+    }  # fmt: skip
+    response = staff_client.post(f"/admin/crawls/crawl/{crawl.pk}/change/", data)
+    assert response.status_code == 200, "the edit was saved"
+    assert response.context["adminform"].form.errors["user_agent"] == [
+        "user_agent: must be a single line"
+    ]
+    assert Crawl.objects.get(pk=crawl.pk).user_agent == ""
+    data["user_agent"] = "Bot/1"
+    assert staff_client.post(f"/admin/crawls/crawl/{crawl.pk}/change/", data).status_code == 302
+    assert Crawl.objects.get(pk=crawl.pk).user_agent == "Bot/1"
+
+
 def test_start_puts_the_seeds_in_the_frontier(user):
     crawl = create(user, seeds=["http://127.0.0.1:9/", "http://127.0.0.1:9/#x"])
     services.crawl_start(crawl=crawl, user=user)

@@ -6,10 +6,12 @@ import pytest
 
 from crawlhub.http.useragents import USER_AGENTS
 from crawlhub.sample_site import SampleSite, serve
-from crawls import services
-from crawls.engine import lifecycle
+from crawls import services, webhooks
+from crawls.engine import jobs, lifecycle
+from crawls.engine.frontier import Frontier
+from crawls.engine.jobs import slice_job
 from crawls.engine.slices import IDLE_EXIT_SECONDS, run_slice
-from crawls.models import CrawlState
+from crawls.models import Crawl, CrawlState, WebhookDelivery
 from tests.support.crawling import drive, fetched_paths
 from tests.support.sites import Response, pages_site
 
@@ -257,3 +259,42 @@ def test_a_slice_waits_while_a_retry_is_pending(user, make_site):
     report = run_slice(crawl.pk, "only", budget_seconds=30)
     # The retry was due a second later: the slice stayed for it, then ended once it was done.
     assert (report["reason"], report["pages"], calls["/"]) == ("done", 1, 2)
+
+
+@pytest.mark.django_db(transaction=True)  # slice_job runs as on a worker: its own transactions
+@pytest.mark.parametrize(
+    ("breakage", "reason"),
+    [
+        ({"user_agent": "Bot/1\nX-Evil: 1"}, "user_agent: must be a single line"),
+        ({"include_patterns": ["/docs/", "/(?=guide)"]},
+         "include_patterns: line 2: '/(?=guide)' uses a lookahead (?=...), which crawlhub's "
+         "linear-time pattern engine does not support"),
+        ({"allowed_domains": ["ü" * 64]}, "allowed_domains: line 1: "),
+    ],
+    ids=["user-agent-line-break", "lookahead-pattern", "domain-no-host-name"],
+)  # fmt: skip
+def test_a_crawl_whose_saved_settings_no_slice_accepts_fails_with_the_reason(
+    user, breakage, reason
+):
+    crawl = services.crawl_create(user=user, name="t", seeds=["http://127.0.0.1:9/"])
+    webhooks.webhook_create(user=user, url="http://127.0.0.1:9/hook", events=["failed"],
+                            crawl=crawl)  # fmt: skip
+    services.crawl_start(crawl=crawl, user=user)
+    # Written past crawl_clean, as a row saved before an upgrade, or edited in the database.
+    Crawl.objects.filter(pk=crawl.pk).update(**breakage)
+    report = slice_job(crawl.pk, "first")
+    crawl.refresh_from_db()
+    assert crawl.state == CrawlState.FAILED
+    assert crawl.error.startswith("a slice cannot start with this crawl's settings: " + reason)
+    assert report == {"reason": "cannot start", "error": crawl.error}
+    assert crawl.finished_at is not None
+    assert list(crawl.events.filter(kind="failed").values_list("detail", flat=True)) == [
+        crawl.error
+    ]
+    # Over for good: the seed it could not fetch is dropped, counted, and nothing restarts it.
+    assert (crawl.stats["requests"], crawl.stats["cancelled"]) == (1, 1)
+    assert Frontier(crawl.pk).is_done()
+    assert jobs.supervise()["slices_started"] == 0
+    assert slice_job(crawl.pk, "second") == {"reason": "crawl failed"}
+    # The integrations hear of it through the usual end signal.
+    assert list(WebhookDelivery.objects.values_list("event", flat=True)) == ["failed"]
