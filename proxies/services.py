@@ -67,6 +67,8 @@ class ImportReport:
 def import_proxies(*, text: str, source: str, user=None, actor: str = "") -> ImportReport:
     """Add every new proxy of a list; report bad lines and duplicates. New proxies are
     validated (by a job, after commit) before they enter the pools."""
+    if len(text.encode()) > MAX_LIST_BYTES:  # a paste or an API body, as a file or a download
+        raise ImportFailed(f"the list is larger than {MAX_LIST_BYTES // 1024 // 1024} MB")
     parsed = importer.parse(text)
     report = ImportReport(source=source, errors=parsed.errors)
     for line, text_, first in parsed.repeats:
