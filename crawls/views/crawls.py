@@ -198,7 +198,7 @@ def crawl_action(request: HttpRequest, pk: int, action: str) -> HttpResponse:
                         "Seeds added: {result[0]} new, {result[1]} already seen.",
                         urls=request.POST.get("urls", ""))  # fmt: skip
     elif action == "retry-failed":
-        ids = [int(i) for i in request.POST.getlist("id") if i.isdigit()] or None
+        ids = [int(i) for i in request.POST.getlist("id") if i.isdecimal()] or None
         ok, text = _act(request, services.crawl_retry_failed, crawl,
                         "{result} request(s) back in the queue.", ids=ids)  # fmt: skip
     elif action in ACTIONS:
