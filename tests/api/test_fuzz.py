@@ -14,7 +14,9 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 import schemathesis
+from django.core.signals import request_finished, request_started
 from django.core.wsgi import get_wsgi_application
+from django.db import close_old_connections
 from django.utils import timezone
 from drf_spectacular.generators import SchemaGenerator
 from hypothesis import HealthCheck, Phase, given, settings
@@ -30,13 +32,27 @@ from proxies.models import Proxy
 from tests.support.crawling import make_crawl
 from tests.support.sites import pages_site
 
-pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.slow, pytest.mark.django_db]
 
 EXAMPLES = 60
 # The schema /api/schema/ serves (SpectacularAPIView builds it the same way).
 SCHEMA = schemathesis.openapi.from_dict(SchemaGenerator().get_schema(request=None, public=True))
 OPERATIONS = {result.ok().label: result.ok() for result in SCHEMA.get_all_operations()}
 APP = get_wsgi_application()
+
+
+@pytest.fixture(autouse=True)
+def requests_in_the_test_transaction():
+    """The WSGI app closes the database connection at the start and the end of each request
+    (close_old_connections), which inside the test's transaction would end it. Django's test
+    client disconnects the same two receivers for each request, for the same reason; here it
+    is for the whole test, whose rows are then rolled back instead of flushed (4 times faster
+    on PostgreSQL)."""
+    request_started.disconnect(close_old_connections)
+    request_finished.disconnect(close_old_connections)
+    yield
+    request_started.connect(close_old_connections)
+    request_finished.connect(close_old_connections)
 
 
 @pytest.fixture
