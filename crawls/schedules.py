@@ -28,8 +28,6 @@ log = logging.getLogger(__name__)
 
 # A run is named "<template name> <time>"; the name column holds 200 characters.
 RUN_NAME_TIME = "%Y-%m-%d %H:%M"
-
-
 CRON_MAX_LENGTH = CrawlSchedule._meta.get_field("cron").max_length
 
 

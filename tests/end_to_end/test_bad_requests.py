@@ -148,9 +148,12 @@ def test_a_proxy_form_id_past_the_integer_range_is_an_unknown_choice(staff, leni
     ]
 
 
-@pytest.mark.parametrize("value", ["\u00b2", str(HUGE)], ids=["superscript-two", "huge"])
+@pytest.mark.parametrize(
+    "value", ["\u00b2", str(HUGE), "9" * 5000], ids=["superscript-two", "huge", "5000-digits"]
+)
 def test_odd_failure_ids_on_the_crawl_page_retry_nothing_by_mistake(user, lenient, value):
-    """'²'.isdigit() is True but int('²') fails: the retry button's ids were a 500."""
+    """'²'.isdigit() is True but int('²') fails, and so does int() of 5,000 digits: the retry
+    button's ids were a 500."""
     crawl = make_crawl(user)
     Crawl.objects.filter(pk=crawl.pk).update(state=CrawlState.FINISHED)
     failure = FailedRequest.objects.create(
