@@ -34,7 +34,7 @@ from tests.support.sites import pages_site
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db]
 
-EXAMPLES = 60
+EXAMPLES = 80
 # The schema /api/schema/ serves (SpectacularAPIView builds it the same way).
 SCHEMA = schemathesis.openapi.from_dict(SchemaGenerator().get_schema(request=None, public=True))
 OPERATIONS = {result.ok().label: result.ok() for result in SCHEMA.get_all_operations()}
