@@ -1,10 +1,10 @@
-"""DRF's authentication by API token. DRF imports this module while it builds APIView (the
-settings name the class here), so it imports nothing of DRF's views; the errors are in
-crawlhub/api_errors.py, which DRF loads only when a request fails."""
+"""DRF's authentication by API token, and its JSON parser. DRF imports this module while it
+builds APIView (the settings name the classes here), so it imports nothing of DRF's views; the
+errors are in crawlhub/api_errors.py, which DRF loads only when a request fails."""
 
 from __future__ import annotations
 
-from rest_framework import authentication, exceptions
+from rest_framework import authentication, exceptions, parsers
 from rest_framework.request import Request
 
 from crawlhub import tokens
@@ -37,3 +37,17 @@ class BearerTokenAuthentication(authentication.BaseAuthentication):
     def authenticate_header(self, request: Request) -> str:
         # Makes DRF answer 401 (not 403) when no credentials came.
         return 'Bearer realm="api"'
+
+
+class JSONParser(parsers.JSONParser):
+    """DRF's JSON parser, with a body nested deeper than Python's JSON reader can follow (say
+    100,000 "[") refused as a parse error (400) rather than a RecursionError (500)."""
+
+    def parse(self, stream, media_type=None, parser_context=None):
+        try:
+            return super().parse(stream, media_type, parser_context)
+        except RecursionError:
+            raise exceptions.ParseError(
+                "JSON parse error - the body is nested too deeply (lists or objects inside one "
+                "another, hundreds of levels down)."
+            ) from None

@@ -240,6 +240,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "crawlhub.bad_requests.RefuseNulMiddleware",
     "django.contrib.auth.middleware.LoginRequiredMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
@@ -248,6 +249,11 @@ MIDDLEWARE = [
 ]
 
 ROOT_URLCONF = "crawlhub.urls"
+# Request bodies are read into memory up to this size (uploaded files aside; those are spooled
+# to disk). A proxy list may be 5 MB (proxies.services.MAX_LIST_BYTES): pasted into the import
+# form (form-encoded, ~1.4 times as many bytes) or sent as JSON, it fits. A larger body is
+# answered 413 with this limit (crawlhub/bad_requests.py).
+DATA_UPLOAD_MAX_MEMORY_SIZE = 8 * 1024 * 1024
 ASGI_APPLICATION = "crawlhub.asgi.application"
 
 TEMPLATES = [
@@ -340,7 +346,7 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["crawlhub.drf.JSONParser"],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",

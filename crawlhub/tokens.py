@@ -29,6 +29,8 @@ def token_create(*, user, name: str) -> tuple[ApiToken, str]:
         raise ValidationError({"name": ["Give the token a name, e.g. the script that uses it."]})
     if len(name) > 100:
         raise ValidationError({"name": ["At most 100 characters."]})
+    if not name.isprintable():  # a NUL would be a 500 on PostgreSQL, which stores none
+        raise ValidationError({"name": ["The name may not have control characters."]})
     if ApiToken.objects.filter(user=user, revoked_at=None).count() >= MAX_TOKENS_PER_USER:
         raise ValidationError(
             {"name": [f"You already have {MAX_TOKENS_PER_USER} tokens; revoke one first."]}

@@ -20,3 +20,6 @@ urlpatterns = [
     # django-rq's views are staff-only themselves.
     path("rq/", include("django_rq.urls")),
 ]
+
+# A body too large, too many fields, an unreadable form: said in words (JSON on the API).
+handler400 = "crawlhub.bad_requests.bad_request"

@@ -13,7 +13,7 @@ import logging
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
-from croniter import croniter
+from croniter import CroniterError, croniter
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import close_old_connections, transaction
@@ -28,10 +28,18 @@ log = logging.getLogger(__name__)
 
 # A run is named "<template name> <time>"; the name column holds 200 characters.
 RUN_NAME_TIME = "%Y-%m-%d %H:%M"
+CRON_MAX_LENGTH = CrawlSchedule._meta.get_field("cron").max_length
 
 
 def clean_cron(expression: str) -> str:
-    expression = " ".join((expression or "").split())
+    """The expression with its spaces normalised, if it is one that has a next run."""
+    if not isinstance(expression, str):
+        raise ValidationError({"cron": ["Give the cron expression as text, e.g. '0 3 * * *'."]})
+    expression = " ".join(expression.split())
+    if len(expression) > CRON_MAX_LENGTH:
+        raise ValidationError({"cron": [
+            f"At most {CRON_MAX_LENGTH} characters (this one has {len(expression)})."
+        ]})  # fmt: skip
     fields = expression.split(" ")
     if expression.startswith("@"):
         ok = croniter.is_valid(expression)
@@ -43,6 +51,13 @@ def clean_cron(expression: str) -> str:
             "day-of-month month day-of-week (e.g. '0 3 * * *' for 03:00 every day), or "
             "@hourly, @daily, @weekly, @monthly."
         ]})  # fmt: skip
+    try:
+        next_run(expression, timezone.now())
+    except CroniterError:  # valid fields that no date has, such as the 31st of February
+        raise ValidationError({"cron": [
+            f"{expression!r} never runs: no date has that day in that month (e.g. '0 0 30 2 *', "
+            "the 30th of February)."
+        ]}) from None  # fmt: skip
     return expression
 
 

@@ -7,10 +7,11 @@ the row, and enqueues slices only after the row is committed.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import models, transaction
 from django.utils import timezone
 
 from crawlhub.connections import REDIS_ERRORS
@@ -34,12 +35,19 @@ def _event(crawl: Crawl, kind: str, user=None, detail: str = "") -> None:
     CrawlEvent.objects.create(crawl=crawl, kind=kind, user=user, detail=detail)
 
 
+def _lines(value: list[str] | str, field: str) -> list[str]:
+    """A list of lines, given as text (one value per line) or as a list of strings."""
+    if isinstance(value, str):
+        return value.splitlines()
+    if isinstance(value, list | tuple) and all(isinstance(item, str) for item in value):
+        return list(value)
+    raise ValidationError({field: ["Give a list of strings, or text with one value per line."]})
+
+
 def clean_seeds(urls: list[str] | str, *, field: str = "seeds") -> list[str]:
     """Validated, stripped, de-duplicated seed URLs (order kept)."""
-    if isinstance(urls, str):
-        urls = urls.splitlines()
     cleaned, errors = [], []
-    for n, raw in enumerate(urls, start=1):
+    for n, raw in enumerate(_lines(urls, field), start=1):
         if not raw.strip():
             continue
         try:
@@ -58,13 +66,13 @@ def clean_seeds(urls: list[str] | str, *, field: str = "seeds") -> list[str]:
 
 def _clean_domains(domains: list[str] | str) -> list[str]:
     if isinstance(domains, str):
-        domains = domains.replace(",", "\n").splitlines()
+        domains = domains.replace(",", "\n")
     cleaned = []
-    for raw in domains:
+    for raw in _lines(domains, "allowed_domains"):
         domain = raw.strip().lower().rstrip(".")
         if not domain:
             continue
-        if "/" in domain or " " in domain or ":" in domain:
+        if "/" in domain or " " in domain or ":" in domain or not domain.isprintable():
             raise ValidationError(
                 {"allowed_domains": [f"{raw!r} is not a domain name (no scheme, path or port)"]}
             )
@@ -73,14 +81,31 @@ def _clean_domains(domains: list[str] | str) -> list[str]:
 
 
 def _clean_patterns(patterns: list[str] | str, field: str) -> list[str]:
-    if isinstance(patterns, str):
-        patterns = patterns.splitlines()
+    patterns = _lines(patterns, field)
     try:
         # Blank lines are skipped there but still counted, so "line N" points at the input.
         compile_patterns(list(patterns), field)
     except ScopeError as exc:
         raise ValidationError({field: [str(exc)]}) from None
     return [p.strip() for p in patterns if p.strip()]
+
+
+def _value_problem(field: models.Field, value: Any) -> str:
+    """What full_clean would not say about an option's value, or "": text that is not text,
+    numbers that are not finite (NaN passes every min and max), a NUL (PostgreSQL stores none)."""
+    if isinstance(field, models.CharField) and not isinstance(value, str):
+        return f"Expected text, got {type(value).__name__}."
+    numeric = isinstance(field, models.IntegerField | models.FloatField)
+    if numeric and isinstance(value, float | str):
+        try:
+            if not math.isfinite(float(value)):
+                return "Enter a finite number."
+        except ValueError:
+            pass  # not a number at all: full_clean says so
+    texts = value if isinstance(value, list) else [value]
+    if any(isinstance(text, str) and "\x00" in text for text in texts):
+        return "Null characters are not allowed."
+    return ""
 
 
 def crawl_clean(
@@ -93,8 +118,12 @@ def crawl_clean(
     unknown = set(options) - set(CRAWL_OPTIONS)
     if unknown:
         raise TypeError(f"unknown crawl options: {', '.join(sorted(unknown))}")
+    name = "" if name is None else name
     errors: dict[str, list[str]] = {}
-    values: dict[str, Any] = dict(options)
+    for field, value in {"name": name, **options}.items():
+        if problem := _value_problem(Crawl._meta.get_field(field), value):
+            errors[field] = [problem]
+    values: dict[str, Any] = {k: v for k, v in options.items() if k not in errors}
     cleaners = {
         "seeds": lambda: clean_seeds(seeds),
         "allowed_domains": lambda: _clean_domains(options.get("allowed_domains", [])),
@@ -106,11 +135,14 @@ def crawl_clean(
         ),
     }
     for field, cleaner in cleaners.items():
+        if field in errors:
+            continue
         try:
             values[field] = cleaner()
         except ValidationError as exc:
             errors.update(exc.message_dict)
-    crawl = Crawl(name=(name or "").strip(), channel=channel or Channel.default(), **values)
+    name = "" if "name" in errors else name.strip()
+    crawl = Crawl(name=name, channel=channel or Channel.default(), **values)
     try:
         crawl.full_clean(exclude=["seeds", "created_by"] + list(errors))
     except ValidationError as exc:

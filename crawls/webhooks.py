@@ -36,6 +36,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from crawlhub.http import Fetcher, FetchResult, netguard
+from crawlhub.http.urls import is_http_url
 from crawls.models import Channel, Crawl, Webhook, WebhookDelivery, WebhookEvent
 
 log = logging.getLogger(__name__)
@@ -83,6 +84,8 @@ def _clean_url(url: str) -> str:
     url = (url or "").strip()
     try:
         URLValidator(schemes=["http", "https"])(url)
+        if not is_http_url(url):  # the crawls' own check: no control characters either
+            raise ValidationError("not a URL a crawl could fetch")
     except ValidationError:
         raise ValidationError({"url": ["Enter an http:// or https:// URL."]}) from None
     try:

@@ -98,10 +98,16 @@ def parse_line(text: str, line: int = 1) -> Parsed | LineError:
     ):
         return LineError(line, shown, "credentials must be user:password")
     username, password = unquote(parts.username or ""), unquote(parts.password or "")
+    if not (username + password).isprintable():
+        # A NUL (%00) or another control character: no proxy takes one, and PostgreSQL
+        # refuses to store a NUL.
+        return LineError(line, shown, "credentials must not have control characters")
     return Parsed(line, scheme, host.lower(), port, username, password)
 
 
 def _valid_host(host: str) -> bool:
+    if not (host.isascii() and host.isprintable()):  # an IPv6 zone (%eth0) may hold anything
+        return False
     try:
         ipaddress.ip_address(host)
         return True

@@ -56,8 +56,15 @@ ACTIONS = ("remove", "disable", "enable", "validate")
 # -- imports ---------------------------------------------------------------------------------
 
 
+def check_size(text: str) -> None:
+    """A pasted or posted list is held to the limit of a file or a download."""
+    if len(text.encode()) > MAX_LIST_BYTES:
+        raise ImportFailed(f"the list is larger than {MAX_LIST_BYTES // 1024 // 1024} MB")
+
+
 def start_import(*, text: str, source: str, user=None, actor: str = "") -> ProxyJob:
     """Import a list in the background; the job's page (or status) tells how it goes."""
+    check_size(text)
     job = jobs.create_import(text=text, source=source, user=user, actor=actor)
     jobs.enqueue(job)
     return job
@@ -78,6 +85,7 @@ def import_proxies(
 ) -> ImportReport:  # fmt: skip
     """Import a list here and now, in the jobs' batches (the CLI): its report. New proxies are
     validated (by a job, after commit) before they enter the pools."""
+    check_size(text)
     job = jobs.create_import(text=text, source=source, user=user, actor=actor)
     return import_report(jobs.run_here(job, progress=progress))
 

@@ -189,6 +189,17 @@ ACTIONS = {
 }
 
 
+def _ids(values: list[str]) -> list[int]:
+    """The values that are whole numbers; others ('²', 5,000 digits) are skipped."""
+    ids = []
+    for value in values:
+        try:
+            ids.append(int(value))
+        except ValueError:
+            continue
+    return ids
+
+
 @require_POST
 def crawl_action(request: HttpRequest, pk: int, action: str) -> HttpResponse:
     """Buttons post here. A page's script asks for JSON (and stays put: the websocket shows
@@ -199,7 +210,7 @@ def crawl_action(request: HttpRequest, pk: int, action: str) -> HttpResponse:
                         "Seeds added: {result[0]} new, {result[1]} already seen.",
                         urls=request.POST.get("urls", ""))  # fmt: skip
     elif action == "retry-failed":
-        ids = [int(i) for i in request.POST.getlist("id") if i.isdigit()] or None
+        ids = _ids(request.POST.getlist("id")) or None
         ok, text = _act(request, services.crawl_retry_failed, crawl,
                         "{result} request(s) back in the queue.", ids=ids)  # fmt: skip
     elif action in ACTIONS:

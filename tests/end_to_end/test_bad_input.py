@@ -523,6 +523,8 @@ def test_the_cli_reports_bad_proxy_lines_with_numbers(tmp_path):
          "regular expression: missing ), unterminated subpattern at position 1"),
         (["create", "--name", "x", "--seed", "http://e.com/", "--max-pages", "0"],
          "invalid crawl:\n  max_pages: Ensure this value is greater than or equal to 1."),
+        (["create", "--name", "x", "--seed", "http://e.com/", "--timeout", "nan"],
+         "invalid crawl:\n  timeout: Enter a finite number."),
         (["create", "--name", "x", "--seed", "http://e.com/", "--channel", "nosuch"],
          "no channel with slug 'nosuch'"),
         (["create", "--name", "x", "--seed", "http://e.com/", "--user", "ghost"],
@@ -532,7 +534,7 @@ def test_the_cli_reports_bad_proxy_lines_with_numbers(tmp_path):
         (["create", "--name", "x", "--seed", "http://e.com/", "--max-bytes", "3000000000"],
          "invalid crawl:\n  max_bytes: At most 52428800 bytes (50 MB)."),
     ],
-    ids=["bad-seed", "bad-regex", "zero-pages", "no-channel", "no-user", "no-crawl",
+    ids=["bad-seed", "bad-regex", "zero-pages", "nan-timeout", "no-channel", "no-user", "no-crawl",
          "add-seeds-no-crawl", "3-gb"],
 )  # fmt: skip
 def test_the_crawl_cli_says_what_is_wrong(args, message):

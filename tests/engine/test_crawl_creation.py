@@ -6,10 +6,13 @@ import importlib
 import pytest
 from django.apps import apps
 from django.core.exceptions import ValidationError
+from hypothesis import given
+from hypothesis import strategies as st
 
 from crawls import services
 from crawls.engine.frontier import Frontier
-from crawls.models import MAX_BODY_BYTES, Channel, Crawl, CrawlEvent, CrawlState
+from crawls.models import CRAWL_OPTIONS, MAX_BODY_BYTES, Channel, Crawl, CrawlEvent, CrawlState
+from tests.support.fuzzing import PROPERTY
 
 pytestmark = pytest.mark.django_db
 
@@ -144,6 +147,74 @@ def test_an_edit_in_the_admin_is_checked_as_a_new_crawl_is(staff_client, django_
     data["user_agent"] = "Bot/1"
     assert staff_client.post(f"/admin/crawls/crawl/{crawl.pk}/change/", data).status_code == 302
     assert Crawl.objects.get(pk=crawl.pk).user_agent == "Bot/1"
+
+
+LINES = "Give a list of strings, or text with one value per line."
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("name", 5, "Expected text, got int."),
+        ("seeds", None, LINES),
+        ("seeds", 5, LINES),
+        ("seeds", [1], LINES),
+        ("allowed_domains", 0, LINES),
+        ("allowed_domains", [["a.test"]], LINES),
+        ("include_patterns", [1], LINES),
+        ("user_agent", ["x"], "Expected text, got list."),
+        ("user_agent", None, "Expected text, got NoneType."),
+        ("threads", float("inf"), "Enter a finite number."),
+        ("timeout", float("nan"), "Enter a finite number."),
+        ("timeout", "nan", "Enter a finite number."),
+        ("host_delay", float("nan"), "Enter a finite number."),
+        ("name", "a\x00b", "Null characters are not allowed."),
+        ("user_agent", "bot\x00", "Null characters are not allowed."),
+        ("include_patterns", ["/a\x00"], "Null characters are not allowed."),
+        ("allowed_domains", ["a\x01.test"],
+         "'a\\x01.test' is not a domain name (no scheme, path or port)"),
+    ],
+    ids=["name-int", "seeds-none", "seeds-int", "seeds-ints", "domains-int", "domains-nested",
+         "patterns-ints", "agent-list", "agent-none", "threads-inf", "timeout-nan",
+         "timeout-nan-text", "delay-nan", "name-nul", "agent-nul", "pattern-nul", "domain-control"],
+)  # fmt: skip
+def test_a_value_of_the_wrong_kind_is_refused_naming_the_field(user, field, value, message):
+    """What a door that passes its values through (the admin's JSON fields, the CLI's floats, a
+    script) may hand over: a ValidationError on the field, never a TypeError or a row that
+    cannot be stored (NaN, NUL)."""
+    assert errors_of(user, **{field: value})[field] == [message]
+
+
+options = {
+    name: st.one_of(
+        st.none(), st.booleans(), st.integers(), st.integers(-(10**30), 10**30), st.floats(),
+        st.text(max_size=12), st.sampled_from(["", "nan", "inf", "1e999", "9" * 30, "a\x00b"]),
+        st.lists(st.text(max_size=12), max_size=3), st.lists(st.integers(), max_size=2),
+        st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+    )
+    for name in CRAWL_OPTIONS
+}  # fmt: skip
+seeds = st.one_of(
+    st.just(["http://127.0.0.1:9/"]), st.text(max_size=30), st.lists(st.text(max_size=30)),
+    st.none(), st.integers(),
+)  # fmt: skip
+
+
+@PROPERTY
+@given(
+    name=st.one_of(st.just("docs"), st.none(), st.integers(), st.text(max_size=30)),
+    seeds=seeds,
+    values=st.fixed_dictionaries({}, optional=options),
+)
+def test_any_option_values_give_a_saved_crawl_or_errors_naming_fields(user, name, seeds, values):
+    try:
+        crawl = services.crawl_create(user=user, name=name, seeds=seeds, **values)
+    except ValidationError as refused:
+        assert set(refused.message_dict) <= {"name", "seeds", *CRAWL_OPTIONS}
+        assert all(refused.message_dict.values())
+        return
+    crawl.refresh_from_db()
+    assert crawl.seeds and all(isinstance(url, str) for url in crawl.seeds)
 
 
 def test_start_puts_the_seeds_in_the_frontier(user):

@@ -11,7 +11,10 @@ from datetime import UTC, datetime, timedelta
 import django_rq
 import pytest
 from django.core.exceptions import ValidationError
+from django.test import Client
 from django.utils import timezone
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from rq.cron import get_cron_job_ids
 from rq.job import Job
 
@@ -20,6 +23,7 @@ from crawls.engine.frontier import Frontier
 from crawls.models import Crawl, CrawlSchedule, CrawlState
 from tests.support import processes
 from tests.support.crawling import ROOT, WorkerFleet, database_url, fetched_paths, wait_for_state
+from tests.support.fuzzing import PROPERTY
 from tests.support.sites import pages_site
 
 pytestmark = pytest.mark.django_db
@@ -55,6 +59,64 @@ def test_a_bad_cron_expression_is_refused_naming_the_field(user, bad):
     assert list(refused.value.message_dict) == ["cron"]
     assert "is not a cron expression" in refused.value.message_dict["cron"][0]
     assert not CrawlSchedule.objects.exists()
+
+
+@pytest.mark.parametrize("never", ["0 0 31 2 *", "0 0 30 2 *", "* * 31 4,6,9,11 *"])
+def test_a_cron_expression_no_date_has_is_refused_naming_the_field(user, never):
+    """Five valid fields that never come (the 30th of February): croniter finds no next run."""
+    with pytest.raises(ValidationError) as refused:
+        schedules.schedule_create(user=user, template=make_template(user), cron=never)
+    assert refused.value.message_dict == {"cron": [
+        f"{never!r} never runs: no date has that day in that month (e.g. '0 0 30 2 *', the "
+        "30th of February)."
+    ]}  # fmt: skip
+    assert not CrawlSchedule.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        ("1," * 60 + "2 * * * *", "At most 100 characters (this one has 129)."),
+        (["0 3 * * *"], "Give the cron expression as text, e.g. '0 3 * * *'."),
+        (5, "Give the cron expression as text, e.g. '0 3 * * *'."),
+    ],
+    ids=["long", "list", "number"],
+)
+def test_a_cron_expression_too_long_or_not_text_is_refused(user, bad, message):
+    schedule = due_schedule(user)
+    with pytest.raises(ValidationError) as refused:
+        schedules.schedule_update(schedule=schedule, cron=bad)
+    assert list(refused.value.message_dict) == ["cron"]
+    assert message in refused.value.message_dict["cron"][0]
+
+
+cron_fields = st.one_of(
+    st.from_regex(r"[0-9*/,LW#?-]{1,6}|[A-Za-z]{3}", fullmatch=True),
+    st.integers(-1, 10**20).map(str),
+    st.text(max_size=4),
+)
+
+
+crons = st.one_of(
+    st.lists(cron_fields, min_size=5, max_size=5).map(" ".join),
+    # The last days of a month: some months have no such day.
+    st.builds("{} {} {} {} *".format, st.integers(0, 59), st.integers(0, 23),
+              st.integers(28, 31), st.integers(1, 12)),
+    st.text(max_size=120),
+    st.text(max_size=12).map("@".__add__),
+)  # fmt: skip
+
+
+@PROPERTY
+@given(crons)
+def test_any_text_is_a_cron_expression_with_a_next_run_or_refused_naming_cron(expression):
+    try:
+        cleaned = schedules.clean_cron(expression)
+    except ValidationError as refused:
+        assert list(refused.message_dict) == ["cron"]
+        return
+    assert len(cleaned) <= schedules.CRON_MAX_LENGTH
+    assert schedules.next_run(cleaned, timezone.now()) > timezone.now()
 
 
 def test_the_next_run_follows_the_cron_expression(user, settings):
@@ -269,6 +331,40 @@ def test_a_schedule_is_made_and_shown_on_its_pages(user, user_client):
     assert run.status_code == 302
     [crawl] = schedule.runs.all()
     assert crawl.name in user_client.get(made["Location"]).content.decode()
+
+
+def test_the_schedule_pages_say_why_a_cron_expression_never_runs(user, user_client):
+    template = make_template(user)
+    new = user_client.post(
+        "/schedules/new/", {"template": template.pk, "cron": "0 0 31 2 *", "enabled": "on"}
+    )
+    assert new.status_code == 400
+    assert "never runs: no date has that day in that month" in new.content.decode()
+    assert not CrawlSchedule.objects.exists()
+    schedule = schedules.schedule_create(user=user, template=template, cron="0 3 * * *")
+    for cron in ("0 0 30 2 *", "0 " * 100):
+        changed = user_client.post(
+            f"/schedules/{schedule.pk}/", {"action": "update", "cron": cron, "enabled": "on"},
+            follow=True,
+        )  # fmt: skip
+        assert changed.status_code == 200
+        shown = [str(m) for m in changed.context["messages"]]
+        assert len(shown) == 1 and ("never runs" in shown[0] or "At most 100" in shown[0])
+    schedule.refresh_from_db()
+    assert schedule.cron == "0 3 * * *"
+
+
+@pytest.mark.slow
+@settings(PROPERTY, max_examples=60)
+@given(cron=crons)
+def test_the_new_schedule_form_answers_any_cron_with_a_schedule_or_its_error(user, cron):
+    client = Client()
+    client.force_login(user)
+    template = Crawl.objects.filter(name="nightly").first() or make_template(user)
+    page = client.post("/schedules/new/", {"template": template.pk, "cron": cron, "enabled": "on"})
+    assert page.status_code in (302, 400), cron
+    if page.status_code == 400:
+        assert page.context["form"].errors["cron"]
 
 
 def test_another_users_schedule_is_404(user, other_user, client):

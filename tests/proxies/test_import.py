@@ -7,10 +7,13 @@ import io
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.core.management import CommandError, call_command
+from hypothesis import given
+from hypothesis import strategies as st
 
 from proxies import services
 from proxies.importer import parse
 from proxies.models import Proxy, ProxyEvent, ProxyJob, ProxyState
+from tests.support.fuzzing import PROPERTY
 from tests.support.proxy_jobs import import_by_api, import_on_the_page
 from tests.support.sites import Response
 
@@ -40,6 +43,11 @@ http://[2001:db8::1]:8080
         ("http://:pw@h.example:80", "credentials must be user:password"),
         ("user:pw@h.example:80", "credentials need a scheme: scheme://user:pass@host:port"),
         ("http://h.example:80/path", "unexpected path after host:port"),
+        ("http://u%00:pw@h.example:80", "credentials must not have control characters"),
+        ("http://u:p%00w@h.example:80", "credentials must not have control characters"),
+        ("http://u:p\x7fw@h.example:80", "credentials must not have control characters"),
+        ("[fe80::1%\x00]:80", "invalid host 'fe80::1%\\x00'"),
+        ("http://[fe80::1%e\u202eth0]:80", "invalid host 'fe80::1%e\\u202eth0'"),
     ],
 )
 def test_every_bad_line_is_reported_with_its_number_and_reason(line, reason):
@@ -47,6 +55,46 @@ def test_every_bad_line_is_reported_with_its_number_and_reason(line, reason):
     assert result.proxies[0].host == "1.1.1.1"
     [error] = result.errors
     assert (error.line, error.reason) == (3, reason)
+
+
+lines = st.one_of(
+    st.text(max_size=40),
+    st.builds(
+        "{}{}{}{}{}".format,
+        st.sampled_from(["", "http://", "https://", "HTTP://", "socks5://", "://"]),
+        st.sampled_from(["", "user:pw@", "u%00:p@", "u:p%00@", "u:%ff@", "@", ":@", "u:p@x@"]),
+        st.one_of(
+            st.sampled_from(["h.example", "1.2.3.4", "[::1]", "[fe80::1%eth0]", "xn--bcher-kva.x"]),
+            st.text(max_size=20),
+            st.from_regex(r"\[[0-9a-f:%.]{0,20}.?\]", fullmatch=True),
+        ),
+        st.one_of(st.just(""), st.integers(-1, 10**6).map(":{}".format), st.text(max_size=6)),
+        st.sampled_from(["", "/", "/x", "?q", "#f", " ", "\x00"]),
+    ),
+)
+
+
+@PROPERTY
+@given(st.lists(lines, max_size=6).map("\n".join))
+def test_any_text_gives_proxies_and_numbered_line_errors_never_an_exception(text):
+    result = parse(text)
+    numbers = [p.line for p in result.proxies] + [e.line for e in result.errors]
+    assert all(1 <= n <= len(text.splitlines()) for n in numbers)
+    for proxy in result.proxies:
+        assert proxy.scheme in ("http", "https") and 1 <= proxy.port <= 65535
+        # What is stored can be stored on PostgreSQL and sent in a request line.
+        assert proxy.host.isascii() and proxy.host.isprintable()
+        assert (proxy.username + proxy.password).isprintable()
+
+
+def test_a_pasted_list_over_5_mb_is_refused_whole(staff_client):
+    text = "# a comment line of forty bytes or so...\n" * 130_000  # 5.3 MB, under the body limit
+    with pytest.raises(services.ImportFailed, match="^the list is larger than 5 MB$"):
+        services.import_proxies(text=text, source="paste")
+    page = staff_client.post("/proxies/import", {"text": text})
+    assert page.status_code == 200
+    assert page.context["form"].non_field_errors() == ["the list is larger than 5 MB"]
+    assert Proxy.objects.count() == 0
 
 
 def test_a_bad_line_never_echoes_a_password():
