@@ -35,6 +35,10 @@ RUN_SECONDS = 20  # a run hands over after this long
 JOB_TIMEOUT = 300  # RQ's limit for one run: a batch, or fetching a list (lists.FETCH_DEADLINE)
 STALL_SECONDS = 120  # a run silent this long is taken to be dead
 QUEUE = "control"
+# PostgreSQL stores no NUL in text, yet a pasted or downloaded list may hold one (on a line the
+# import reports as bad). A job keeps it as U+FFFE, a noncharacter, and reads it back as NUL; a
+# reported line shows it as \x00.
+_NUL, _NUL_KEPT = "\x00", "\ufffe"
 
 Kind, State = ProxyJob.Kind, ProxyJob.State
 
@@ -72,8 +76,13 @@ class ImportReport:
 def create_import(*, text: str = "", url: str = "", source: str, user=None, actor="") -> ProxyJob:
     """A job importing `text`, or the list at `url` (fetched by the job)."""
     return ProxyJob.objects.create(
-        kind=Kind.IMPORT, text=text, url=url, source=source[:500], user=user, actor=actor
+        kind=Kind.IMPORT, text=_storable(text), url=url, source=source[:500], user=user,
+        actor=actor,
     )
+
+
+def _storable(text: str) -> str:
+    return text.replace(_NUL, _NUL_KEPT)
 
 
 def create_action(*, kind: str, ids: list[int], why: str = "", user=None, actor="") -> ProxyJob:
@@ -203,10 +212,10 @@ def _finish(job: ProxyJob, token: str) -> None:
 def _run_import(job: ProxyJob, token: str, until: float | None, progress) -> bool:
     if job.total is None and job.url and not job.text:
         text = lists.fetch_list(url=job.url)
-        if not ProxyJob.objects.filter(pk=job.pk, runner=token).update(text=text):
+        if not ProxyJob.objects.filter(pk=job.pk, runner=token).update(text=_storable(text)):
             raise TakenOver
-        job.text = text
-    parsed = importer.parse(job.text)
+        job.text = _storable(text)
+    parsed = importer.parse(job.text.replace(_NUL_KEPT, _NUL))
     if job.total is None:
         _record_rejects(job, token, parsed)
     items = parsed.proxies
@@ -251,7 +260,7 @@ def _record_rejects(job: ProxyJob, token: str, parsed: importer.ParseResult) -> 
 
 def _lines(job: ProxyJob, kind: str, rows: list[tuple[int, str, str]]) -> None:
     ProxyJobLine.objects.bulk_create(
-        [ProxyJobLine(job=job, line=line, kind=kind, text=text, why=why)
+        [ProxyJobLine(job=job, line=line, kind=kind, text=text.replace(_NUL, "\\x00"), why=why)
          for line, text, why in rows],
         batch_size=BATCH, ignore_conflicts=True,
     )  # fmt: skip

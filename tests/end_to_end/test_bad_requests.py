@@ -119,6 +119,25 @@ def test_a_nul_in_a_page_address_is_a_400_page(staff, lenient, path):
 # == ids past the database's integer range ======================================================
 
 
+def test_a_nul_in_a_slug_sent_to_the_api_is_a_400_naming_the_field(user, staff, lenient):
+    """PostgreSQL refuses a NUL in any text it compares: `slug = 'a\\x00'` was a 500."""
+    Channel.objects.create(name="Team", slug="team")
+    crawl = post(lenient, "/api/crawls/",
+                 {"name": "x", "seeds": ["http://127.0.0.1:9/"], "channel": "team\x00"},
+                 **bearer(user))  # fmt: skip
+    assert crawl.status_code == 400, crawl.content[:300]
+    assert list(crawl.json()) == ["channel"]
+    assert not Crawl.objects.exists()
+    hook = post(lenient, "/api/webhooks/",
+                {"channel": "\x00", "url": "https://hooks.example/x"}, **bearer(staff))  # fmt: skip
+    assert hook.status_code == 400 and "channel" in hook.json(), hook.content[:300]
+    # The same filter without a NUL still finds the channel: the lookup is only narrowed.
+    assert list(Channel.objects.filter(slug__in=["team", "t\x00"])) == [
+        Channel.objects.get(slug="team")]  # fmt: skip
+    assert not Channel.objects.filter(slug__contains="\x00").exists()
+    assert Channel.objects.exclude(slug="team\x00").filter(slug="team").exists()
+
+
 def test_api_ids_past_the_integer_range_match_nothing(user, staff, lenient):
     """SQLite's driver raised OverflowError for `id IN (10**30)`: a 500 at every list of ids."""
     crawl = make_crawl(user)
