@@ -76,7 +76,11 @@ class ImportReport:
 def create_import(*, text: str = "", url: str = "", source: str, user=None, actor="") -> ProxyJob:
     """A job importing `text`, or the list at `url` (fetched by the job)."""
     return ProxyJob.objects.create(
-        kind=Kind.IMPORT, text=_storable(text), url=url, source=source[:500], user=user,
+        kind=Kind.IMPORT,
+        text=_storable(text),
+        url=url,
+        source=source[:500],
+        user=user,
         actor=actor,
     )
 
