@@ -1,0 +1,488 @@
+"""Sitemaps: the page URLs a site lists for crawlers, for a crawl that follows them.
+
+parse() reads one sitemap file: a <urlset>, a <sitemapindex> or a plain list of URLs, gzipped
+or not. discover() finds the sitemaps of the seeds' sites (robots.txt's Sitemap: lines and
+/sitemap.xml), follows indexes and yields the in-scope page URLs file by file.
+
+A sitemap is whatever a site sends, so reading one never raises and costs bounded memory:
+- gzip is sniffed from its magic bytes (servers label .gz files every which way) and undone
+  in CHUNK steps, never past MAX_SITEMAP_BYTES: a gzip bomb costs a chunk at a time;
+- XML goes through lxml's push parser into a target that keeps only the <loc>s, never a tree;
+  entities are not resolved, no DTD or network is loaded and libxml2's limits stay on, so an
+  XXE cannot read a file and billion laughs stops at libxml2's amplification limit;
+- at most MAX_URLS entries per file are kept (the protocol's limit), MAX_DEPTH levels of
+  indexes are followed, and max_sitemaps files are read in all.
+What went wrong becomes a sentence naming the file, for the people running the crawl.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import zlib
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+from lxml import etree
+from protego import Protego
+
+from crawlhub.http.client import FetchResult
+from crawlhub.http.urls import MAX_URL_LENGTH, is_http_url
+
+MAX_SITEMAP_BYTES = 50 * 1024 * 1024  # decompressed, per file (the protocol's limit)
+MAX_URLS = 50_000  # entries per file (the protocol's limit)
+MAX_DEPTH = 3  # levels of indexes followed below the sitemaps a site names
+MAX_SITEMAPS = 500
+CHUNK = 64 * 1024
+# Google reads the first 500 KiB of a robots.txt; Sitemap: lines past that are not worth more.
+ROBOTS_LIMIT = 512 * 1024
+# Text inside one <loc> kept at most: a URL is at most MAX_URL_LENGTH, padding aside.
+LOC_TEXT_LIMIT = 64 * 1024
+GZIP_MAGIC = b"\x1f\x8b"
+_GZIP_WBITS = 16 + zlib.MAX_WBITS
+_MB = MAX_SITEMAP_BYTES // (1024 * 1024)
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+# "<", or the byte order mark of UTF-16 XML (which libxml2 reads; the protocol wants UTF-8).
+_XML_STARTS = (b"<", b"\xff\xfe", b"\xfe\xff")
+# A line of a text with something on it, from its first non-space (matched in C: a text may
+# have 25 million lines).
+_LINE = re.compile(rb"\S[^\n]*")
+# URLs that is_http_url accepts, surely: ASCII, no space or control character, a host name
+# that starts with a letter or digit, a port under 10000.
+_PLAIN_URL = re.compile(r"https?://[A-Za-z0-9][A-Za-z0-9.-]*(?::[0-9]{1,4})?(?:[/?#][!-~]*)?")
+_XML_POSITION = re.compile(r",? line \d+, column \d+$")
+
+
+@dataclass
+class Sitemap:
+    url: str
+    kind: str  # "urlset" | "index" | "text" | "none" (not a sitemap, or nothing in it)
+    locs: list[str]  # absolute http(s) URLs in document order: pages, or sitemaps of an index
+    problems: list[str] = field(default_factory=list)  # sentences that start with `url`
+
+
+@dataclass
+class Found:
+    """One sitemap file read: its in-scope page URLs and what went wrong with it.
+
+    `sitemap` is the file's URL; for a problem about a whole site rather than a file (more
+    sitemaps than max_sitemaps), it is the site's origin and `urls` is empty.
+    """
+
+    sitemap: str
+    urls: list[str]
+    problems: list[str]
+
+
+# -- one file -----------------------------------------------------------------------------------
+
+
+def parse(body: bytes, url: str) -> Sitemap:
+    """The URLs listed by a sitemap file (`url` only names it in problems). Never raises."""
+    decoded = _Decoded(body)
+    locs = _Locs()
+    chunks = iter(decoded)
+    first, newlines = _first_content(chunks)
+    if not first:
+        kind, problems = "none", ([] if decoded.problems() else ["empty"])
+    elif first.startswith(_XML_STARTS):
+        rest = itertools.chain([first], chunks)
+        kind, problems = _read_xml(rest, locs, decoded=decoded, newlines=newlines)
+    else:
+        kind, problems = _read_text(itertools.chain([first], chunks), locs)
+    unit = "line" if kind == "text" else "<loc>"
+    problems += locs.problems(unit) if kind != "none" else []
+    problems += decoded.problems()
+    return Sitemap(url=url, kind=kind, locs=locs.urls, problems=[f"{url}: {p}" for p in problems])
+
+
+class _Decoded:
+    """A body in CHUNK steps, gunzipped when it starts with gzip's magic bytes, never more than
+    MAX_SITEMAP_BYTES in all. Iterate once; then `cut` and `error` say how it ended."""
+
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+        self.gzip = body.startswith(GZIP_MAGIC)
+        self.cut = False
+        self.error = ""
+
+    def __iter__(self) -> Iterator[bytes]:
+        budget = MAX_SITEMAP_BYTES
+        try:
+            for chunk in _gunzip(self.body) if self.gzip else _slices(self.body):
+                if len(chunk) > budget:
+                    if budget:
+                        yield chunk[:budget]
+                    self.cut = True
+                    return
+                budget -= len(chunk)
+                yield chunk
+        except zlib.error as exc:
+            self.error = f"gzip data is corrupt ({exc}): read what came before"
+        except EOFError:
+            self.error = "gzip data ends early: read what came"
+
+    @property
+    def complete(self) -> bool:
+        return not (self.cut or self.error)
+
+    def problems(self) -> list[str]:
+        if self.cut:
+            once = " once decompressed" if self.gzip else ""
+            return [f"more than {_MB} MB{once}: read the first {_MB} MB"]
+        return [self.error] if self.error else []
+
+
+def _slices(body: bytes) -> Iterator[bytes]:
+    for start in range(0, len(body), CHUNK):
+        yield body[start : start + CHUNK]
+
+
+def _gunzip(body: bytes) -> Iterator[bytes]:
+    """Decompressed pieces of at most CHUNK bytes, each from at most CHUNK bytes of input (so
+    no step copies the whole body); EOFError when the data stops before its end."""
+    pending = memoryview(body)
+    handed_back: list[bytes] = []  # what a finished member did not use, read before `pending`
+    inflater = zlib.decompressobj(_GZIP_WBITS)
+    while True:
+        if inflater.unconsumed_tail:
+            data: bytes | memoryview = inflater.unconsumed_tail
+        elif handed_back:
+            data = handed_back.pop()
+        elif pending:
+            data, pending = pending[:CHUNK], pending[CHUNK:]
+        else:
+            break
+        if out := inflater.decompress(data, CHUNK):
+            yield out
+        if inflater.eof:
+            if inflater.unused_data:
+                handed_back.append(inflater.unused_data)
+            following = handed_back[-1] if handed_back else pending
+            # Concatenated gzip members are one valid file; anything else after one is junk.
+            if bytes(following[:2]) != GZIP_MAGIC:
+                return
+            inflater = zlib.decompressobj(_GZIP_WBITS)
+    if not inflater.eof:
+        raise EOFError
+
+
+def _first_content(chunks: Iterator[bytes]) -> tuple[bytes, int]:
+    """The first chunk with more than whitespace, leading whitespace and a UTF-8 BOM removed,
+    and the newlines removed with it; (b"", n) when there is nothing else.
+
+    The whitespace goes because libxml2 refuses an XML declaration that does not come first,
+    and generated sitemaps often start with a blank line or two.
+    """
+    newlines = 0
+    for index, chunk in enumerate(chunks):
+        if index == 0:
+            chunk = chunk.removeprefix(b"\xef\xbb\xbf")
+        content = chunk.lstrip()
+        newlines += chunk.count(b"\n", 0, len(chunk) - len(content))
+        if content:
+            return content, newlines
+    return b"", newlines
+
+
+class _Locs:
+    """The entries of one file: the first MAX_URLS kept when they are http(s) URLs."""
+
+    def __init__(self) -> None:
+        self.urls: list[str] = []
+        self.entries = 0
+        self.bad = 0
+
+    def add(self, text: str) -> None:
+        self.entries += 1
+        if self.entries > MAX_URLS:
+            return  # counted, for the problem, and no more
+        url = text.strip()
+        if _is_url(url):
+            self.urls.append(url)
+        else:
+            self.bad += 1
+
+    def problems(self, unit: str) -> list[str]:
+        problems: list[str] = []
+        if self.entries > MAX_URLS:
+            problems.append(f"{self.entries:,} URLs, only the first {MAX_URLS:,} read")
+        if self.bad == 1:
+            problems.append(f"1 {unit} is not an absolute http(s) URL: skipped")
+        elif self.bad:
+            problems.append(f"{self.bad:,} {unit}s are not absolute http(s) URLs: skipped")
+        return problems
+
+
+def _is_url(url: str) -> bool:
+    """is_http_url(url), sooner for the plain URLs nearly every sitemap has: its checks, one
+    character at a time, would take half the time a 50,000-URL file is read in."""
+    if len(url) <= MAX_URL_LENGTH and _PLAIN_URL.fullmatch(url):
+        return True
+    return is_http_url(url)
+
+
+def _read_xml(
+    chunks: Iterable[bytes], locs: _Locs, *, decoded: _Decoded, newlines: int
+) -> tuple[str, list[str]]:
+    """(kind, problems) of an XML sitemap, its <loc>s added to `locs` as they come, those
+    before an XML error included."""
+    target = _Target(locs)
+    parser = etree.XMLParser(
+        target=target, resolve_entities=False, no_network=True, load_dtd=False,
+        dtd_validation=False, huge_tree=False,
+    )  # fmt: skip
+    error = ""
+    try:
+        for chunk in chunks:
+            parser.feed(chunk)
+            if target.root and not target.kind:
+                break  # not a sitemap: no need to read on
+        else:
+            # A cut or broken body would only add "premature end of data" to what is known.
+            if decoded.complete:
+                parser.close()
+    except etree.LxmlError as exc:
+        line = (exc.lineno or 1) + newlines if isinstance(exc, etree.ParseError) else 1
+        error = f"XML error at line {line}: {_XML_POSITION.sub('', str(exc.msg or exc))}"
+    if target.root and not target.kind:
+        return "none", [f"not a sitemap (root element <{target.root}>)"]
+    return target.kind or "none", [error] if error else []
+
+
+class _Target:
+    """An lxml parser target that keeps the <loc>s of a <urlset>'s <url>s or a
+    <sitemapindex>'s <sitemap>s, and nothing else (no tree): a big file costs its URLs.
+
+    The root's namespace is not checked (sitemaps.org's, none, or Google's old ones all come
+    up); the <loc> must be in the root's, so that <image:loc> and the like are not pages.
+    """
+
+    def __init__(self, locs: _Locs) -> None:
+        self.locs = locs
+        self.root = ""  # the root element's local name, once seen
+        self.kind = ""  # "urlset" | "index", when the root is one
+        self._entry = self._loc = ""  # the tags, in the root's namespace
+        self._depth = 0
+        self._in_entry = False
+        self._text: list[str] | None = None  # inside a <loc>
+        self._size = 0
+
+    def start(self, tag: str, attrib: object) -> None:
+        self._depth += 1
+        if self._depth == 1:
+            self._start_root(tag)
+        elif self._depth == 2:
+            self._in_entry = tag == self._entry
+        elif self._depth == 3 and self._in_entry and tag == self._loc:
+            self._text, self._size = [], 0
+
+    def _start_root(self, tag: str) -> None:
+        self.root = tag.rpartition("}")[2]
+        namespace = tag[: len(tag) - len(self.root)]
+        entries = {"urlset": ("urlset", "url"), "sitemapindex": ("index", "sitemap")}
+        if self.root in entries:
+            self.kind, entry = entries[self.root]
+            self._entry, self._loc = namespace + entry, namespace + "loc"
+
+    def data(self, text: str) -> None:
+        if self._text is not None and self._depth == 3:
+            self._size += len(text)
+            if self._size <= LOC_TEXT_LIMIT:  # past it, not a URL whatever follows
+                self._text.append(text)
+
+    def end(self, tag: str) -> None:
+        if self._depth == 3 and self._text is not None:
+            self.locs.add("".join(self._text) if self._size <= LOC_TEXT_LIMIT else "")
+            self._text = None
+        self._depth -= 1
+
+    def close(self) -> None:
+        return None
+
+
+def _read_text(chunks: Iterable[bytes], locs: _Locs) -> tuple[str, list[str]]:
+    """(kind, problems) of a plain-text sitemap: one URL a line, blank lines ignored."""
+    for block in _blocks(chunks):
+        lines = _LINE.findall(block)
+        if locs.entries >= MAX_URLS:
+            locs.entries += len(lines)  # only counted: 50 MB of lines, one by one, take seconds
+            continue
+        for line in lines:
+            locs.add(line.decode("utf-8", "replace"))
+    if not locs.urls and locs.bad:
+        return "none", ["not a sitemap (neither XML nor a list of URLs)"]
+    return "text", []
+
+
+def _blocks(chunks: Iterable[bytes]) -> Iterator[bytes]:
+    """A text in blocks of whole lines (each ends at a newline, but the last). A line longer
+    than any URL is cut to just over that length, so a text without newlines is never held
+    whole."""
+    rest = b""
+    for chunk in chunks:
+        block = rest + chunk
+        end = block.rfind(b"\n") + 1
+        if end:
+            yield block[:end]
+        rest = block[end : end + MAX_URL_LENGTH + 1]
+    if rest:
+        yield rest
+
+
+# -- robots.txt ---------------------------------------------------------------------------------
+
+
+def robots_sitemaps(robots_text: str) -> list[str]:
+    """The absolute http(s) URLs of a robots.txt's Sitemap: lines, in order, without repeats.
+    Anything else (a relative path, garbage) is left out: the protocol wants full URLs."""
+    try:
+        listed = [url.strip() for url in Protego.parse(robots_text).sitemaps]
+    except Exception:  # a site's file must never break a crawl
+        return []
+    return [url for url in dict.fromkeys(listed) if is_http_url(url)]
+
+
+# -- the sites of a crawl -----------------------------------------------------------------------
+
+
+def discover(
+    *,
+    seeds: list[str],
+    get: Callable[[str], FetchResult],
+    robots_text: Callable[[str], str | None],
+    allows: Callable[[str], bool],
+    max_sitemaps: int = MAX_SITEMAPS,
+) -> Iterator[Found]:
+    """The sitemaps of the seeds' sites, one Found per file read, as each is read.
+
+    Per origin of the seeds (scheme://host[:port], each once): the sitemaps its robots.txt
+    lists, then /sitemap.xml, then what their indexes list, breadth first, MAX_DEPTH levels
+    down; max_sitemaps files in all. A sitemap is read once, however many list it.
+    `get(url)` fetches (crawlhub.http.Fetcher.get); `robots_text(origin)` is the robots.txt
+    the crawl has for an origin, or None to fetch it with `get`; `allows(url)` is the crawl's
+    scope. A page URL may come several times: the frontier deduplicates.
+    """
+    visits = _Visits(max_sitemaps)
+    for origin in dict.fromkeys(filter(None, map(_origin, seeds))):
+        listed = robots_sitemaps(_robots_text(origin, get=get, robots_text=robots_text))
+        tops, over = visits.admit([*listed, f"{origin}/sitemap.xml"])
+        if over:
+            yield Found(sitemap=origin, urls=[], problems=[f"{origin}: {visits.over(over)}"])
+        # Only the /sitemap.xml that nobody listed may be missing without a word.
+        quiet = {url for url in tops if url not in listed}
+        yield from _follow(tops, quiet=quiet, visits=visits, get=get, allows=allows)
+
+
+def _follow(
+    tops: list[str],
+    *,
+    quiet: set[str],
+    visits: _Visits,
+    get: Callable[[str], FetchResult],
+    allows: Callable[[str], bool],
+) -> Iterator[Found]:
+    """The Found of each sitemap from `tops` down through the indexes, breadth first."""
+    queue = deque((url, 0) for url in tops)
+    while queue:
+        url, depth = queue.popleft()
+        found, listed = _read(url, get=get, allows=allows, quiet=url in quiet)
+        if found is None:
+            continue
+        if listed and depth >= MAX_DEPTH:
+            found.problems.append(
+                f"{url}: {_sitemaps(len(listed))} it lists not read: indexes are "
+                f"followed {MAX_DEPTH} levels deep at most"
+            )
+        elif listed:
+            children, over = visits.admit(listed)
+            queue.extend((child, depth + 1) for child in children)
+            if over:
+                found.problems.append(f"{url}: {visits.over(over)}")
+        yield found
+
+
+def _read(
+    url: str, *, get: Callable[[str], FetchResult], allows: Callable[[str], bool], quiet: bool
+) -> tuple[Found | None, list[str]]:
+    """One sitemap fetched and read: its Found and, for an index, the sitemaps it lists.
+
+    quiet=True (a /sitemap.xml nobody listed) turns a 4xx into no Found at all: most sites
+    have none, and saying so for each would bury the problems worth reading.
+    """
+    result = get(url)
+    if result.error or result.status is None:
+        return Found(sitemap=url, urls=[], problems=[f"{url}: {result.error}"]), []
+    if not 200 <= result.status < 300:
+        if quiet and 400 <= result.status < 500:
+            return None, []
+        return Found(sitemap=url, urls=[], problems=[f"{url}: HTTP {result.status}"]), []
+    sitemap = parse(result.body, url)
+    problems = sitemap.problems
+    if result.truncated:
+        problems.append(f"{url}: cut at the download size limit ({len(result.body):,} bytes)")
+    if sitemap.kind == "index":
+        return Found(sitemap=url, urls=[], problems=problems), sitemap.locs
+    urls = [loc for loc in sitemap.locs if allows(loc)]
+    if dropped := len(sitemap.locs) - len(urls):
+        noun = "URL" if dropped == 1 else "URLs"
+        problems.append(f"{url}: {dropped:,} {noun} outside the crawl's scope: left out")
+    return Found(sitemap=url, urls=urls, problems=problems), []
+
+
+class _Visits:
+    """The sitemaps taken for reading: each once, at most `limit` in all."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.seen: set[str] = set()
+
+    def admit(self, urls: list[str]) -> tuple[list[str], int]:
+        """The URLs not taken before, as many as the limit still allows; and how many more
+        there were."""
+        taken, over = [], 0
+        for url in dict.fromkeys(urls):
+            if url in self.seen:
+                continue
+            if len(self.seen) >= self.limit:
+                over += 1
+                continue
+            self.seen.add(url)
+            taken.append(url)
+        return taken, over
+
+    def over(self, count: int) -> str:
+        return f"{_sitemaps(count)} not read: the limit of {_sitemaps(self.limit)} was reached"
+
+
+def _sitemaps(count: int) -> str:
+    return f"{count:,} sitemap" if count == 1 else f"{count:,} sitemaps"
+
+
+def _robots_text(
+    origin: str, *, get: Callable[[str], FetchResult], robots_text: Callable[[str], str | None]
+) -> str:
+    """The robots.txt of `origin`: the crawl's copy, else fetched; "" when there is none."""
+    text = robots_text(origin)
+    if text is not None:
+        return text
+    result = get(f"{origin}/robots.txt")
+    if result.error or result.status is None or not 200 <= result.status < 300:
+        return ""
+    return result.body[:ROBOTS_LIMIT].decode("utf-8", "replace").lstrip("\ufeff")
+
+
+def _origin(url: str) -> str | None:
+    """scheme://host[:port] of an http(s) URL, lowercased, default port left out; else None."""
+    url = url.strip()
+    if not is_http_url(url):
+        return None
+    parts = urlsplit(url)
+    scheme, host, port = parts.scheme.lower(), parts.hostname or "", parts.port
+    if ":" in host:
+        host = f"[{host}]"  # an IPv6 literal
+    if port is not None and port != _DEFAULT_PORTS[scheme]:
+        host = f"{host}:{port}"
+    return f"{scheme}://{host}"
