@@ -414,7 +414,8 @@ def _read(
     """
     result = get(url)
     if result.error or result.status is None:
-        return Found(sitemap=url, urls=[], problems=[f"{url}: {result.error}"]), []
+        problem = f"{url}: {result.error or 'no response'}"
+        return Found(sitemap=url, urls=[], problems=[problem]), []
     if not 200 <= result.status < 300:
         if quiet and 400 <= result.status < 500:
             return None, []
@@ -442,7 +443,8 @@ class _Visits:
     def admit(self, urls: list[str]) -> tuple[list[str], int]:
         """The URLs not taken before, as many as the limit still allows; and how many more
         there were."""
-        taken, over = [], 0
+        taken: list[str] = []
+        over = 0
         for url in dict.fromkeys(urls):
             if url in self.seen:
                 continue
