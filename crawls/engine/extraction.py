@@ -5,6 +5,13 @@ An Extractor compiles a crawl's rules once per slice and runs them on each page.
 ever makes values or errors, never an exception, and what it can yield is bounded whatever the
 site sends: MAX_VALUE characters a value, MAX_VALUES values a rule, MAX_PAGE_BYTES a page.
 
+What a value is: css and xpath rules run on HTML or XML pages (by content type, else by how the
+body starts; XML without namespaces); "text" is an element's text, whitespace collapsed, or a
+text node, attribute or XPath string or number as it is, stripped; "html" an element's outer
+markup; "attr" an element's attribute. regex rules search the decoded text (group 1, else the
+whole match). Empty values are left out: without many a rule gives the first non-empty one.
+json rules give the JSON their JMESPath finds, as it is (many: as a list, null as []).
+
 Values are JSON a database takes as is: NUL and unpaired surrogates (which PostgreSQL's jsonb
 refuses) become U+FFFD, and JSON's NaN and infinities become null.
 """
@@ -418,13 +425,17 @@ def _parse_tree(page: _Page) -> _Tree:
         raise _Failed(f"the page is not HTML or XML ({page.mime or 'no content type'})")
     encoding, start = page.encoding()
     body = page.body[start:] if start else page.body
-    if not body.strip():
+    if not body or body.isspace():
         raise _Failed("the page is empty")
     try:
-        root = Selector(body=body, encoding=encoding, type=markup, base_url=page.url).root
+        selector = Selector(body=body, encoding=encoding, type=markup, base_url=page.url)
+        if markup == "xml":
+            # A feed's elements are in a namespace (Atom's, RSS modules'): "entry > title" and
+            # //dc:creator would find nothing, or not compile, without the name alone.
+            selector.remove_namespaces()
     except Exception as exc:  # lxml on whatever a site sends
         raise _Failed(f"the page could not be read as {markup.upper()}: {exc}") from None
-    return _Tree(root, markup)
+    return _Tree(selector.root, markup)
 
 
 def _parse_json(page: _Page) -> object:

@@ -705,6 +705,23 @@ def test_css_on_an_xml_page_reads_names_as_written():
     }
 
 
+def test_an_xml_page_is_read_without_its_namespaces():
+    body = b"""<?xml version="1.0" encoding="utf-8"?>
+<feed xmlns="http://www.w3.org/2005/Atom" xmlns:dc="http://purl.org/dc/elements/1.1/">
+  <entry><title>First</title><dc:creator>Ada</dc:creator></entry>
+  <entry><title>Second</title></entry>
+</feed>"""
+    got = extract(
+        [
+            {"name": "titles", "kind": "css", "expr": "entry > title", "many": True},
+            {"name": "creator", "kind": "xpath", "expr": "//entry/creator"},
+        ],
+        body=body,
+        content_type="application/atom+xml",
+    )
+    assert got.fields == {"titles": ["First", "Second"], "creator": "Ada"}
+
+
 def test_an_xml_page_never_loads_an_entity_it_declares(tmp_path):
     secret = tmp_path / "secret.txt"
     secret.write_text("TOP SECRET")
