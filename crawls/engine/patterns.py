@@ -7,7 +7,7 @@ time linear in the URL's length, whatever the pattern. So a pattern is read as P
 - spellings that differ are translated: Python's \\Z is RE2's \\z, {,n} is {0,n}, a "[" inside
   a set is a plain "[" (RE2 would read "[[:alpha:]]" as a class), octal escapes, \\uXXXX,
   \\UXXXXXXXX, \\N{name} and a set's \\b become \\x{...}, and named groups become plain groups
-  (nothing reads groups);
+  (only their numbers are read);
 - what RE2 cannot do is refused, by name: backreferences, lookahead and lookbehind, atomic
   groups, possessive quantifiers, conditional groups, comments, and the a, L, u and x flags.
 Linear time is not yet quick time: a search costs up to (URL length) x (program size), so
@@ -20,12 +20,19 @@ about 7,000 and take microseconds.
 Links are ASCII (paths percent-encoded, hosts in punycode) without line breaks, so RE2's ASCII
 \\d, \\w, \\s and \\b match what Python's Unicode ones would, and "$" means the end of the URL
 in both (Python's also matches before a final newline).
+
+Extraction rules (extraction.py) search page text with compile_extractor: the same reading,
+checks and limits, with groups kept, since the value is group 1. Page text is not ASCII: there
+\\d, \\w, \\s and \\b stay ASCII-only, and "$" is only the end of the text.
 """
 
 from __future__ import annotations
 
+import itertools
 import re
 import unicodedata
+from collections.abc import Iterator
+from typing import AnyStr
 
 import re2
 
@@ -60,13 +67,19 @@ class PatternError(ValueError):
     """Why a pattern cannot be used, as a sentence about it ("'(a)\\\\1' uses a ...")."""
 
 
-_OPTIONS = re2.Options()
-_OPTIONS.log_errors = False  # the error goes to the person who wrote the pattern
-_OPTIONS.never_capture = True  # only "does it match?" is asked
-_OPTIONS.max_mem = MAX_MEMORY
+def _options(*, capture: bool) -> re2.Options:
+    options = re2.Options()
+    options.log_errors = False  # the error goes to the person who wrote the pattern
+    options.never_capture = not capture  # scope only asks "does it match?"
+    options.max_mem = MAX_MEMORY
+    return options
 
 
-def _re2(engine_pattern: str):
+_OPTIONS = _options(capture=False)
+_CAPTURING = _options(capture=True)
+
+
+def _re2(engine_pattern: str, options: re2.Options = _OPTIONS):
     """RE2's compiled pattern; re2.error when RE2 refuses it.
 
     re2.compile keeps the last 128 compiled in a cache of its own; a program refused below for
@@ -74,7 +87,7 @@ def _re2(engine_pattern: str):
     slice or save, never per URL).
     """
     try:
-        return re2.compile(engine_pattern, _OPTIONS)
+        return re2.compile(engine_pattern, options)
     finally:
         re2.purge()
 
@@ -97,8 +110,61 @@ class Pattern:
         return self._regexp.search(text) is not None
 
 
+class ExtractingPattern:
+    """A pattern whose matches are values: group 1 when it has groups, else the whole match
+    (as Python's re.findall gives for one group; an unmatched group 1 gives "").
+
+    Only empty values can differ from Python's: after an empty match RE2 moves on a character
+    where Python first tries a longer match at the same place, and a repeated group whose last
+    round is empty keeps the round before where Python gives "".
+
+    Text may be str or bytes (UTF-8), and values come back as the same type: a page's text
+    encoded once is searched by every rule, where RE2 would encode a str on every call.
+    """
+
+    __slots__ = ("pattern", "engine_pattern", "_regexp", "_group")
+
+    def __init__(self, pattern: str, engine_pattern: str, regexp) -> None:
+        self.pattern = pattern
+        self.engine_pattern = engine_pattern
+        self._regexp = regexp
+        self._group = 1 if regexp.groups else 0
+
+    def __repr__(self) -> str:
+        return f"ExtractingPattern({self.pattern!r})"
+
+    def search(self, text: AnyStr) -> AnyStr | None:
+        """The first match's value; None when nothing matches."""
+        return next(self.finditer(text), None)
+
+    def findall(self, text: AnyStr, *, limit: int | None = None) -> list[AnyStr]:
+        """The values of the matches, in order, at most `limit` of them."""
+        return list(itertools.islice(self.finditer(text), limit))
+
+    def finditer(self, text: AnyStr) -> Iterator[AnyStr]:
+        """The values one by one: each search takes time linear in the text, whatever the
+        pattern, and the caller stops when it has enough."""
+        group, empty = self._group, text[:0]
+        for match in self._regexp.finditer(text):
+            value = match.group(group)
+            yield empty if value is None else value
+
+
 def compile_pattern(text: str) -> Pattern:
     """`text` ready to search with; PatternError saying what is wrong with it otherwise."""
+    engine_pattern, regexp = _compiled(text, _OPTIONS)
+    return Pattern(text, engine_pattern, regexp)
+
+
+def compile_extractor(text: str) -> ExtractingPattern:
+    """`text` ready to pull values out of page text, checked and limited as compile_pattern
+    checks a URL pattern; PatternError saying what is wrong with it otherwise."""
+    engine_pattern, regexp = _compiled(text, _CAPTURING)
+    return ExtractingPattern(text, engine_pattern, regexp)
+
+
+def _compiled(text: str, options: re2.Options) -> tuple[str, object]:
+    """What RE2 runs for `text`, and RE2's program for it, once every check has passed."""
     if len(text) > MAX_LENGTH:
         raise PatternError(
             f"{text[:40]!r}... is {len(text):,} characters long; a pattern has at most "
@@ -115,12 +181,12 @@ def compile_pattern(text: str) -> Pattern:
         raise PatternError(f"{text!r} is not a valid regular expression: {exc}") from None
     engine_pattern = _Translator(text).run()
     try:
-        regexp = _re2(engine_pattern)
+        regexp = _re2(engine_pattern, options)
     except re2.error as exc:
         raise PatternError(f"{text!r} {_re2_problem(exc)}") from None
     if regexp.programsize > MAX_PROGRAM:
         raise PatternError(f"{text!r} is {_too_complex(regexp.programsize)}")
-    return Pattern(text, engine_pattern, regexp)
+    return engine_pattern, regexp
 
 
 def match_any(patterns: list[Pattern]) -> Pattern | None:
@@ -257,9 +323,9 @@ class _Translator:
             if text.startswith(opening, start):
                 raise _unsupported(text, what)
         if text.startswith("(?P<", start):
-            # A name only matters to code reading groups; RE2's names are narrower than
-            # Python's (any identifier).
-            self.out.append("(?:")
+            # RE2's names are narrower than Python's (any identifier), and only the group's
+            # number is read (extraction's group 1): it stays a group, unnamed.
+            self.out.append("(")
             self.i = text.index(">", start) + 1
             return
         if text.startswith("(?:", start):

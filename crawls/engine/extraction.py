@@ -1,0 +1,507 @@
+"""Extraction: the fields a crawl's rules (extraction_rules.py) pull out of each page it fetches,
+and the structured data (JSON-LD, microdata, OpenGraph) a page declares.
+
+An Extractor compiles a crawl's rules once per slice and runs them on each page. A page only
+ever makes values or errors, never an exception, and what it can yield is bounded whatever the
+site sends: MAX_VALUE characters a value, MAX_VALUES values a rule, MAX_PAGE_BYTES a page.
+
+What a value is: css and xpath rules run on HTML or XML pages (by content type, else by how the
+body starts; XML without namespaces); "text" is an element's text, whitespace collapsed, or a
+text node, attribute or XPath string or number as it is, stripped; "html" an element's outer
+markup; "attr" an element's attribute. regex rules search the decoded text (group 1, else the
+whole match). Empty values are left out: without many a rule gives the first non-empty one.
+json rules give the JSON their JMESPath finds, as it is (many: as a list, null as []).
+
+Values are JSON a database takes as is: NUL and unpaired surrogates (which PostgreSQL's jsonb
+refuses) become U+FFFD, and JSON's NaN and infinities become null.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+import extruct
+from jmespath.exceptions import JMESPathError
+from lxml import etree
+from parsel import Selector
+from w3lib.encoding import html_body_declared_encoding, http_content_type_encoding, read_bom
+
+from crawls.engine.extraction_rules import (
+    MAX_RULES,
+    CompiledRule,
+    Rule,
+    RulesError,
+    check_rules,
+    compile_rules,
+    parse_rules,
+    rules_to_json,
+)
+
+# The rules' API, so that extraction is one import for those who use it.
+__all__ = [
+    "MAX_RULES",
+    "Extraction",
+    "Extractor",
+    "Rule",
+    "RulesError",
+    "check_rules",
+    "parse_rules",
+    "rules_to_json",
+    "structured_data",
+]
+
+MAX_VALUE = 10_000  # characters of one value (JSON: of the value written as JSON)
+MAX_VALUES = 1_000  # values of one `many` rule on one page
+MAX_PAGE_BYTES = 256 * 1024  # of all the values of one page, in UTF-8
+# A tree takes tens of times the page's size in memory, parsed JSON several times.
+MAX_PARSED_BYTES = 8 * 1024 * 1024
+# Characters of text made into values (before cutting) per page: a page of deeply nested
+# elements makes each element's text nearly the whole page.
+MAX_READ = 32_000_000
+# CPU time a regex rule may search one page for: RE2 takes linear time per match, but a
+# pattern whose every match reads to the end of the text (a(.*z)?) makes that quadratic.
+MAX_REGEX_SECONDS = 0.25
+MAX_STRUCTURED_BODY = 5 * 1024 * 1024
+MAX_STRUCTURED_BYTES = 256 * 1024
+
+HTML_TYPES = ("text/html", "application/xhtml+xml")
+_TEXT_OF = etree.XPath("string()")
+
+
+@dataclass
+class Extraction:
+    """What the rules took from one page: name -> value, and name -> why a rule failed.
+
+    A rule whose url_pattern does not match the page is in neither.
+    """
+
+    fields: dict[str, object] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+
+
+# -- running rules ---------------------------------------------------------------------------
+
+
+class Extractor:
+    """A crawl's rules, compiled once (per slice), run on page after page by extract.
+
+    One Extractor can serve a slice's threads: a compiled XPath takes a lock while it runs,
+    JMESPath and RE2 programs are only read.
+    """
+
+    def __init__(self, rules: Sequence[Rule]) -> None:
+        """RulesError when `rules` are not what parse_rules would give (stored long ago)."""
+        self._rules = [_Runner(compiled) for compiled in compile_rules(rules_to_json(rules))]
+
+    def extract(self, *, url: str, body: bytes, content_type: str) -> Extraction:
+        """The fields of one page; what the page holds makes values or errors, never raises.
+
+        The page is decoded, parsed into a tree and read as JSON at most once each, and only
+        when a rule that applies to its URL needs it.
+        """
+        page = _Page(url=url, body=body, content_type=content_type)
+        extraction = Extraction()
+        for rule in self._rules:
+            if rule.url is not None and not rule.url.search(url):
+                continue
+            value, error = rule.run(page)
+            extraction.fields[rule.name] = value
+            if error:
+                extraction.errors[rule.name] = error
+        return extraction
+
+
+class _Failed(Exception):
+    """Why a rule gives no value on this page (the page is not JSON, the XPath failed)."""
+
+
+class _Stop(Exception):
+    """A bound reached: the rule keeps the values it has, and says why there are no more."""
+
+
+class _Runner:
+    """One compiled rule, run on a page."""
+
+    __slots__ = ("rule", "name", "url", "expr")
+
+    def __init__(self, compiled: CompiledRule) -> None:
+        self.rule, self.url, self.expr = compiled
+        self.name = self.rule.name
+
+    def run(self, page: _Page) -> tuple[object, str | None]:
+        """(value, error): a str, list or JSON value or None, and why it is missing or short."""
+        values = _Values(page, many=self.rule.many)
+        try:
+            if self.rule.kind == "json":
+                values.take_json(_json_found(self.expr, page))
+            elif self.rule.kind == "regex":
+                values.take_text(_regex_values(self.expr, page))
+            else:
+                values.take_text(self._node_values(page))
+        except _Stop as exc:
+            values.problems.append(str(exc))
+        except _Failed as exc:
+            return None, str(exc)
+        except Exception as exc:  # one rule's failure is its own error
+            return None, f"the rule failed on this page: {exc!r}"
+        return values.result(), "; ".join(values.problems) or None
+
+    def _node_values(self, page: _Page) -> Iterator[str | None]:
+        tree = page.tree()
+        xpath = self.expr if self.rule.kind == "xpath" else self.expr[tree.method == "xml"]
+        try:
+            found = xpath(tree.root)
+        except etree.XPathError as exc:
+            raise _Failed(f"XPath evaluation error: {exc}") from None
+        get, attr = self.rule.get, self.rule.attr
+        for item in found if isinstance(found, list) else [found]:
+            yield _node_value(item, get=get, attr=attr, method=tree.method, page=page)
+
+
+def _node_value(
+    item: object, *, get: str, attr: str | None, method: str, page: _Page
+) -> str | None:
+    """One XPath result as a value: an element's collapsed text, outer HTML or attribute; a
+    text node, attribute value, string or number as it is, stripped."""
+    if isinstance(item, etree._Element):
+        if get == "attr":
+            return item.get(attr) if isinstance(item.tag, str) else None
+        if get == "html":
+            text = etree.tostring(item, method=method, encoding="unicode", with_tail=False)
+            page.note_read(len(text))
+            return text
+        text = _TEXT_OF(item)
+        page.note_read(len(text))
+        return " ".join(text.split())
+    if get == "attr":
+        return None  # a string has no attributes
+    if isinstance(item, bool):
+        return "true" if item else "false"
+    if isinstance(item, float):
+        return _number(item)
+    return str(item).strip()
+
+
+def _number(value: float) -> str:
+    """As XPath writes numbers: 3, not 3.0."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "Infinity" if value > 0 else "-Infinity"
+    return str(int(value)) if value.is_integer() else repr(value)
+
+
+def _regex_values(pattern, page: _Page) -> Iterator[str]:
+    started = time.thread_time()
+    for value in pattern.finditer(page.utf8()):
+        yield value.decode("utf-8", "replace")
+        if time.thread_time() - started > MAX_REGEX_SECONDS:
+            raise _Stop(
+                f"the search took over {MAX_REGEX_SECONDS} s on this page; the matches found "
+                "by then are kept"
+            )
+
+
+def _json_found(expr, page: _Page) -> object:
+    try:
+        return expr.search(page.json())
+    except JMESPathError as exc:
+        raise _Failed(f"JMESPath evaluation error: {exc}") from None
+
+
+class _Values:
+    """One rule's values on one page, kept within the bounds, and why some were not."""
+
+    def __init__(self, page: _Page, *, many: bool) -> None:
+        self.page, self.many = page, many
+        self.kept: list[object] = []
+        self.problems: list[str] = []
+        self.cut = 0
+
+    def result(self) -> object:
+        if self.many:
+            return self.kept
+        return self.kept[0] if self.kept else None
+
+    def take_text(self, values: Iterable[str | None]) -> None:
+        """Non-empty values in order: the first, or (many) up to MAX_VALUES."""
+        try:
+            for raw in values:
+                if not raw:
+                    continue  # whitespace between tags, an absent attribute
+                if not self._keep_text(raw) or not self.many:
+                    break
+        finally:  # a bound may stop the values: what was cut before still is
+            self._say_cut()
+
+    def take_json(self, found: object) -> None:
+        """What the expr found, as it is; with many, as a list (null is none, a list its items)."""
+        if not self.many:
+            self._keep_json(found)
+        else:
+            items = [] if found is None else found if isinstance(found, list) else [found]
+            for item in items:
+                if not self._keep_json(item):
+                    break
+        self._say_cut()
+
+    def _keep_text(self, raw: str) -> bool:
+        value = _storable(raw)
+        if len(value) > MAX_VALUE:
+            value = value[:MAX_VALUE]
+            self.cut += 1
+        return self._keep(value, len(value.encode()))
+
+    def _keep_json(self, value: object) -> bool:
+        if isinstance(value, str):
+            return self._keep_text(value)
+        value = _json_safe(value)
+        written = json.dumps(value, ensure_ascii=False)
+        if len(written) > MAX_VALUE:
+            self.problems.append(
+                f"a value is {len(written):,} characters of JSON, more than {MAX_VALUE:,}; "
+                "it is left out"
+            )
+            return True
+        return self._keep(value, len(written.encode()))
+
+    def _keep(self, value: object, size: int) -> bool:
+        """Whether the value fits (then it is kept), and more may follow."""
+        if len(self.kept) == MAX_VALUES:
+            self.problems.append(
+                f"more than {MAX_VALUES:,} values; the first {MAX_VALUES:,} are kept"
+            )
+            return False
+        if not self.page.spend(size):
+            self.problems.append(
+                f"the page's values reached {MAX_PAGE_BYTES // 1024} KB; the rest are left out"
+            )
+            return False
+        self.kept.append(value)
+        return True
+
+    def _say_cut(self) -> None:
+        if self.cut:
+            some = "a value was" if self.cut == 1 else f"{self.cut:,} values were"
+            self.problems.append(f"{some} cut to {MAX_VALUE:,} characters")
+            self.cut = 0
+
+
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def _storable(text: str) -> str:
+    """`text` as PostgreSQL's jsonb takes it: no NUL, no unpaired surrogate (from JSON's
+    "\\ud800" escapes)."""
+    return _UNSTORABLE.sub("\ufffd", text)
+
+
+def _json_safe(value: object) -> object:
+    """A JSON value with storable strings and no NaN or infinity (JSON has neither)."""
+    if isinstance(value, str):
+        return _storable(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {_storable(str(key)): _json_safe(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(item) for item in value]
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    return _storable(str(value))
+
+
+# -- the page --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Tree:
+    root: etree._Element
+    method: str  # "html" or "xml": how parts of it are written back
+
+
+class _Page:
+    """One page as the rules read it: its encoding, text, tree and JSON, each made at most once
+    and only when asked for (a failure is remembered too), and what its values have used of
+    the page's bounds."""
+
+    def __init__(self, *, url: str, body: bytes, content_type: str) -> None:
+        self.url, self.body = url, body
+        self.mime = content_type.split(";", 1)[0].strip().lower()
+        self.content_type = content_type
+        self.read = 0  # characters made into values
+        self.spent = 0  # bytes of values kept
+        self._made: dict[str, object] = {}
+
+    def _once(self, what: str, make: Callable[[], object]):
+        if what not in self._made:
+            try:
+                self._made[what] = make()
+            except _Failed as exc:
+                self._made[what] = exc
+        made = self._made[what]
+        if isinstance(made, _Failed):
+            raise made
+        return made
+
+    def encoding(self) -> tuple[str, int]:
+        """The page's encoding and where its text starts (after a byte order mark)."""
+        return self._once("encoding", lambda: _encoding(self.body, self.content_type))
+
+    def text(self) -> str:
+        return self._once("text", self._decode)
+
+    def utf8(self) -> bytes:
+        return self._once("utf8", lambda: self.text().encode("utf-8", "replace"))
+
+    def tree(self) -> _Tree:
+        return self._once("tree", lambda: _parse_tree(self))
+
+    def json(self) -> object:
+        return self._once("json", lambda: _parse_json(self))
+
+    def markup(self) -> str | None:
+        """ "html" or "xml" as the content type says, else as the body starts; None for neither."""
+        if self.mime in HTML_TYPES:
+            return "html"
+        if self.mime.endswith(("/xml", "+xml")):
+            return "xml"
+        encoding, start = self.encoding()
+        head = self.body[start : start + 512].decode(encoding, "replace").lstrip()
+        if head.startswith("<?xml"):
+            return "xml"
+        return "html" if head.startswith("<") else None
+
+    def note_read(self, characters: int) -> None:
+        self.read += characters
+        if self.read > MAX_READ:
+            raise _Stop(
+                f"the rules read {MAX_READ:,} characters of this page's text to make values; "
+                "the rest are left out"
+            )
+
+    def spend(self, size: int) -> bool:
+        """Whether `size` more bytes of values fit in the page's MAX_PAGE_BYTES (then taken)."""
+        if self.spent + size > MAX_PAGE_BYTES:
+            return False
+        self.spent += size
+        return True
+
+    def _decode(self) -> str:
+        encoding, start = self.encoding()
+        return self.body[start:].decode(encoding, "replace")
+
+
+def _encoding(body: bytes, content_type: str) -> tuple[str, int]:
+    """As links.py finds it (and browsers): a byte order mark, the HTTP charset, <meta> or the
+    XML declaration, else UTF-8; an encoding Python lacks is read as UTF-8."""
+    bom_encoding, bom = read_bom(body)
+    if bom_encoding is not None and bom is not None:
+        return bom_encoding, len(bom)
+    declared = http_content_type_encoding(content_type) or html_body_declared_encoding(body)
+    encoding = declared or "utf-8"
+    if encoding in ("utf-16", "utf-32"):
+        encoding += "-be"  # without a byte order mark, as w3lib reads it
+    try:
+        codecs_name = "".encode(encoding) is not None
+    except LookupError:
+        codecs_name = False
+    return (encoding if codecs_name else "utf-8"), 0
+
+
+def _parse_tree(page: _Page) -> _Tree:
+    if len(page.body) > MAX_PARSED_BYTES:
+        raise _Failed(
+            f"the page is {_mb(len(page.body))}; selectors run on pages of at most "
+            f"{_mb(MAX_PARSED_BYTES)}"
+        )
+    markup = page.markup()
+    if markup is None:
+        raise _Failed(f"the page is not HTML or XML ({page.mime or 'no content type'})")
+    encoding, start = page.encoding()
+    body = page.body[start:] if start else page.body
+    if not body or body.isspace():
+        raise _Failed("the page is empty")
+    try:
+        selector = Selector(body=body, encoding=encoding, type=markup, base_url=page.url)
+        if markup == "xml":
+            # A feed's elements are in a namespace (Atom's, RSS modules'): "entry > title" and
+            # //dc:creator would find nothing, or not compile, without the name alone.
+            selector.remove_namespaces()
+    except Exception as exc:  # lxml on whatever a site sends
+        raise _Failed(f"the page could not be read as {markup.upper()}: {exc}") from None
+    return _Tree(selector.root, markup)
+
+
+def _parse_json(page: _Page) -> object:
+    declared = page.mime.endswith(("/json", "+json"))
+    if len(page.body) > MAX_PARSED_BYTES:
+        raise _Failed(
+            f"the body is {_mb(len(page.body))}; JSON rules run on bodies of at most "
+            f"{_mb(MAX_PARSED_BYTES)}"
+        )
+    try:
+        # JSON has no NaN or Infinity; Python reads them unless told otherwise.
+        return json.loads(page.text(), parse_constant=lambda _: None)
+    except (ValueError, RecursionError) as exc:
+        if declared:
+            raise _Failed(f"the body is not JSON: {exc}") from None
+        raise _Failed(f"the body is not JSON ({page.mime or 'no content type'})") from None
+
+
+def _mb(size: int) -> str:
+    return f"{size / (1024 * 1024):,.1f} MB"
+
+
+# -- structured data ---------------------------------------------------------------------------
+
+SYNTAXES = ["json-ld", "microdata", "opengraph"]
+
+
+def structured_data(*, url: str, body: bytes, content_type: str) -> dict | None:
+    """What an HTML page declares about itself (JSON-LD, microdata, OpenGraph), by syntax, in
+    extruct's uniform shape; None for anything else, for a page that declares nothing or
+    cannot be read, or one over MAX_STRUCTURED_BODY. Never raises.
+
+    The result holds at most MAX_STRUCTURED_BYTES of JSON: items past that are left out, and
+    "dropped" says how many.
+    """
+    if not body or len(body) > MAX_STRUCTURED_BODY:
+        return None
+    page = _Page(url=url, body=body, content_type=content_type)
+    try:
+        if page.markup() != "html":
+            return None
+        found = extruct.extract(
+            page.utf8(), base_url=url, encoding="UTF-8", syntaxes=SYNTAXES, uniform=True,
+            errors="ignore",
+        )  # fmt: skip
+        return _bounded(found)
+    except Exception:  # extruct and lxml on whatever a site sends
+        return None
+
+
+def _bounded(found: dict) -> dict | None:
+    """Syntax -> items, in page order, as many as fit in MAX_STRUCTURED_BYTES of JSON."""
+    kept: dict[str, object] = {}
+    size = dropped = 0
+    for syntax in SYNTAXES:
+        items = []
+        for item in found.get(syntax) or []:
+            item = _json_safe(item)
+            item_size = len(json.dumps(item, ensure_ascii=False).encode())
+            if size + item_size > MAX_STRUCTURED_BYTES:
+                dropped += 1
+                continue
+            size += item_size
+            items.append(item)
+        if items:
+            kept[syntax] = items
+    if dropped:
+        kept["dropped"] = dropped
+    return kept or None
