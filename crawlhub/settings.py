@@ -371,7 +371,7 @@ SPECTACULAR_SETTINGS = {
 
 CHANNEL_LAYERS = {
     "default": {
-        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "BACKEND": "crawlhub.channel_layer.ChannelLayer",
         "CONFIG": {"hosts": launcher.channel_layer_hosts(REDIS_URL), "prefix": "crawlhub:asgi"},
     }
 }
