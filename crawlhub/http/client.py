@@ -55,6 +55,9 @@ RETRYABLE_KINDS = frozenset({"timeout", "refused", "connection", "proxy"})
 MAX_RETRY_AFTER = 3600.0
 # A redirect's own body is read (to keep the connection pooled) only when it is this small.
 REDIRECT_BODY_LIMIT = 16 * 1024
+# Request headers whose values are never recorded (FetchResult.request_headers).
+SECRET_HEADERS = frozenset({"authorization", "cookie", "proxy-authorization"})
+MASK = "••••••"
 
 
 class OptionError(ValueError):
@@ -80,7 +83,12 @@ class FetchResult:
     error_kind: str  # "" | "timeout" | "refused" | "dns" | "connection" | "redirects" | ...
     title: str = ""
     links: list[str] = field(default_factory=list)
+    link_texts: list[str] = field(default_factory=list)  # each link's text, as links go
     headers: dict[str, str] = field(default_factory=dict)  # final response, lowercase names
+    # What the last request sent: its headers (secrets masked, see SECRET_HEADERS), and the
+    # proxy it went through ("scheme://host:port", no credentials; set by whoever chose it).
+    request_headers: dict[str, str] = field(default_factory=dict)
+    proxy: str = ""
 
     @property
     def retryable(self) -> bool:
@@ -230,10 +238,14 @@ class Fetcher:
                 "user_agent_mode", f"{user_agent_mode!r} is not one of {', '.join(MODES)}"
             )
 
-    def fetch(self, url: str, *, proxy: str | None = None) -> FetchResult:
+    def fetch(
+        self, url: str, *, proxy: str | None = None, headers: Mapping[str, str] | None = None
+    ) -> FetchResult:
         """A page for a crawl: GET `url` (through `proxy` if given), following redirects, with
-        its title and links when it is complete HTML."""
-        return self._fetch(url, proxy=proxy, max_bytes=self.max_bytes, parse=True)
+        its title and links when it is complete HTML. `headers` are sent as well (a
+        conditional request's If-None-Match, say)."""
+        call = _Call(headers=headers) if headers else _GET
+        return self._fetch(url, proxy=proxy, max_bytes=self.max_bytes, parse=True, call=call)
 
     def fetch_text(
         self, url: str, *, limit: int = 512 * 1024, proxy: str | None = None
@@ -250,9 +262,12 @@ class Fetcher:
             return None, ""
         return result.status, result.body.decode("utf-8", "replace").lstrip("\ufeff")
 
-    def get(self, url: str, *, proxy: str | None = None, operator_url: bool = False) -> FetchResult:
+    def get(
+        self, url: str, *, proxy: str | None = None, operator_url: bool = False,
+        max_bytes: int | None = None,
+    ) -> FetchResult:  # fmt: skip
         """GET `url` as fetch() does, without looking for links: a proxy list, a check URL's
-        JSON (FetchResult.json()).
+        JSON (FetchResult.json()), a sitemap (with its own max_bytes).
 
         operator_url=True says `url` is the operator's own setting (PROXY_CHECK_URL, by default
         crawlhub's own /proxies/echo on loopback), not a URL a user or a page named: the
@@ -260,7 +275,8 @@ class Fetcher:
         hop. Proxy checks are the one caller that passes it.
         """
         call = _OPERATOR_GET if operator_url else _GET
-        return self._fetch(url, proxy=proxy, max_bytes=self.max_bytes, parse=False, call=call)
+        limit = self.max_bytes if max_bytes is None else max_bytes
+        return self._fetch(url, proxy=proxy, max_bytes=limit, parse=False, call=call)
 
     def post(self, url: str, *, body: bytes, headers: Mapping[str, str]) -> FetchResult:
         """POST `body` to `url` with `headers`; at most max_bytes of the answer are read.
@@ -303,7 +319,7 @@ class Fetcher:
         # random subset, and a retry or the truncation counter says more than they would.
         complete = not result.error and not result.truncated
         if parse and complete and links.is_html(result.content_type):
-            result.title, result.links = links.extract(
+            result.title, result.links, result.link_texts = links.extract_with_texts(
                 result.body, result.final_url, result.content_type
             )
         return result
@@ -319,11 +335,12 @@ class Fetcher:
             if guarded and (refused := refusal(current)):
                 raise FetchError(refused, "blocked")
             guarded = True  # every redirect hop, whoever named the first URL
-            response = self._send(current, proxy, deadline, call)
+            response, sent = self._send(current, proxy, deadline, call)
             result.final_url = current
             result.status = response.status_code
             result.content_type = response.headers.get("Content-Type", "").strip()
             result.headers = {k.lower(): v for k, v in response.headers.items()}
+            result.request_headers = _recorded(sent)
             if proxy and response.status_code == 407:
                 response.close()
                 raise FetchError("proxy refused: 407 Proxy Authentication Required", "proxy")
@@ -336,9 +353,11 @@ class Fetcher:
             current = _redirect_target(current, location)
             result.redirects.append(current)
 
-    def _send(self, url: str, proxy: str | None, deadline: float, call: _Call) -> requests.Response:
+    def _send(
+        self, url: str, proxy: str | None, deadline: float, call: _Call
+    ) -> tuple[requests.Response, Mapping[str, str]]:
         """One request, redirects not followed (we follow them ourselves to record and check
-        each hop), body not read.
+        each hop), body not read; and the headers it sent.
 
         What session.request(..., allow_redirects=False, stream=True) does, through the same
         adapter, with the same prepared request and the session's cookies, minus the parts
@@ -368,7 +387,7 @@ class Fetcher:
                 proxies={"http": proxy, "https": proxy} if proxy else {},
             )
             extract_cookies_to_jar(session.cookies, prepared, response.raw)
-            return response
+            return response, prepared.headers
         except (requests.RequestException, urllib3.exceptions.HTTPError) as exc:
             if time.monotonic() >= deadline:  # the watchdog cut a response head short
                 raise deadline_error(self.total_timeout) from None
@@ -423,6 +442,13 @@ class Fetcher:
         else:
             raw.release_conn()  # read to the end: the connection goes back to the pool
         return body
+
+
+def _recorded(headers: Mapping[str, str]) -> dict[str, str]:
+    """Headers a request sent, as they may be shown: the values of SECRET_HEADERS masked."""
+    return {
+        name: MASK if name.lower() in SECRET_HEADERS else value for name, value in headers.items()
+    }
 
 
 def _redirect_target(current: str, location: str) -> str:

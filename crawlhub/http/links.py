@@ -20,6 +20,8 @@ _WHITESPACE = " \t\n\r\f"
 # Links kept of one page, in document order (Heritrix keeps 6,000): a page of nothing but
 # links, at the largest max_bytes, would otherwise make millions of URLs in a worker's memory.
 MAX_LINKS = 100_000
+# What is kept of a link's text (the pages show it beside the link).
+MAX_LINK_TEXT = 200
 # The page is decoded and parsed this much at a time.
 FEED_BYTES = 1024 * 1024
 # A URL scheme as urlsplit recognizes one: a letter, then letters, digits, "+", "-" or ".".
@@ -37,17 +39,28 @@ def extract(body: bytes, base_url: str, content_type: str) -> tuple[str, list[st
     The frontier counts repeats, so duplicates are returned on purpose. Anything that is not HTML,
     or cannot be parsed at all, gives ("", []).
     """
+    title, links, _texts = extract_with_texts(body, base_url, content_type)
+    return title, links
+
+
+def extract_with_texts(
+    body: bytes, base_url: str, content_type: str
+) -> tuple[str, list[str], list[str]]:
+    """(title, links, texts): extract's title and links, and each link's text (an <a>'s or
+    <area>'s visible text or alt, whitespace collapsed, at most MAX_LINK_TEXT characters; ""
+    for other links), in the same order."""
     if not body or not is_html(content_type):
-        return "", []
+        return "", [], []
     page = _Page()
     encoding = _parse(body, content_type, page)
     if encoding is None:
-        return "", []
+        return "", [], []
     try:
         resolver = Resolver(_base_url(page.base, base_url), encoding)
     except ValueError:  # a base URL that urlsplit rejects; the caller passed garbage
-        return page.title(), []
-    return page.title(), _links(page.hrefs, resolver)
+        return page.title(), [], []
+    links, texts = _links(page.hrefs, page.texts(), resolver)
+    return page.title(), links, texts
 
 
 def _detect(body: bytes) -> str:
@@ -120,10 +133,25 @@ class _Page:
         self._title: list[str] | None = None  # the first <title>'s text so far
         self._title_size = 0
         self._in_title = 0  # <title> elements open, inside the first one
+        # Link texts by the index of their href; the <a> being read, and its text so far.
+        self._texts: dict[int, str] = {}
+        self._anchor: int | None = None
+        self._anchor_text: list[str] = []
+        self._anchor_size = 0
 
     def start(self, tag: str, attrib: dict[str, str]) -> None:
         if tag == "a" or tag == "area":
             value = attrib.get("href")
+            if value and len(self.hrefs) < MAX_LINKS:
+                if tag == "area":
+                    self._texts[len(self.hrefs)] = attrib.get("alt") or ""
+                else:
+                    self._end_anchor()
+                    self._anchor = len(self.hrefs)
+        elif tag == "img":
+            if self._anchor is not None and not self._anchor_text and attrib.get("alt"):
+                self._anchor_text.append(attrib["alt"])  # an image link says what its alt says
+            return
         elif tag == "link":
             rels = (attrib.get("rel") or "").lower().split()
             value = attrib.get("href") if PAGE_RELS.intersection(rels) else None
@@ -142,15 +170,32 @@ class _Page:
     def end(self, tag: str) -> None:
         if tag == "title" and self._in_title:
             self._in_title -= 1
+        elif tag == "a":
+            self._end_anchor()
 
     def data(self, text: str) -> None:
         # A garbage title can be megabytes long; only the start is ever shown.
         if self._in_title and self._title_size < MAX_TITLE * 4:
             self._title.append(text)
             self._title_size += len(text)
+        if self._anchor is not None and self._anchor_size < MAX_LINK_TEXT * 4:
+            self._anchor_text.append(text)
+            self._anchor_size += len(text)
 
     def close(self) -> _Page:
+        self._end_anchor()
         return self
+
+    def _end_anchor(self) -> None:
+        if self._anchor is not None:
+            if self._anchor_text:
+                self._texts[self._anchor] = "".join(self._anchor_text)
+            self._anchor, self._anchor_text, self._anchor_size = None, [], 0
+
+    def texts(self) -> list[str]:
+        """Each href's link text, in the order of hrefs."""
+        found = self._texts
+        return [_link_text(found.get(i, "")) for i in range(len(self.hrefs))]
 
     def title(self) -> str:
         if not self._title:
@@ -178,15 +223,22 @@ def _base_url(base_href: str | None, page_url: str) -> str:
     return url or page_url  # a javascript: or garbage base is ignored, as browsers do
 
 
-def _links(hrefs: list[str], resolver: Resolver) -> list[str]:
+def _link_text(text: str) -> str:
+    if not text:
+        return ""
+    return " ".join(_visible(text[: MAX_LINK_TEXT * 4]).split())[:MAX_LINK_TEXT]
+
+
+def _links(hrefs: list[str], texts: list[str], resolver: Resolver) -> tuple[list[str], list[str]]:
     # One flat loop: this runs once per link, 100,000 times on a big page.
     absolute = resolver.absolute
-    links = []
-    for value in hrefs:
+    links, kept_texts = [], []
+    for value, text in zip(hrefs, texts, strict=True):
         url = absolute(value)
         if url:
             links.append(url)
-    return links
+            kept_texts.append(text)
+    return links, kept_texts
 
 
 class Resolver:
