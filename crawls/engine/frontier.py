@@ -44,11 +44,14 @@ import redis
 from crawlhub.connections import get_redis
 from crawls.engine.request import (
     OUTCOME_KINDS,
+    VIA_LISTED,
+    VIA_SITEMAP,
     Outcome,
     Request,
     fingerprint,
     json_tail,
     request_host,
+    with_history,
 )
 
 # 2^12 buckets: at 1,000,000 URLs a bucket holds ~244 fingerprints (the fullest ~310), well
@@ -68,6 +71,7 @@ STATES = ("running", "paused", "cancelled")
 COUNTERS = (
     "requests", "repeats", "responses", "errors", "failed", "retries", "bytes",
     "status_2xx", "status_3xx", "status_4xx", "status_5xx", "dropped", "cancelled",
+    "not_modified", "sitemap_urls",
 )  # fmt: skip
 
 _LUA_DIR = Path(__file__).resolve().parent / "lua"
@@ -155,14 +159,17 @@ class Frontier:
 
     # The hot path
 
-    def add_seeds(self, urls: list[str], *, depth: int = 0, priority: int = 0) -> tuple[int, int]:
+    def add_seeds(
+        self, urls: list[str], *, depth: int = 0, priority: int = 0, via: str = ""
+    ) -> tuple[int, int]:
         """Schedule seed URLs through dedup and max_pages, in any state. Returns
-        (added, repeats); seeds refused by max_pages count as "dropped"."""
+        (added, repeats); seeds refused by max_pages count as "dropped". `via` marks them
+        (Request.via): VIA_SITEMAP_ROOT for the sitemaps of a seed's site."""
         if not urls:
             return 0, 0
         args: list = [self.key("seen:"), priority, depth]
         for url in urls:
-            request = Request(url=url, depth=depth, priority=priority)
+            request = Request(url=url, depth=depth, priority=priority, via=via)
             args += [_bucket(request.fp), request.fp, request.to_json()]
         added, repeats = self._run("add", args)
         return int(added), int(repeats)
@@ -362,22 +369,35 @@ def _outcome_args(outcome: Outcome) -> list:
     if outcome.kind not in OUTCOME_KINDS:
         raise ValueError(f"unknown outcome kind {outcome.kind!r}; expected {OUTCOME_KINDS}")
     request = outcome.request
-    retry_json, links = "", []
+    retry_json, links, listed = "", [], 0
+    # Reading sitemaps costs no depth: what a sitemap lists stays at the sitemap's depth.
+    child_depth = request.depth + (0 if request.reads_sitemap else 1)
     if outcome.kind == "retry":
-        retry_json = replace(request, attempts=request.attempts + 1).to_json()
+        history = with_history(request.history, outcome.error)
+        retry_json = replace(request, attempts=request.attempts + 1, history=history).to_json()
     elif outcome.kind == "crashed":
         again = replace(request, crashes=request.crashes + 1, crash_error=outcome.error[:300])
         retry_json = again.to_json()
     elif outcome.kind == "done":
-        # Request(url, depth + 1, referrer=request.url, priority=...).to_json() for each link,
-        # without building the Request: the tail is the same for every link of the page.
-        tail = json_tail(request.depth + 1, request.priority, 0, request.url)
-        for url in outcome.links:
-            fp = fingerprint(url)
-            head = f'{{"f":"{fp}","h":{_json_str(request_host(url))},"u":'
-            links += [_bucket(fp), fp, f"{head}{_json_str(url)}{tail}"]
+        if outcome.links_via == VIA_LISTED:
+            listed = len(outcome.links)
+        links = _link_args(outcome.links, request, child_depth, outcome.links_via)
+        links += _link_args(outcome.sitemaps, request, child_depth, VIA_SITEMAP)
     status = "" if outcome.status is None else outcome.status
     return [
-        request.fp, outcome.kind, status, outcome.nbytes, request.priority, request.depth + 1,
-        retry_json, _ms(outcome.retry_delay), len(links) // 3, *links,
+        request.fp, outcome.kind, status, outcome.nbytes, request.priority, child_depth,
+        retry_json, _ms(outcome.retry_delay), len(links) // 3, listed, *links,
     ]  # fmt: skip
+
+
+def _link_args(urls: list[str], parent: Request, depth: int, via: str) -> list:
+    """(bucket, fp, JSON) per URL: Request(url, depth, referrer=parent.url, priority=...,
+    via=via).to_json() for each, without building the Request: the tail is the same for every
+    link of the page."""
+    tail = json_tail(depth, parent.priority, 0, parent.url, via=via)
+    args = []
+    for url in urls:
+        fp = fingerprint(url)
+        head = f'{{"f":"{fp}","h":{_json_str(request_host(url))},"u":'
+        args += [_bucket(fp), fp, f"{head}{_json_str(url)}{tail}"]
+    return args

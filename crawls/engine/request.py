@@ -25,6 +25,17 @@ FINGERPRINT_VERSION = 1
 
 OUTCOME_KINDS = ("done", "retry", "failed", "crashed")
 
+# How a request came to be, besides a link or a seed (Request.via): a sitemap file to read, the
+# root sitemap of a seed's site (its robots.txt's Sitemap: lines are read with it), or a page
+# a sitemap listed.
+VIA_SITEMAP = "m"
+VIA_SITEMAP_ROOT = "M"
+VIA_LISTED = "s"
+VIAS = ("", VIA_SITEMAP, VIA_SITEMAP_ROOT, VIA_LISTED)
+# What a request keeps of its earlier attempts' errors (Request.history).
+HISTORY_ENTRIES = 5
+HISTORY_CHARS = 200
+
 
 # URLs that w3lib's canonicalize_url returns unchanged: http(s), a lowercase ASCII host name or
 # IPv4 address, an optional port (1-65535, no leading zero), a path of characters it never escapes
@@ -106,10 +117,18 @@ class Request:
     # died, it was stopped or ran out of time) while holding it; and the last error said.
     crashes: int = 0
     crash_error: str = ""
+    via: str = ""  # one of VIAS: "" for a seed or a link
+    # What went wrong in the attempts before this one (retries), oldest first, bounded.
+    history: tuple[str, ...] = ()
 
     @cached_property
     def fp(self) -> int:
         return fingerprint(self.url)
+
+    @property
+    def reads_sitemap(self) -> bool:
+        """A sitemap file to read, not a page: what it lists goes to the frontier."""
+        return self.via in (VIA_SITEMAP, VIA_SITEMAP_ROOT)
 
     @cached_property
     def host(self) -> str:
@@ -120,14 +139,14 @@ class Request:
         """Compact and deterministic. Carries fp (as a string: a double would round it) and host
         for the Lua scripts, which neither hash nor parse URLs; default fields are left out."""
         # What json.dumps(separators=(",", ":")) gives for {"f", "h", "u", "d", "p", "a", "r",
-        # "x", "e"} (in this order: the Lua scripts find "h" right after "f", and add "x" at
-        # the end), built directly: this runs once per link. tests/engine/test_canonical_urls.py
-        # checks it against json.dumps.
+        # "v", "y", "x", "e"} (in this order: the Lua scripts find "h" right after "f", and
+        # add "x" at the end), built directly: this runs once per link.
+        # tests/engine/test_canonical_urls.py checks it against json.dumps.
         return (
             f'{{"f":"{self.fp}","h":{_json_str(self.host)},"u":{_json_str(self.url)}'
             + json_tail(
                 self.depth, self.priority, self.attempts, self.referrer,
-                self.crashes, self.crash_error,
+                self.crashes, self.crash_error, self.via, self.history,
             )
         )  # fmt: skip
 
@@ -142,6 +161,8 @@ class Request:
             priority=data.get("p", 0),
             crashes=data.get("x", 0),
             crash_error=data.get("e", ""),
+            via=data.get("v", ""),
+            history=tuple(data.get("y", ())),
         )
         # Keep the stored fp and host: the backup hash is keyed by that fp, so complete() must
         # use it even if fingerprinting changed since the request was queued.
@@ -152,9 +173,14 @@ class Request:
         return request
 
 
+def with_history(history: tuple[str, ...], error: str) -> tuple[str, ...]:
+    """history with one more attempt's error, keeping the last HISTORY_ENTRIES, each cut."""
+    return (*history, error[:HISTORY_CHARS])[-HISTORY_ENTRIES:]
+
+
 def json_tail(
     depth: int, priority: int, attempts: int, referrer: str, crashes: int = 0,
-    crash_error: str = "",
+    crash_error: str = "", via: str = "", history: tuple[str, ...] = (),
 ) -> str:  # fmt: skip
     """The end of a request's JSON after "u" (see Request.to_json). The frontier builds a
     page's link JSON from it without a Request per link."""
@@ -165,6 +191,10 @@ def json_tail(
         tail += f',"a":{attempts}'
     if referrer:
         tail += f',"r":{_json_str(referrer)}'
+    if via:
+        tail += f',"v":{_json_str(via)}'
+    if history:
+        tail += ',"y":[' + ",".join(map(_json_str, history)) + "]"
     if crashes:
         tail += f',"x":{crashes}'
     if crash_error:
@@ -185,4 +215,9 @@ class Outcome:
     # Absolute URLs already filtered by scope; the frontier applies depth, max_pages and dedup.
     links: list[str] = field(default_factory=list)
     retry_delay: float = 0.0  # seconds, for kind == "retry" or "crashed"
-    error: str = ""  # what went wrong, for kind == "crashed"
+    error: str = ""  # what went wrong, for kind == "retry" (kept in history) or "crashed"
+    # How the links came (Request.via of each); a sitemap's links keep its depth instead of
+    # going one deeper, so that reading sitemaps costs no depth.
+    links_via: str = ""
+    # Sitemap files a sitemap (or a site's robots.txt) lists: read in turn (via VIA_SITEMAP).
+    sitemaps: list[str] = field(default_factory=list)

@@ -154,6 +154,14 @@ def reference_json(request: Request) -> str:
         data["a"] = request.attempts
     if request.referrer:
         data["r"] = request.referrer
+    if request.via:
+        data["v"] = request.via
+    if request.history:
+        data["y"] = list(request.history)
+    if request.crashes:
+        data["x"] = request.crashes
+    if request.crash_error:
+        data["e"] = request.crash_error
     return json.dumps(data, separators=(",", ":"))
 
 
@@ -175,6 +183,8 @@ def test_request_json_equals_json_dumps():
             referrer=rng.choice(["", 'http://r.example/é"\\\n', url]),
             attempts=rng.choice([0, 0, 2]),
             priority=rng.choice([0, 0, 3, -5]),
+            via=rng.choice(["", "", "m", "s"]),
+            history=rng.choice([(), (), ("HTTP 503",), ('timed out "\u00e9"', "HTTP 500")]),
         )
         raw = request.to_json()
         assert raw == reference_json(request)
@@ -191,8 +201,8 @@ def test_link_arguments_equal_those_of_link_requests():
         for url in links:
             link = Request(url, parent.depth + 1, referrer=parent.url, priority=parent.priority)
             expected += [frontier._bucket(link.fp), link.fp, reference_json(link)]
-        assert args[9:] == expected
-        assert args[8] == len(links)
+        assert args[10:] == expected
+        assert args[8] == len(links) and args[9] == 0  # none a sitemap listed
 
 
 def test_bucket_names_are_the_top_bits_in_hex():

@@ -1,19 +1,22 @@
 -- Record what a slice did with its claimed requests. ARGV: seen prefix, then per outcome
--- 9 fields (fp, kind, status or '', nbytes, priority, child depth, retry JSON or '', retry delay
--- ms, number of links) followed by (bucket, fp, json) per link. Fingerprints come from Python.
+-- 10 fields (fp, kind, status or '', nbytes, priority, child depth, retry JSON or '', retry
+-- delay ms, number of links, how many of the first links a sitemap listed) followed by
+-- (bucket, fp, json) per link. Fingerprints come from Python. A 304 is also 'not_modified';
+-- listed links that are new also count in 'sitemap_urls'.
 -- A 'retry' and a 'crashed' request both wait in delayed as their retry JSON says (one more
 -- attempt, or one more crash); only a retry counts in 'retries'.
 local prefix = ARGV[1]
 local limits, counts = read_limits(), {}
 local now = nil
 
-local function record_done(status, priority, child_depth, first, last)
+local function record_done(status, priority, child_depth, first, last, listed)
   if not status then
     bump(counts, 'errors')
   else
     bump(counts, 'responses')
     local class = math.floor(status / 100)
     bump(counts, (class >= 2 and class <= 5) and ('status_' .. class .. 'xx') or 'status_other')
+    if status == 304 then bump(counts, 'not_modified') end
   end
   if last < first then return end
   if limits.max_depth >= 0 and child_depth > limits.max_depth then
@@ -21,8 +24,10 @@ local function record_done(status, priority, child_depth, first, last)
     return
   end
   local req = {p = priority, d = child_depth}
+  local listed_last = first + 3 * listed - 1
   for j = first, last, 3 do
-    admit(limits, counts, prefix .. ARGV[j], ARGV[j + 1], ARGV[j + 2], req)
+    local added = admit(limits, counts, prefix .. ARGV[j], ARGV[j + 1], ARGV[j + 2], req)
+    if added == 1 and j <= listed_last then bump(counts, 'sitemap_urls') end
   end
 end
 
@@ -31,14 +36,15 @@ while i <= #ARGV do
   local fp, kind, status = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
   local nbytes, priority, child_depth = tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5])
   local retry_member, delay_ms, nlinks = ARGV[i + 6], tonumber(ARGV[i + 7]), tonumber(ARGV[i + 8])
-  local first = i + 9
+  local listed = tonumber(ARGV[i + 9])
+  local first = i + 10
   i = first + 3 * nlinks
   -- Not in backup: the lease expired and the request went back, or it was already completed.
   if redis.call('HDEL', K_BACKUP, fp) == 1 then
     redis.call('ZREM', K_LEASES, fp)
     bump(counts, 'bytes', nbytes)
     if kind == 'done' then
-      record_done(status, priority, child_depth, first, i - 1)
+      record_done(status, priority, child_depth, first, i - 1, listed)
     elseif kind == 'retry' or kind == 'crashed' then
       now = now or now_ms()
       redis.call('ZADD', K_DELAYED, now + delay_ms, retry_member)
