@@ -7,6 +7,8 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
+from django.db.models import F
+from django.db.models.functions import Substr
 from django.urls import reverse
 
 MB = 1024 * 1024
@@ -18,6 +20,9 @@ MB = 1024 * 1024
 MAX_BODY_BYTES = 50 * MB
 # What one slice may hold in bodies at once: threads x max_bytes, each thread fetching one.
 MAX_SLICE_BODY_BYTES = 256 * MB
+# Pages sort by this much of their URL (an index of whole URLs would outgrow PostgreSQL's
+# limit on an index entry).
+URL_SORT_CHARS = 200
 
 
 class UserAgentMode(models.TextChoices):
@@ -34,6 +39,28 @@ class ProxyStrategy(models.TextChoices):
     LEAST_USED = "least_used", "Least used (per request)"
     ROUND_ROBIN = "round_robin", "Round robin (per request)"
     GREEDY = "greedy", "Greedy (keep a fast proxy)"
+
+
+class LinesField(models.JSONField):
+    """A list of strings, one value per line where a person types it (a textarea, a repeated
+    flag, a JSON list). The doors look for this class to parse it; to the database and to
+    migrations it is a JSONField (see deconstruct)."""
+
+    def deconstruct(self) -> tuple:
+        # Nothing about it is stored differently: migrations keep seeing a JSONField, so that
+        # marking a field as lines never rebuilds a table.
+        name, _path, args, kwargs = super().deconstruct()
+        return name, "django.db.models.JSONField", args, kwargs
+
+
+class RulesField(models.JSONField):
+    """Extraction rules: a JSON list of objects (crawls/engine/extraction.py says what each
+    holds). The doors look for this class: a JSON text in forms and on the command line, a
+    list in the API. A JSONField to the database and to migrations."""
+
+    def deconstruct(self) -> tuple:
+        name, _path, args, kwargs = super().deconstruct()
+        return name, "django.db.models.JSONField", args, kwargs
 
 
 class Channel(models.Model):
@@ -58,6 +85,10 @@ class Channel(models.Model):
     user_agent_mode = models.CharField(
         max_length=10, choices=UserAgentMode, default=UserAgentMode.RANDOM
     )
+    extract_rules = RulesField(
+        default=list, blank=True,
+        help_text="Default extraction rules of this channel's crawls (a crawl's own replace them).",
+    )  # fmt: skip
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -90,18 +121,6 @@ COUNTERS = (
     "requests", "responses", "repeats", "errors", "retries", "failed", "bytes",
     "status_2xx", "status_3xx", "status_4xx", "status_5xx",
 )  # fmt: skip
-
-
-class LinesField(models.JSONField):
-    """A list of strings, one value per line where a person types it (a textarea, a repeated
-    flag, a JSON list). The doors look for this class to parse it; to the database and to
-    migrations it is a JSONField (see deconstruct)."""
-
-    def deconstruct(self) -> tuple:
-        # Nothing about it is stored differently: migrations keep seeing a JSONField, so that
-        # marking a field as lines never rebuilds a table.
-        name, _path, args, kwargs = super().deconstruct()
-        return name, "django.db.models.JSONField", args, kwargs
 
 
 class CrawlOptions(models.Model):
@@ -179,7 +198,23 @@ class CrawlOptions(models.Model):
         "before it goes to the failure queue.",
     )  # fmt: skip
     keep_bodies = models.BooleanField(
-        default=False, help_text="Keep each response's body in the database (for WARC export)."
+        default=False,
+        help_text="Keep each response's body in the database (to read it on the page's detail "
+        "and for WARC export).",
+    )
+    extract_rules = RulesField(
+        default=list, blank=True,
+        help_text="Fields to pull out of every page: each a CSS selector, XPath, regular "
+        "expression or JMESPath (JSON); empty: the channel's rules.",
+    )  # fmt: skip
+    keep_structured_data = models.BooleanField(
+        default=False,
+        help_text="Keep the structured data pages declare: JSON-LD, microdata and OpenGraph.",
+    )
+    follow_sitemaps = models.BooleanField(
+        default=False,
+        help_text="Also crawl the URLs the seeds' sites list in their sitemaps (the Sitemap: "
+        "lines of robots.txt, and /sitemap.xml), within the crawl's scope.",
     )
 
     class Meta:
@@ -223,6 +258,11 @@ class Crawl(CrawlOptions):
     schedule = models.ForeignKey(
         "CrawlSchedule", on_delete=models.SET_NULL, null=True, blank=True, related_name="runs"
     )
+    # The earlier crawl this one is compared with (a schedule's previous run): each page is
+    # new, changed or unchanged against it, and its pages' validators make requests conditional.
+    baseline = models.ForeignKey(
+        "self", on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
 
     class Meta:
         ordering = ["-created_at", "-id"]
@@ -238,6 +278,9 @@ class Crawl(CrawlOptions):
 
     def effective_user_agent_mode(self) -> str:
         return self.user_agent_mode or self.channel.user_agent_mode
+
+    def effective_extract_rules(self) -> list:
+        return self.extract_rules or self.channel.extract_rules
 
     def is_active(self) -> bool:
         return self.state in (CrawlState.RUNNING, CrawlState.PAUSING)
@@ -261,10 +304,36 @@ class Crawl(CrawlOptions):
         return self.state in OVER_STATES
 
 
-class Page(models.Model):
-    """One fetched URL of a crawl: what came back, or the error."""
+class PageSource(models.TextChoices):
+    """How a page came into its crawl."""
 
-    crawl = models.ForeignKey(Crawl, on_delete=models.CASCADE, related_name="pages")
+    SEED = "seed", "Seed"
+    LINK = "link", "Link"
+    SITEMAP = "sitemap", "Listed in a sitemap"
+    SITEMAP_FILE = "sitemap_file", "A sitemap"
+
+
+class Change(models.TextChoices):
+    """A page against the crawl's baseline (Crawl.baseline); "gone" pages exist only there."""
+
+    NEW = "new", "New"
+    CHANGED = "changed", "Changed"
+    UNCHANGED = "unchanged", "Unchanged"
+
+
+def _by_crawl(*columns: str) -> models.Index:
+    """An index for one crawl's pages filtered or sorted by `columns`, ties broken by id (the
+    pages browser pages through them by key: crawls/pages.py)."""
+    return models.Index(
+        fields=["crawl", *columns, "id"], name="page_" + "_".join(c.strip("-") for c in columns)
+    )
+
+
+class Page(models.Model):
+    """One fetched URL of a crawl: what was sent and what came back (or the error), what was
+    pulled out of it, where it links to, and how it compares with the crawl's baseline."""
+
+    crawl = models.ForeignKey(Crawl, on_delete=models.CASCADE, related_name="pages", db_index=False)
     url = models.TextField()
     final_url = models.TextField(blank=True)
     status = models.PositiveSmallIntegerField(null=True, blank=True)
@@ -282,15 +351,72 @@ class Page(models.Model):
     body = models.BinaryField(null=True, blank=True)
     # SHA-1 of the URL: unique per crawl without indexing unbounded text.
     url_hash = models.CharField(max_length=40)
+    # The URL's fingerprint (its canonical form, as the frontier dedups it): the same page in
+    # another crawl, and the links that point here (Link.target_fp). Null on older rows.
+    fp = models.BigIntegerField(null=True, blank=True)
+    source = models.CharField(max_length=12, choices=PageSource, default=PageSource.LINK)
+    # What was sent: the request's headers (secrets masked) and the proxy (masked), if any.
+    request_headers = models.JSONField(default=dict, blank=True)
+    proxy = models.CharField(max_length=300, blank=True)
+    # The final response's headers (lowercase names; bounded, see crawls/engine/rows.py).
+    headers = models.JSONField(default=dict, blank=True)
+    # SHA-256 of the body as received (decoded), kept or not: what "changed" compares.
+    digest = models.CharField(max_length=64, blank=True)
+    # Extraction rules' values by field name, and the error of each rule that failed here.
+    extracted = models.JSONField(default=dict, blank=True)
+    extract_errors = models.JSONField(default=dict, blank=True)
+    structured_data = models.JSONField(null=True, blank=True)
+    # Out-links in document order, at most rows.MAX_OUTLINKS: [url, link text, why not
+    # followed ("" when it went to the frontier)]; links_total counts them all.
+    links = models.JSONField(default=list, blank=True)
+    links_total = models.PositiveIntegerField(default=0)
+    change = models.CharField(max_length=10, choices=Change, blank=True)
+    # Fetches of this URL, and what went wrong in the ones before the last (retries).
+    attempts = models.PositiveSmallIntegerField(default=1)
+    history = models.JSONField(default=list, blank=True)
 
     class Meta:
         ordering = ["id"]
         constraints = [
             models.UniqueConstraint(fields=["crawl", "url_hash"], name="page_unique_per_crawl")
         ]
+        indexes = [
+            models.Index(fields=["crawl", "id"], name="page_crawl_id"),
+            models.Index(fields=["crawl", "fp"], name="page_fp"),
+            _by_crawl("status"),
+            _by_crawl("depth"),
+            _by_crawl("bytes"),
+            _by_crawl("elapsed_ms"),
+            _by_crawl("fetched_at"),
+            _by_crawl("content_type"),
+            _by_crawl("title"),
+            _by_crawl("change"),
+            # URLs are unbounded text; their first URL_SORT_CHARS sort them (crawls/pages.py).
+            models.Index(F("crawl"), Substr("url", 1, URL_SORT_CHARS), F("id"), name="page_url"),
+        ]
 
     def __str__(self) -> str:
         return self.url
+
+    def get_absolute_url(self) -> str:
+        return reverse("page_detail", args=[self.crawl_id, self.pk])
+
+
+class Link(models.Model):
+    """One page linking to another URL of its crawl (by fingerprint), with the link's text:
+    a page's in-links, counted. One row per distinct target of a page, for the links the crawl
+    could follow (in scope); what else a page links to is in Page.links."""
+
+    crawl = models.ForeignKey(Crawl, on_delete=models.CASCADE, related_name="+", db_index=False)
+    source_fp = models.BigIntegerField()
+    target_fp = models.BigIntegerField()
+    text = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["crawl", "target_fp"], name="link_target")]
+
+    def __str__(self) -> str:
+        return f"{self.source_fp} -> {self.target_fp}"
 
 
 class FailedRequest(models.Model):
@@ -329,6 +455,7 @@ class CrawlEvent(models.Model):
         FAILED = "failed"
         RETRIED = "retried"
         SEEDS_ADDED = "seeds_added"
+        SITEMAP = "sitemap"  # a sitemap could not be read whole: detail says why
 
     crawl = models.ForeignKey(Crawl, on_delete=models.CASCADE, related_name="events")
     kind = models.CharField(max_length=20, choices=Kind)
