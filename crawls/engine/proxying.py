@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
-from crawlhub.http.client import Fetcher, FetchResult
+from crawlhub.http.client import FetchResult
 from proxies import leasing
 
 PROXY_TRIES = 3
@@ -105,14 +106,15 @@ def no_proxy(url: str, channel: str) -> FetchResult:
 
 
 def fetch_via_pool(
-    fetcher: Fetcher, url: str, *, channel: str, strategy: str, lease_seconds: float,
-    wait_seconds: float = 0.0, stop: threading.Event | None = None,
-    kept: KeptProxies | None = None,
+    fetch: Callable[..., FetchResult], url: str, *, channel: str, strategy: str,
+    lease_seconds: float, fetch_seconds: float, wait_seconds: float = 0.0,
+    stop: threading.Event | None = None, kept: KeptProxies | None = None,
 ) -> FetchResult:  # fmt: skip
-    """Fetch url through up to PROXY_TRIES proxies of the channel, each one not yet tried for
-    it while the channel has such a proxy free; the last result if all failed (a retryable
-    proxy error, or the ban status the site kept answering). Raises Stopped when `stop` is set
-    before a proxy came free.
+    """Fetch url with `fetch(url, proxy=...)` (a Fetcher's fetch, or its get) through up to
+    PROXY_TRIES proxies of the channel, each one not yet tried for it while the channel has
+    such a proxy free; the last result if all failed (a retryable proxy error, or the ban
+    status the site kept answering). Raises Stopped when `stop` is set before a proxy came
+    free. fetch_seconds: how long one fetch may take (the Fetcher's total_timeout).
 
     With the greedy strategy and `kept`, a kept lease is used first, and a proxy that answered
     faster than PROXY_GREEDY_MS is kept for the next request instead of being released.
@@ -123,17 +125,18 @@ def fetch_via_pool(
     for _ in range(PROXY_TRIES):
         lease = None
         if greedy is not None and not tried:
-            lease = _renewed(greedy, lease_seconds, fetcher.total_timeout)
+            lease = _renewed(greedy, lease_seconds, fetch_seconds)
         if lease is None:
             lease = acquire_waiting(
                 channel=channel, strategy=strategy, lease_seconds=lease_seconds,
                 wait_seconds=wait_seconds, stop=stop, exclude=tuple(tried), kept=greedy,
-                fetch_seconds=fetcher.total_timeout,
+                fetch_seconds=fetch_seconds,
             )  # fmt: skip
         if lease is None:
             break
         tried.append(lease.proxy)
-        result = fetcher.fetch(url, proxy=lease.url)
+        result = fetch(url, proxy=lease.url)
+        result.proxy = lease.proxy
         fault = leasing.fault_of(result)
         if fault is None:
             _done_with(lease, result.elapsed_ms, greedy, lease_seconds)

@@ -50,6 +50,15 @@ class RobotsPolicy:
         except Exception:  # an odd URL against odd rules: do not block the crawl
             return True
 
+    def sitemaps(self) -> list[str]:
+        """The Sitemap: lines of the file, as written."""
+        if self._parser is None:
+            return []
+        try:
+            return [url.strip() for url in self._parser.sitemaps]
+        except Exception:
+            return []
+
     def crawl_delay(self, user_agent: str) -> float | None:
         """Seconds between requests asked for by the site, or None."""
         if self._parser is None:
@@ -119,6 +128,13 @@ class RobotsCache:
 
     def allows(self, request: Request) -> bool:
         """May the crawl fetch this request? Loads the host's robots.txt the first time."""
+        return self._policy(request).allowed(request.url, self.user_agent)
+
+    def sitemaps(self, request: Request) -> list[str]:
+        """The sitemaps the robots.txt of the request's host lists (loaded as for allows)."""
+        return self._policy(request).sitemaps()
+
+    def _policy(self, request: Request) -> RobotsPolicy:
         host = request.host
         cached = self._policies.get(host)
         if cached is None or cached[1] < time.monotonic():
@@ -126,7 +142,7 @@ class RobotsCache:
                 cached = self._policies.get(host)
                 if cached is None or cached[1] < time.monotonic():
                     cached = self._policies[host] = self._load(request.url, host)
-        return cached[0].allowed(request.url, self.user_agent)
+        return cached[0]
 
     def _load(self, url: str, host: str) -> tuple[RobotsPolicy, float]:
         """The host's policy and until when (monotonic) it holds."""

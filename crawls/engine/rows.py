@@ -17,15 +17,23 @@ from __future__ import annotations
 
 import functools
 import hashlib
+from dataclasses import dataclass
 from datetime import datetime
 
 import psycopg
 from django.db import DatabaseError, connections, models, transaction
 from django.db.models.constants import OnConflict
 
-from crawlhub.http.client import FetchResult
-from crawls.engine.request import Request
-from crawls.models import Crawl, FailedRequest, Page
+from crawlhub.http.client import MASK, FetchResult
+from crawls.engine.request import VIA_LISTED, Request
+from crawls.engine.results import Extracted, OutLinks
+from crawls.models import Crawl, FailedRequest, Link, Page, PageSource
+
+# A response's headers as a page keeps them: this many, each value cut to this length.
+MAX_HEADERS = 64
+MAX_HEADER_CHARS = 1000
+# Response headers that can carry the crawl's own session (a site's cookies): masked.
+SECRET_RESPONSE_HEADERS = frozenset({"set-cookie", "www-authenticate", "proxy-authenticate"})
 
 
 class BulkInsert:
@@ -75,6 +83,7 @@ class BulkInsert:
 
 
 PAGE_ROWS = BulkInsert(Page)
+LINK_ROWS = BulkInsert(Link)
 
 
 def url_hash(url: str) -> str:
@@ -82,9 +91,21 @@ def url_hash(url: str) -> str:
     return hashlib.sha1(url.encode("utf-8", "surrogatepass")).hexdigest()
 
 
+@dataclass
+class PageExtras:
+    """What a page row holds besides its fetch: crawls/engine/results.py and baseline.py."""
+
+    digest: str = ""
+    extracted: Extracted | None = None
+    links: OutLinks | None = None
+    change: str = ""
+    # For a 304 Not Modified: the baseline page's title, fields... (baseline.CARRIED)
+    carried: dict | None = None
+
+
 def page_row(
     crawl: Crawl, request: Request, now: datetime, *, fetch: FetchResult | None = None,
-    error: str = "",
+    error: str = "", extras: PageExtras | None = None,
 ) -> tuple:  # fmt: skip
     """The page's row, ready for PAGE_ROWS.write; without a fetch, `error` says why there was
     none (e.g. blocked by robots.txt)."""
@@ -96,21 +117,75 @@ def page_row(
         fetched_at=now,
         url_hash=url_hash(request.url),
         error=error,
+        fp=request.fp,
+        source=source_of(request),
+        attempts=request.attempts + 1,
+        history=list(request.history),
     )
     if fetch is not None:
-        page.final_url = fetch.final_url
-        page.status = fetch.status
-        page.content_type = fetch.content_type[:200]
-        page.bytes = fetch.nbytes
-        page.elapsed_ms = fetch.elapsed_ms
-        page.title = fetch.title[:500]
-        page.error = fetch.error
-        page.redirects = fetch.redirects
-        page.truncated = fetch.truncated
-        # Never more than max_bytes, which the databases take (crawls.models.MAX_BODY_BYTES).
-        if crawl.keep_bodies and fetch.status is not None and len(fetch.body) <= crawl.max_bytes:
-            page.body = fetch.body
+        _fill_response(page, crawl, fetch)
+    if extras is not None:
+        _fill_extras(page, extras)
     return PAGE_ROWS.row(page)
+
+
+def _fill_response(page: Page, crawl: Crawl, fetch: FetchResult) -> None:
+    page.final_url = fetch.final_url
+    page.status = fetch.status
+    page.content_type = fetch.content_type[:200]
+    page.bytes = fetch.nbytes
+    page.elapsed_ms = fetch.elapsed_ms
+    page.title = fetch.title[:500]
+    page.error = fetch.error
+    page.redirects = fetch.redirects
+    page.truncated = fetch.truncated
+    page.headers = kept_headers(fetch.headers, secret=SECRET_RESPONSE_HEADERS)
+    page.request_headers = kept_headers(fetch.request_headers)
+    page.proxy = fetch.proxy[:300]
+    # Never more than max_bytes, which the databases take (crawls.models.MAX_BODY_BYTES).
+    if crawl.keep_bodies and fetch.status is not None and len(fetch.body) <= crawl.max_bytes:
+        page.body = fetch.body
+
+
+def _fill_extras(page: Page, extras: PageExtras) -> None:
+    page.digest = extras.digest
+    page.change = extras.change
+    if extras.carried:
+        for name, value in extras.carried.items():
+            setattr(page, name, value)
+    if extras.extracted is not None:
+        page.extracted = extras.extracted.fields
+        page.extract_errors = extras.extracted.errors
+        page.structured_data = extras.extracted.structured
+    if extras.links is not None:
+        page.links = extras.links.kept
+        page.links_total = extras.links.total
+
+
+def source_of(request: Request) -> str:
+    if request.reads_sitemap:
+        return PageSource.SITEMAP_FILE
+    if request.via == VIA_LISTED:
+        return PageSource.SITEMAP
+    return PageSource.SEED if request.depth == 0 and not request.referrer else PageSource.LINK
+
+
+def kept_headers(headers: dict[str, str], *, secret: frozenset[str] = frozenset()) -> dict:
+    """Headers as a page keeps them: at most MAX_HEADERS, values cut, secret ones masked, and
+    nothing a database refuses (NUL)."""
+    kept = {}
+    for name, value in list(headers.items())[:MAX_HEADERS]:
+        clean = str(value).replace("\x00", "")[:MAX_HEADER_CHARS]
+        kept[str(name).replace("\x00", "")[:200]] = MASK if name.lower() in secret else clean
+    return kept
+
+
+def link_rows(crawl: Crawl, links: OutLinks) -> list[tuple]:
+    """The Link rows of a page's in-scope links, ready for LINK_ROWS.write."""
+    return [
+        LINK_ROWS.row(Link(crawl_id=crawl.pk, source_fp=source, target_fp=target, text=text))
+        for source, target, text in links.rows
+    ]
 
 
 def failure_row(crawl: Crawl, request: Request, fetch: FetchResult, now: datetime) -> FailedRequest:

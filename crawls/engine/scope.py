@@ -125,3 +125,17 @@ class Scope:
         if self.include and not self.include.search(url):
             return False
         return not (self.exclude and self.exclude.search(url))
+
+    def why_not(self, url: str) -> str:
+        """Why `allows` refuses url, in a few words ("" when it allows it): for people reading
+        a page's out-links."""
+        host = _url_host(url)
+        if not host:
+            return "not an http(s) URL"
+        if not self._allows_ascii_host(host):
+            return f"other site ({host})"
+        if self.include and not self.include.search(url):
+            return "matches no include pattern"
+        if self.exclude and self.exclude.search(url):
+            return "matches an exclude pattern"
+        return ""

@@ -14,6 +14,7 @@ error without being fetched again. When the database itself is away, the slice s
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import queue
 import signal
@@ -23,26 +24,32 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from django.conf import settings
+from django.db import transaction
 from django.utils import timezone
 
 from crawlhub.connections import REDIS_ERRORS
 from crawlhub.http import Fetcher, FetchResult, OptionError, refusal
 from crawlhub.http.useragents import DEFAULT_USER_AGENT
-from crawls.engine import retry
+from crawls.engine import results, retry, sitemap_reads
+from crawls.engine.baseline import Baseline, Known, change_of
+from crawls.engine.extraction import Extractor, RulesError, check_rules, parse_rules
 from crawls.engine.frontier import Frontier
 from crawls.engine.live import publish_crawl
 from crawls.engine.proxying import KeptProxies, Stopped, fetch_via_pool
-from crawls.engine.request import Outcome, Request
+from crawls.engine.request import VIA_LISTED, VIA_SITEMAP_ROOT, Outcome, Request
 from crawls.engine.robots import RobotsCache
 from crawls.engine.rows import (
+    LINK_ROWS,
     PAGE_ROWS,
+    PageExtras,
     crash_failure_row,
     database_answers,
     failure_row,
+    link_rows,
     page_row,
 )
 from crawls.engine.scope import Scope, ScopeError
-from crawls.models import Crawl, FailedRequest, ProxyUse
+from crawls.models import Crawl, CrawlEvent, FailedRequest, ProxyUse
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +75,11 @@ class Result:
     blocked: str = ""  # why the request was not fetched (the guard, robots.txt)
     handed_back: bool = False  # not fetched because the slice is stopping: back to the queue
     given_up: bool = False  # not fetched: it crashed too many slices (retry.gave_up)
+    digest: str = ""  # of the body (results.body_digest), taken before the body is dropped
+    extracted: results.Extracted | None = None
+    sitemap: sitemap_reads.SitemapRead | None = None  # for a sitemap request
     page: tuple | None = None  # the Page row, as PAGE_ROWS writes it
+    links: list[tuple] = field(default_factory=list)  # its Link rows, as LINK_ROWS writes them
     failure: FailedRequest | None = None
     outcome: Outcome | None = None
 
@@ -177,7 +188,20 @@ def settings_problems(crawl: Crawl) -> dict[str, list[str]]:
         Fetcher.check_options(**fetcher_options(crawl))
     except OptionError as exc:
         problems.setdefault(_FIELD_OF_OPTION.get(exc.option, exc.option), []).append(str(exc))
+    if rule_problems := check_rules(crawl.extract_rules):
+        problems["extract_rules"] = rule_problems
     return problems
+
+
+def extractor_of(crawl: Crawl) -> Extractor | None:
+    """The crawl's extraction rules (or its channel's), compiled; None when it has none."""
+    rules = crawl.effective_extract_rules()
+    if not rules:
+        return None
+    try:
+        return Extractor(parse_rules(rules))
+    except RulesError as exc:  # saved past the checks, or the channel's rules changed
+        raise ValueError("extract_rules: " + "; ".join(exc.problems)) from None
 
 
 class Slice:
@@ -197,6 +221,9 @@ class Slice:
             self.frontier, self.fetcher,
             user_agent=crawl.user_agent or DEFAULT_USER_AGENT, host_delay=self.host_delay,
         )  # fmt: skip
+        self.extractor = extractor_of(crawl)
+        self.baseline = Baseline(crawl.baseline_id)
+        self.known: dict[int, Known] = {}  # what the baseline knew of the requests held
         self.stop = StopFlag()
         self.report = SliceReport()
         self.kept_proxies = KeptProxies()
@@ -256,6 +283,8 @@ class Slice:
         if not ((free * 2 >= self.buffer or not self.running) and now >= self.next_claim):
             return True
         claimed = with_redis_retry(lambda: self.frontier.claim(free, lease_seconds=self.lease))
+        if self.baseline and claimed:
+            self.known.update(self.baseline.lookup([r.fp for r in claimed]))
         for request in claimed:
             if retry.gave_up(request.crashes):
                 self._keep(Result(request=request, given_up=True))
@@ -354,18 +383,11 @@ class Slice:
                 return Result(request=request, blocked=refused)
             if self.crawl.obey_robots and not self.robots.allows(request):
                 return Result(request=request, blocked="blocked by robots.txt")
-            if self.channel.proxy_use == ProxyUse.POOL:
-                fetch = fetch_via_pool(
-                    self.fetcher, request.url, channel=self.channel.slug,
-                    strategy=self.channel.proxy_strategy, lease_seconds=self.lease,
-                    wait_seconds=self.crawl.timeout, stop=self.stop.event,
-                    kept=self.kept_proxies,
-                )  # fmt: skip
-            else:
-                fetch = self.fetcher.fetch(request.url)
-            if not self.crawl.keep_bodies:
-                fetch.body = b""  # parsed already; only a kept body is written
-            return Result(request=request, fetch=fetch)
+            if request.reads_sitemap:
+                return self._read_sitemap(request)
+            known = self.known.get(request.fp)
+            headers = known.conditional_headers() if known else None
+            return self._fetched(request, self._get(request.url, headers=headers))
         except Stopped:
             return Result(request=request, handed_back=True)
         except REDIS_ERRORS:
@@ -377,10 +399,46 @@ class Slice:
             log.exception("fetching %s failed", request.url)
             return Result(request=request, blocked=f"internal error: {type(exc).__name__}: {exc}")
 
+    def _get(self, url: str, *, headers: dict | None = None, sitemap: bool = False) -> FetchResult:
+        """One fetch, through the channel's proxy pool when it has one."""
+        if sitemap:
+            fetch = functools.partial(self.fetcher.get, max_bytes=sitemap_reads.FETCH_BYTES)
+        else:
+            fetch = functools.partial(self.fetcher.fetch, headers=headers)
+        if self.channel.proxy_use != ProxyUse.POOL:
+            return fetch(url)
+        return fetch_via_pool(
+            fetch, url, channel=self.channel.slug, strategy=self.channel.proxy_strategy,
+            lease_seconds=self.lease, wait_seconds=self.crawl.timeout, stop=self.stop.event,
+            kept=self.kept_proxies, fetch_seconds=self.fetcher.total_timeout,
+        )  # fmt: skip
+
+    def _fetched(self, request: Request, fetch: FetchResult) -> Result:
+        """A page fetched: its digest and fields are taken while its body is here."""
+        result = Result(request=request, fetch=fetch)
+        if fetch.status is not None and fetch.status != 304:
+            result.digest = results.body_digest(fetch.body)
+        result.extracted = results.extract(
+            fetch, extractor=self.extractor, structured=self.crawl.keep_structured_data
+        )
+        if not self.crawl.keep_bodies:
+            fetch.body = b""  # parsed already; only a kept body is written
+        return result
+
+    def _read_sitemap(self, request: Request) -> Result:
+        listed = self.robots.sitemaps(request) if request.via == VIA_SITEMAP_ROOT else []
+        fetch = self._get(request.url, sitemap=True)
+        result = Result(request=request, fetch=fetch)
+        result.sitemap = sitemap_reads.read(request, fetch, robots_listed=listed)
+        if not self.crawl.keep_bodies or len(fetch.body) > self.crawl.max_bytes:
+            fetch.body = b""
+        return result
+
     # -- recording --------------------------------------------------------------------------
 
-    def _decide(self, result: Result) -> None:
-        """The result's row (page or failure) and the outcome the frontier records."""
+    def _decide(self, result: Result, carried: dict[int, dict]) -> None:
+        """The result's rows (page and links, or failure) and the outcome the frontier
+        records. `carried`: the baseline's pages of this batch's 304s (Baseline.pages)."""
         request, fetch = result.request, result.fetch
         now = timezone.now()
         if result.given_up:
@@ -390,7 +448,8 @@ class Slice:
         kind = retry.decide(fetch, attempts=request.attempts, max_retries=self.crawl.max_retries)
         if kind == retry.RETRY:
             delay = retry.retry_delay(request.attempts, fetch.retry_after)
-            result.outcome = Outcome(request=request, kind="retry", retry_delay=delay)
+            error = fetch.error or f"HTTP {fetch.status}"
+            result.outcome = Outcome(request=request, kind="retry", retry_delay=delay, error=error)
         elif kind == retry.FAILED:
             result.failure = failure_row(self.crawl, request, fetch, now)
             result.outcome = Outcome(request=request, kind="failed")
@@ -398,21 +457,43 @@ class Slice:
             result.page = page_row(self.crawl, request, now, error=result.blocked)
             result.outcome = Outcome(request=request, kind="done")
         else:
-            result.page = page_row(self.crawl, request, now, fetch=fetch)
-            result.outcome = Outcome(
-                request=request, kind="done", status=fetch.status, nbytes=fetch.nbytes,
-                links=self._links_to_follow(request, fetch),
-            )  # fmt: skip
+            self._decide_page(result, carried.get(request.fp), now)
 
-    def _links_to_follow(self, request: Request, fetch: FetchResult) -> list[str]:
-        # Like browsers' users, follow links of pages that worked, not of error pages.
-        if (
-            fetch.status is not None
-            and 200 <= fetch.status < 300
-            and request.depth < self.crawl.max_depth
-        ):
-            return [link for link in fetch.links if self.scope.allows(link)]
-        return []
+    def _decide_page(self, result: Result, carried: dict | None, now) -> None:
+        request, fetch = result.request, result.fetch
+        known = self.known.pop(request.fp, None)
+        not_modified = fetch.status == 304 and carried is not None
+        links = self._out_links(result, carried if not_modified else None)
+        extras = PageExtras(
+            digest=carried["digest"] if not_modified else result.digest,
+            extracted=result.extracted, links=links, carried=carried if not_modified else None,
+            change=change_of(known, digest=result.digest, not_modified=not_modified,
+                             baseline=bool(self.baseline)),
+        )  # fmt: skip
+        if result.sitemap is not None:
+            extras.extracted = results.Extracted(errors=_sitemap_errors(result.sitemap))
+        result.page = page_row(self.crawl, request, now, fetch=fetch, extras=extras)
+        result.links = link_rows(self.crawl, links)
+        result.outcome = Outcome(
+            request=request, kind="done", status=fetch.status, nbytes=fetch.nbytes,
+            links=links.follow, links_via=VIA_LISTED if result.sitemap else "",
+            sitemaps=result.sitemap.sitemaps if result.sitemap else [],
+        )  # fmt: skip
+
+    def _out_links(self, result: Result, carried: dict | None) -> results.OutLinks:
+        """The page's links, sorted: its own; a 304's, those of the page it stands for; a
+        sitemap's, the pages it lists (which cost no depth)."""
+        request, fetch = result.request, result.fetch
+        status, child_depth = fetch.status, request.depth + 1
+        urls, texts = fetch.links, fetch.link_texts
+        if carried is not None:
+            (urls, texts), status = results.kept_links(carried.get("links") or []), 200
+        elif result.sitemap is not None:
+            urls, texts, child_depth = result.sitemap.pages, [], request.depth
+        return results.out_links(
+            request, urls, texts, scope=self.scope, max_depth=self.crawl.max_depth,
+            child_depth=child_depth, status=status,
+        )  # fmt: skip
 
     def _flush(self, results: list[Result]) -> None:
         """Rows first, then one completion call: see the module docstring for why."""
@@ -429,15 +510,26 @@ class Slice:
         with_redis_retry(lambda: self.frontier.complete(outcomes))
         publish_crawl(self.crawl.pk)
 
-    def _write(self, results: list[Result]) -> int:
-        """Decide each result and write its row. Returns how many pages were written."""
-        for result in results:
-            self._decide(result)
-        pages = [r.page for r in results if r.page is not None]
-        failures = [r.failure for r in results if r.failure is not None]
-        PAGE_ROWS.write(pages)
-        if failures:
-            FailedRequest.objects.bulk_create(failures, batch_size=500, ignore_conflicts=True)
+    def _write(self, done: list[Result]) -> int:
+        """Decide each result and write its rows. Returns how many pages were written."""
+        not_modified = [r.request.fp for r in done if r.fetch and r.fetch.status == 304]
+        carried = self.baseline.pages(not_modified)
+        for result in done:
+            self._decide(result, carried)
+        pages = [r.page for r in done if r.page is not None]
+        failures = [r.failure for r in done if r.failure is not None]
+        notes = [
+            CrawlEvent(crawl_id=self.crawl.pk, kind=CrawlEvent.Kind.SITEMAP, detail=problem)
+            for r in done if r.sitemap is not None and r.page is not None
+            for problem in r.sitemap.problems
+        ]  # fmt: skip
+        with transaction.atomic():
+            PAGE_ROWS.write(pages)
+            LINK_ROWS.write([row for r in done for row in r.links])
+            if failures:
+                FailedRequest.objects.bulk_create(failures, batch_size=500, ignore_conflicts=True)
+            if notes:
+                CrawlEvent.objects.bulk_create(notes)
         return len(pages)
 
     def _write_one_by_one(self, results: list[Result]) -> int:
@@ -464,6 +556,11 @@ class Slice:
                 request=result.request, kind="crashed", retry_delay=retry.CRASH_DELAY, error=error
             )
         return written
+
+
+def _sitemap_errors(read: sitemap_reads.SitemapRead) -> dict[str, str]:
+    """What a sitemap page shows of its problems (they are also notes on the crawl)."""
+    return {"sitemap": "; ".join(read.problems)[:2000]} if read.problems else {}
 
 
 def stop_on_sigterm(flag: StopFlag) -> None:

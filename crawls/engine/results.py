@@ -1,0 +1,113 @@
+"""What a fetched page yields besides its response: the digest of its body, the fields its
+extraction rules pull out, and its out-links, each with why it was or was not followed.
+
+Runs in a slice's fetch threads (digest and extraction, on the body while it is in memory) and
+in its main thread (links, once the page's row is decided). Plain values, no database.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+from crawlhub.http.client import FetchResult
+from crawls.engine.extraction import Extractor, structured_data
+from crawls.engine.request import Request, fingerprint
+from crawls.engine.scope import Scope
+
+# Out-links kept with a page (Page.links); links_total counts them all. A page whose links were
+# cut is never fetched conditionally: a 304 would leave the cut ones unfollowed.
+MAX_OUTLINKS = 1000
+NOTE_DEPTH = "depth limit"
+# A link row's text is cut to what the column holds (crawls.models.Link.text).
+LINK_TEXT_CHARS = 200
+
+
+def body_digest(body: bytes) -> str:
+    """SHA-256 of a body, in hex: what "changed since the last run" compares."""
+    return hashlib.sha256(body).hexdigest()
+
+
+@dataclass
+class Extracted:
+    """What the crawl's rules (and its structured-data switch) found in one page."""
+
+    fields: dict = field(default_factory=dict)
+    errors: dict = field(default_factory=dict)
+    structured: dict | None = None
+
+
+def extract(
+    fetch: FetchResult, *, extractor: Extractor | None, structured: bool
+) -> Extracted | None:
+    """The page's extracted fields: for a complete 2xx response only (an error page's fields
+    would be noise, a cut one's a guess). None when there is nothing to do."""
+    if extractor is None and not structured:
+        return None
+    if fetch.status is None or not 200 <= fetch.status < 300 or fetch.truncated:
+        return None
+    found = Extracted()
+    if extractor is not None:
+        extraction = extractor.extract(
+            url=fetch.final_url, body=fetch.body, content_type=fetch.content_type
+        )
+        found.fields, found.errors = extraction.fields, extraction.errors
+    if structured:
+        found.structured = structured_data(
+            url=fetch.final_url, body=fetch.body, content_type=fetch.content_type
+        )
+    return found
+
+
+@dataclass
+class OutLinks:
+    """A page's links: those that go to the frontier, those kept with the page for people
+    ([url, text, note], note "" for a followed one), and the Link rows of its in-scope ones
+    ((source fp, target fp, text), one per distinct target)."""
+
+    follow: list[str] = field(default_factory=list)
+    kept: list[list[str]] = field(default_factory=list)
+    total: int = 0
+    rows: list[tuple[int, int, str]] = field(default_factory=list)
+
+
+def out_links(
+    request: Request, urls: list[str], texts: list[str], *, scope: Scope, max_depth: int,
+    child_depth: int, status: int | None,
+) -> OutLinks:  # fmt: skip
+    """Sort a page's links (urls, with texts by index) into followed and not, and why; the
+    links would be requests at child_depth.
+
+    Only a 2xx page's links are followed (as people's browsers do, not an error page's);
+    in-scope links count as in-links of their targets whatever the depth."""
+    found = OutLinks(total=len(urls))
+    ok = status is not None and 200 <= status < 300
+    deep = child_depth > max_depth
+    page_note = "" if ok else f"not followed from an HTTP {status or 'error'} page"
+    seen_targets: set[int] = set()
+    for n, url in enumerate(urls):
+        text = texts[n] if n < len(texts) else ""
+        note = page_note or scope.why_not(url)
+        if not note:
+            target = fingerprint(url)
+            if target not in seen_targets:
+                seen_targets.add(target)
+                found.rows.append((request.fp, target, text[:LINK_TEXT_CHARS]))
+            if deep:
+                note = NOTE_DEPTH
+            else:
+                found.follow.append(url)
+        if n < MAX_OUTLINKS:
+            found.kept.append([url, text, note])
+    return found
+
+
+def kept_links(stored: list) -> tuple[list[str], list[str]]:
+    """(urls, texts) of the links a page kept (Page.links), for a page answered 304 Not
+    Modified: its links are those it had in the run it was compared with."""
+    urls, texts = [], []
+    for entry in stored:
+        if isinstance(entry, list) and len(entry) >= 2 and isinstance(entry[0], str):
+            urls.append(entry[0])
+            texts.append(entry[1] if isinstance(entry[1], str) else "")
+    return urls, texts

@@ -1,0 +1,64 @@
+"""A sitemap request in a slice (Request.reads_sitemap): what the fetched file lists.
+
+A crawl that follows sitemaps starts with one request per seed site for its /sitemap.xml (the
+site's root, VIA_SITEMAP_ROOT), which also reads the Sitemap: lines of the site's robots.txt.
+An index lists more sitemap files, a urlset the pages: both go to the frontier as requests,
+the files to be read in turn (VIA_SITEMAP), the pages to be fetched (VIA_LISTED). So sitemaps
+get the frontier's dedup, leases, pause and cancel, and count in max_pages; a crawl is not done
+while one is still being read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from crawlhub.http.client import FetchResult
+from crawlhub.http.urls import is_http_url, url_origin
+from crawls.engine import sitemaps
+from crawls.engine.request import VIA_SITEMAP_ROOT, Request
+
+# What one sitemap fetch may download (gzip files are decompressed by sitemaps.parse, bounded).
+FETCH_BYTES = sitemaps.MAX_SITEMAP_BYTES
+
+
+@dataclass
+class SitemapRead:
+    pages: list[str] = field(default_factory=list)  # what a urlset (or a text file) lists
+    sitemaps: list[str] = field(default_factory=list)  # what an index, or robots.txt, lists
+    problems: list[str] = field(default_factory=list)  # sentences about the file, for people
+
+
+def sitemap_roots(seeds: list[str]) -> list[str]:
+    """<origin>/sitemap.xml of each site the seeds are on, once each, in the seeds' order."""
+    roots = []
+    for seed in seeds:
+        origin = url_origin(seed)
+        if origin:
+            roots.append(origin + "/sitemap.xml")
+    return list(dict.fromkeys(roots))
+
+
+def read(request: Request, fetch: FetchResult, *, robots_listed: list[str]) -> SitemapRead:
+    """What the sitemap `fetch` got lists, with `robots_listed` (the Sitemap: lines of the
+    site's robots.txt, for a site's root request) among its sitemaps."""
+    found = SitemapRead(sitemaps=[url for url in robots_listed if is_http_url(url)])
+    root = request.via == VIA_SITEMAP_ROOT
+    if fetch.error or fetch.status is None:
+        found.problems.append(f"{request.url}: {fetch.error or 'no response'}")
+        return found
+    if not 200 <= fetch.status < 300:
+        # A site without /sitemap.xml is common; a sitemap someone listed that is missing is not.
+        if not (root and 400 <= fetch.status < 500):
+            found.problems.append(f"{request.url}: HTTP {fetch.status}")
+        return found
+    if fetch.truncated:
+        found.problems.append(
+            f"{request.url}: cut at the download size limit ({len(fetch.body):,} bytes)"
+        )
+    parsed = sitemaps.parse(fetch.body, fetch.final_url)
+    found.problems += parsed.problems
+    if parsed.kind == "index":
+        found.sitemaps += parsed.locs
+    else:
+        found.pages = parsed.locs
+    return found
