@@ -17,10 +17,12 @@ from io import BytesIO
 from typing import BinaryIO
 
 from asgiref.sync import sync_to_async
+from django.db.models import QuerySet
 from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
 
-from crawls.models import Crawl
+from crawls.models import Crawl, Page
+from crawls.pages import PageFilter
 from crawls.services import CrawlActionError
 
 FORMATS = {
@@ -31,8 +33,11 @@ FORMATS = {
 }
 COLUMNS = (
     "id", "url", "final_url", "status", "content_type", "bytes", "elapsed_ms", "depth",
-    "referrer", "fetched_at", "title", "error", "redirects",
+    "referrer", "fetched_at", "title", "error", "redirects", "source", "digest", "change",
 )  # fmt: skip
+# Read with the columns: the extracted fields (JSONL "fields"; a CSV column per rule) and the
+# structured data (JSONL only).
+EXTRA = ("extracted", "structured_data")
 # What a spreadsheet takes as the start of a formula (OWASP's list, tab and CR included).
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 CHUNK_ROWS = 2000
@@ -60,12 +65,18 @@ def filename(crawl: Crawl, fmt: str) -> str:
     return f"crawl-{crawl.pk}.{FORMATS[fmt][1]}"
 
 
-def _rows(crawl: Crawl) -> Iterator[dict]:
-    pages = crawl.pages.order_by("id").values_list(*COLUMNS)
-    for values in pages.iterator(chunk_size=CHUNK_ROWS):
-        row = dict(zip(COLUMNS, values, strict=True))
+def _rows(pages: QuerySet[Page]) -> Iterator[dict]:
+    """Each page as a dict of COLUMNS and EXTRA, in id order, a chunk of rows at a time."""
+    names = (*COLUMNS, *EXTRA)
+    for values in pages.order_by("id").values_list(*names).iterator(chunk_size=CHUNK_ROWS):
+        row = dict(zip(names, values, strict=True))
         row["fetched_at"] = row["fetched_at"].isoformat() if row["fetched_at"] else None
         yield row
+
+
+def pages_of(crawl: Crawl, flt: PageFilter | None = None) -> QuerySet[Page]:
+    """The pages an export of the crawl holds: all, or those the filter selects."""
+    return flt.apply(crawl.pages.all()) if flt is not None else crawl.pages.all()
 
 
 def _buffered(pieces: Iterable[bytes]) -> Iterator[bytes]:
@@ -82,9 +93,17 @@ def _buffered(pieces: Iterable[bytes]) -> Iterator[bytes]:
         yield b"".join(buffer)
 
 
-def iter_jsonl(crawl: Crawl) -> Iterator[bytes]:
-    """One JSON object per page and line, in fetch order."""
-    return _buffered((json.dumps(row, ensure_ascii=False) + "\n").encode() for row in _rows(crawl))
+def iter_jsonl(pages: QuerySet[Page]) -> Iterator[bytes]:
+    """One JSON object per page and line, in fetch order; extracted values under "fields"."""
+
+    def lines() -> Iterator[bytes]:
+        for row in _rows(pages):
+            row["fields"] = row.pop("extracted") or {}
+            if row["structured_data"] is None:
+                del row["structured_data"]
+            yield (json.dumps(row, ensure_ascii=False) + "\n").encode()
+
+    return _buffered(lines())
 
 
 class _Line:
@@ -103,20 +122,35 @@ def neutralised(value):
     return value
 
 
-def iter_csv(crawl: Crawl) -> Iterator[bytes]:
-    """A header row, then one row per page; redirects as a JSON list. Text cells are quoted,
-    so that a spreadsheet splitting on ";" keeps each whole, and a text cell that starts like
-    a formula starts with a single quote (neutralised); JSONL keeps every value as fetched."""
+def _cell(value):
+    """An extracted value in a CSV cell: text as it is, a list or a JSON value as JSON."""
+    if value is None or isinstance(value, str | int | float):
+        return "" if value is None else value
+    return json.dumps(value, ensure_ascii=False)
+
+
+def iter_csv(pages: QuerySet[Page], field_names: list[str] = ()) -> Iterator[bytes]:
+    """A header row, then one row per page; redirects as a JSON list; a column per extracted
+    field (named field:<name>). Text cells are quoted, so that a spreadsheet splitting on ";"
+    keeps each whole, and a text cell that starts like a formula starts with a single quote
+    (neutralised); JSONL keeps every value as fetched."""
     header = csv.writer(_Line())
     writer = csv.writer(_Line(), quoting=csv.QUOTE_NONNUMERIC)
 
     def lines() -> Iterator[bytes]:
-        yield header.writerow(COLUMNS).encode()
-        for row in _rows(crawl):
+        yield header.writerow([*COLUMNS, *(f"field:{n}" for n in field_names)]).encode()
+        for row in _rows(pages):
             row["redirects"] = json.dumps(row["redirects"]) if row["redirects"] else ""
-            yield writer.writerow([neutralised(row[c]) for c in COLUMNS]).encode()
+            fields = row["extracted"] or {}
+            cells = [row[c] for c in COLUMNS] + [_cell(fields.get(n)) for n in field_names]
+            yield writer.writerow([neutralised(cell) for cell in cells]).encode()
 
     return _buffered(lines())
+
+
+def csv_of(pages: QuerySet[Page]) -> Iterator[bytes]:
+    """Any set of pages as CSV (a comparison's), without extracted-field columns."""
+    return iter_csv(pages)
 
 
 def _http_headers(status: int, content_type: str, length: int) -> StatusAndHeaders:
@@ -223,9 +257,16 @@ def iter_warc(crawl: Crawl) -> Iterator[bytes]:
     return _buffered(pieces())
 
 
-def iter_export(crawl: Crawl, fmt: str) -> Iterator[bytes]:
+def iter_export(crawl: Crawl, fmt: str, flt: PageFilter | None = None) -> Iterator[bytes]:
+    """The crawl's pages in a format: all of them, or those `flt` selects (JSONL, CSV)."""
     check(crawl, fmt)
-    return {"jsonl": iter_jsonl, "csv": iter_csv, "warc": iter_warc}[fmt](crawl)
+    if fmt == "warc":
+        return iter_warc(crawl)
+    pages = pages_of(crawl, flt)
+    if fmt == "jsonl":
+        return iter_jsonl(pages)
+    names = [r["name"] for r in crawl.effective_extract_rules() if isinstance(r, dict)]
+    return iter_csv(pages, [n for n in names if isinstance(n, str)])
 
 
 async def aiter_export(chunks: Iterator[bytes]) -> AsyncIterator[bytes]:

@@ -21,7 +21,7 @@ from django.db.models import Count, F
 from django.utils import timezone
 
 from crawls import services
-from crawls.models import CRAWL_OPTIONS, Crawl, CrawlSchedule
+from crawls.models import CRAWL_OPTIONS, Crawl, CrawlSchedule, CrawlState
 from crawls.services import visible_crawls
 
 log = logging.getLogger(__name__)
@@ -140,7 +140,11 @@ def schedule_run(*, schedule: CrawlSchedule, now: datetime | None = None, user=N
             seeds=template.seeds, channel=template.channel, **options,
         )  # fmt: skip
         crawl.schedule = schedule
-        crawl.save(update_fields=["schedule"])
+        # Compared with the run before it: its pages say what changed since, and their
+        # validators make this run's requests conditional.
+        finished = schedule.runs.filter(state=CrawlState.FINISHED).exclude(pk=crawl.pk)
+        crawl.baseline = finished.order_by("-pk").first()
+        crawl.save(update_fields=["schedule", "baseline"])
     services.crawl_start(crawl=crawl, user=user or schedule.created_by)
     return crawl
 

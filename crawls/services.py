@@ -16,14 +16,16 @@ from django.utils import timezone
 
 from crawlhub.connections import REDIS_ERRORS
 from crawlhub.errors import ActionRefused
-from crawlhub.http import netguard
+from crawlhub.http import Fetcher, OptionError, netguard
 from crawlhub.http.urls import validate_url
+from crawls.engine.extraction import Extractor, RulesError, parse_rules, rules_to_json
 from crawls.engine.frontier import Frontier, stats_many
 from crawls.engine.jobs import enqueue_slices, stop_slices_soon
 from crawls.engine.lifecycle import announce, announce_end, settle_pause
-from crawls.engine.request import Request
+from crawls.engine.request import VIA_SITEMAP_ROOT, Request
 from crawls.engine.scope import ScopeError, compile_patterns
-from crawls.engine.slices import settings_problems
+from crawls.engine.sitemap_reads import sitemap_roots
+from crawls.engine.slices import fetcher_options, settings_problems
 from crawls.models import CRAWL_OPTIONS, Channel, Crawl, CrawlEvent, CrawlState, FailedRequest
 
 
@@ -108,6 +110,17 @@ def _value_problem(field: models.Field, value: Any) -> str:
     return ""
 
 
+def _clean_rules(data: object) -> list[dict]:
+    """Extraction rules as stored: every problem of every rule at once, each naming its rule.
+    None (an admin's empty JSON box) is no rules."""
+    if data is None:
+        return []
+    try:
+        return rules_to_json(parse_rules(data))
+    except RulesError as exc:
+        raise ValidationError({"extract_rules": exc.problems}) from None
+
+
 def crawl_clean(
     *, name: str, seeds: list[str] | str, channel: Channel | None = None, **options: Any
 ) -> Crawl:
@@ -133,6 +146,7 @@ def crawl_clean(
         "exclude_patterns": lambda: _clean_patterns(
             options.get("exclude_patterns", []), "exclude_patterns"
         ),
+        "extract_rules": lambda: _clean_rules(options.get("extract_rules", [])),
     }
     for field, cleaner in cleaners.items():
         if field in errors:
@@ -194,6 +208,8 @@ def crawl_start(*, crawl: Crawl, user=None) -> None:
     # A start that failed half-way (Redis done, row not saved) must not count seeds twice.
     if frontier.stats()["requests"] == 0:
         frontier.add_seeds(crawl.seeds)
+        if crawl.follow_sitemaps:
+            frontier.add_seeds(sitemap_roots(crawl.seeds), via=VIA_SITEMAP_ROOT)
     with transaction.atomic():
         crawl.state = CrawlState.RUNNING
         crawl.started_at = timezone.now()
@@ -258,7 +274,10 @@ def crawl_add_seeds(*, crawl: Crawl, urls: list[str] | str, user=None) -> tuple[
     new = [url for url in seeds if url not in crawl.seeds]
     added, repeats = (len(new), len(seeds) - len(new))
     if crawl.state != CrawlState.DRAFT:
-        added, repeats = _frontier(crawl).add_seeds(seeds)
+        frontier = _frontier(crawl)
+        added, repeats = frontier.add_seeds(seeds)
+        if crawl.follow_sitemaps:
+            frontier.add_seeds(sitemap_roots(seeds), via=VIA_SITEMAP_ROOT)
     with transaction.atomic():
         crawl.seeds = crawl.seeds + new
         crawl.save(update_fields=["seeds"])
@@ -328,3 +347,48 @@ def crawls_stats_safe(crawls: list[Crawl]) -> dict[int, dict]:
     except REDIS_ERRORS as exc:
         stats = {pk: {"redis_error": str(exc)} for pk in live}
     return {c.pk: {**c.stats, **stats[c.pk]} if c.pk in stats else c.stats for c in crawls}
+
+
+# The rule preview waits at most this long for its page, whatever the crawl's timeout.
+PREVIEW_TIMEOUT = 10.0
+
+
+def rules_preview(*, url: str, rules: object, channel: Channel | None = None,
+                  **options: Any) -> dict:  # fmt: skip
+    """What each extraction rule yields on one page, fetched as the crawl would fetch it (its
+    user agent, timeout and size limit, the private-network guard). Raises ValidationError for
+    a bad URL or bad rules, naming them; a page that cannot be fetched is said in "error"."""
+    errors: dict[str, list[str]] = {}
+    try:
+        url = validate_url(url, "url")
+    except ValueError as exc:
+        errors["url"] = [str(exc)]
+    try:
+        parsed = parse_rules(rules)
+    except RulesError as exc:
+        errors["extract_rules"] = exc.problems
+    if errors:
+        raise ValidationError(errors)
+    fetch_options = {k: v for k, v in options.items() if k in PREVIEW_OPTIONS}
+    crawl = Crawl(channel=channel or Channel.default(), **fetch_options)
+    settings = fetcher_options(crawl)
+    settings["timeout"] = min(float(settings["timeout"] or PREVIEW_TIMEOUT), PREVIEW_TIMEOUT)
+    try:
+        fetcher = Fetcher(**{**settings, "pool_size": 1})
+    except OptionError as exc:
+        raise ValidationError({exc.option: [str(exc)]}) from None
+    with fetcher:
+        fetch = fetcher.fetch(url)
+    extractor = Extractor(parsed)
+    found = extractor.extract(url=fetch.final_url, body=fetch.body, content_type=fetch.content_type)
+    return {
+        "url": url, "final_url": fetch.final_url, "status": fetch.status, "error": fetch.error,
+        "content_type": fetch.content_type, "bytes": fetch.nbytes, "truncated": fetch.truncated,
+        "fields": found.fields, "field_errors": found.errors,
+        # Rules whose URL pattern leaves this page out.
+        "skipped": [r.name for r in parsed if r.name not in {**found.fields, **found.errors}],
+    }  # fmt: skip
+
+
+# The options a preview fetches with (the rest do not change a single fetch).
+PREVIEW_OPTIONS = ("timeout", "max_bytes", "user_agent_mode", "user_agent")

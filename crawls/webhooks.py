@@ -37,6 +37,7 @@ from django.utils import timezone
 
 from crawlhub.http import Fetcher, FetchResult, netguard
 from crawlhub.http.urls import is_http_url
+from crawls.changes import change_counts
 from crawls.models import Channel, Crawl, Webhook, WebhookDelivery, WebhookEvent
 
 log = logging.getLogger(__name__)
@@ -191,7 +192,9 @@ def webhook_delete(*, webhook: Webhook) -> None:
 # --- Events -----------------------------------------------------------------------------------
 
 
-def payload_for(crawl: Crawl, event: str, delivery_id: int) -> dict:
+def payload_for(crawl: Crawl, event: str, delivery_id: int, changes: dict | None = None) -> dict:
+    """What a delivery sends. `changes`: the pages new, changed, unchanged and gone against the
+    crawl's baseline (a schedule's previous run; crawls.changes.change_counts), when it has one."""
     return {
         "event": f"crawl.{event}",
         "delivery": delivery_id,
@@ -209,6 +212,8 @@ def payload_for(crawl: Crawl, event: str, delivery_id: int) -> dict:
             "error": crawl.error,
             "page": crawl.get_absolute_url(),
             "api": f"/api/crawls/{crawl.pk}/",
+            "baseline": crawl.baseline_id,
+            "changes": changes,
         },
     }
 
@@ -232,17 +237,16 @@ def crawl_ended(crawl_id: int, event: str) -> list[int]:
     if crawl.schedule is not None:
         # Each run is a new crawl: a webhook put on the template is meant for all of them.
         targets |= Q(crawl_id=crawl.schedule.template_id)
-    hooks = Webhook.objects.filter(targets, active=True)
+    hooks = [hook for hook in Webhook.objects.filter(targets, active=True) if event in hook.events]
+    changes = change_counts(crawl) if hooks else None
     ids = []
     with transaction.atomic():
         for hook in hooks:
-            if event not in hook.events:
-                continue
             delivery = WebhookDelivery.objects.create(
                 webhook=hook, crawl=crawl, event=event, payload={},
                 next_attempt_at=timezone.now(),
             )  # fmt: skip
-            delivery.payload = payload_for(crawl, event, delivery.pk)
+            delivery.payload = payload_for(crawl, event, delivery.pk, changes)
             delivery.save(update_fields=["payload"])
             ids.append(delivery.pk)
         transaction.on_commit(lambda: [enqueue(delivery_id) for delivery_id in ids])

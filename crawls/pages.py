@@ -1,0 +1,297 @@
+"""A crawl's pages as people look for them: filtered, sorted and paged, the same way on the
+pages browser, the API and the exports.
+
+Made for crawls of millions of pages. Every sort runs on an index of (crawl, column, id)
+(crawls.models.Page.Meta), and pages are reached by key, not by offset: a cursor holds the
+sort value and the id of the last row shown, so page 20,000 costs what page 1 costs. Counting
+stops at COUNT_LIMIT ("more than 10,000"). Text search (`q`) looks inside URLs and titles and
+cannot use an index; it is bounded by the page size when matches are common.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db import connection
+from django.db.models import F, Q, QuerySet
+from django.db.models.fields.json import KT
+from django.db.models.functions import Substr
+
+from crawls.models import URL_SORT_CHARS, Change, Crawl, Page, PageSource
+
+PAGE_SIZES = (25, 50, 100, 200)
+COUNT_LIMIT = 10_000
+STATUS_CLASSES = {
+    "2xx": (200, 299), "3xx": (300, 399), "4xx": (400, 499), "5xx": (500, 599), "none": None,
+}  # fmt: skip
+# What a column sorts by (each on an index of the crawl's pages, with id after it).
+SORTS = {
+    "id": F("id"),
+    "url": Substr("url", 1, URL_SORT_CHARS),
+    "status": F("status"),
+    "title": F("title"),
+    "content_type": F("content_type"),
+    "bytes": F("bytes"),
+    "elapsed_ms": F("elapsed_ms"),
+    "depth": F("depth"),
+    "fetched_at": F("fetched_at"),
+    "change": F("change"),
+}
+NULLABLE = frozenset({"status"})
+FIELD_SORT = "field:"  # field:<name> sorts by an extracted field (no index: slower)
+MAX_QUERY = 200
+
+
+@dataclass(frozen=True)
+class PageFilter:
+    """What to show of a crawl's pages. from_params reads it from a query string."""
+
+    q: str = ""
+    status_class: str = ""
+    status: int | None = None
+    content_type: str = ""
+    depth_min: int | None = None
+    depth_max: int | None = None
+    change: str = ""
+    source: str = ""
+    sort: str = "id"
+    desc: bool = False
+    size: int = 50
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any]) -> PageFilter:
+        """The filter a query string asks for. ValidationError naming every bad parameter
+        (with what it accepts); parameters left empty are not filters."""
+        values, errors = {}, {}
+        for name, reader in _READERS.items():
+            raw = params.get(name)
+            if raw is None or (isinstance(raw, str) and not raw.strip()):
+                continue
+            try:
+                values[name] = reader(str(raw).strip())
+            except ValueError as exc:
+                errors[name] = [str(exc)]
+        if errors:
+            raise ValidationError(errors)
+        if "order" in values:
+            values["desc"] = values.pop("order") == "desc"
+        found = cls(**values)
+        low, high = found.depth_min, found.depth_max
+        if low is not None and high is not None and low > high:
+            raise ValidationError({"depth_max": ["Give a maximum depth at least the minimum."]})
+        return found
+
+    def params(self, **changes: Any) -> dict[str, str]:
+        """The query-string parameters that give this filter (with `changes`); defaults left
+        out. Sorting or filtering anew starts from the first page: no cursor in here."""
+        target = replace(self, **changes)
+        out = {}
+        for item in fields(self):
+            value = getattr(target, item.name)
+            if value == item.default:
+                continue
+            if item.name == "desc":
+                out["order"] = "desc"
+            else:
+                out[item.name] = str(value).lower() if isinstance(value, bool) else str(value)
+        return out
+
+    @property
+    def active(self) -> bool:
+        """Anything filtered (not only sorted or sized)?"""
+        kept = ("sort", "desc", "size")
+        return any(getattr(self, f.name) != f.default for f in fields(self) if f.name not in kept)
+
+    def apply(self, pages: QuerySet[Page]) -> QuerySet[Page]:
+        """pages with this filter's conditions (not its order)."""
+        if self.q:
+            pages = pages.filter(Q(url__icontains=self.q) | Q(title__icontains=self.q))
+        if self.status_class == "none":
+            pages = pages.filter(status__isnull=True)
+        elif self.status_class:
+            low, high = STATUS_CLASSES[self.status_class]
+            pages = pages.filter(status__gte=low, status__lte=high)
+        if self.status is not None:
+            pages = pages.filter(status=self.status)
+        if self.content_type:
+            pages = pages.filter(content_type__startswith=self.content_type)
+        if self.depth_min is not None:
+            pages = pages.filter(depth__gte=self.depth_min)
+        if self.depth_max is not None:
+            pages = pages.filter(depth__lte=self.depth_max)
+        if self.change:
+            pages = pages.filter(change=self.change)
+        if self.source:
+            pages = pages.filter(source=self.source)
+        return pages
+
+
+def _one_of(choices, what: str):
+    def read(text: str) -> str:
+        if text not in choices:
+            raise ValueError(f"{what} is one of {', '.join(choices)}, not {text[:40]!r}.")
+        return text
+
+    return read
+
+
+def _whole(low: int, high: int, what: str):
+    def read(text: str) -> int:
+        try:
+            number = int(text)
+        except ValueError:
+            raise ValueError(f"{what} is a whole number, not {text[:40]!r}.") from None
+        if not low <= number <= high:
+            raise ValueError(f"{what} is from {low} to {high}, not {number}.")
+        return number
+
+    return read
+
+
+def _query(text: str) -> str:
+    if len(text) > MAX_QUERY:
+        raise ValueError(f"Search for at most {MAX_QUERY} characters.")
+    if "\x00" in text:
+        raise ValueError("The search has a NUL character.")
+    return text
+
+
+def _sort(text: str) -> str:
+    if text in SORTS:
+        return text
+    if text.startswith(FIELD_SORT) and 0 < len(text) - len(FIELD_SORT) <= 64:
+        return text
+    raise ValueError(f"Sort by one of {', '.join(SORTS)} or field:<name>, not {text[:40]!r}.")
+
+
+def _size(text: str) -> int:
+    size = _whole(1, max(PAGE_SIZES), "The page size")(text)
+    if size not in PAGE_SIZES:
+        raise ValueError(f"The page size is one of {', '.join(map(str, PAGE_SIZES))}.")
+    return size
+
+
+_READERS = {
+    "q": _query,
+    "status_class": _one_of(list(STATUS_CLASSES), "The status class"),
+    "status": _whole(100, 599, "The status"),
+    "content_type": lambda text: _query(text)[:200],
+    "depth_min": _whole(0, 4000, "The minimum depth"),
+    "depth_max": _whole(0, 4000, "The maximum depth"),
+    "change": _one_of(Change.values, "The change"),
+    "source": _one_of(PageSource.values, "The source"),
+    "sort": _sort,
+    "order": _one_of(["asc", "desc"], "The order"),
+    "size": _size,
+}
+
+
+# -- paging by key ------------------------------------------------------------------------------
+
+
+class CursorError(ValueError):
+    """A cursor that is not one this module made (edited by hand, or for another sort)."""
+
+
+@dataclass
+class PageSlice:
+    """One screen of pages and how to get to the next and previous ones."""
+
+    rows: list[Page]
+    count: int  # at most COUNT_LIMIT
+    count_capped: bool  # there are more than `count`
+    next: str = ""  # cursor of the next screen, "" on the last
+    previous: str = ""  # cursor of the previous screen, "" on the first
+    field_names: list[str] = field(default_factory=list)
+
+
+def sort_expression(sort: str):
+    if sort.startswith(FIELD_SORT):
+        return KT(f"extracted__{sort[len(FIELD_SORT) :]}")
+    return SORTS[sort]
+
+
+def page_slice(
+    crawl: Crawl, flt: PageFilter, *, after: str = "", before: str = "",
+    queryset: QuerySet[Page] | None = None,
+) -> PageSlice:  # fmt: skip
+    """The screen of the crawl's pages that `flt` selects, after (or before) a cursor."""
+    pages = flt.apply(queryset if queryset is not None else crawl.pages.all()).defer("body")
+    key = sort_expression(flt.sort)
+    pages = pages.annotate(sort_key=key)
+    backwards = bool(before) and not after
+    cursor = _decode(before if backwards else after, flt) if (after or before) else None
+    desc = flt.desc != backwards
+    if cursor is not None:
+        pages = pages.filter(_beyond(flt.sort, cursor, desc=desc))
+    ordered = pages.order_by(key.desc() if desc else key.asc(), "-id" if desc else "id")
+    rows = list(ordered[: flt.size + 1])
+    more = len(rows) > flt.size
+    rows = rows[: flt.size]
+    if backwards:
+        rows.reverse()
+    counted = flt.apply(queryset if queryset is not None else crawl.pages.all())
+    count = counted.values("id")[: COUNT_LIMIT + 1].count()
+    found = PageSlice(rows=rows, count=min(count, COUNT_LIMIT), count_capped=count > COUNT_LIMIT)
+    if rows:
+        has_next = more if not backwards else True
+        has_previous = more if backwards else cursor is not None
+        found.next = _encode(rows[-1], flt) if has_next else ""
+        found.previous = _encode(rows[0], flt) if has_previous else ""
+    return found
+
+
+def _nullable(sort: str) -> bool:
+    return sort in NULLABLE or sort.startswith(FIELD_SORT)
+
+
+def _nulls_last() -> bool:
+    """Where NULLs go in an ascending order: last on PostgreSQL, first on SQLite."""
+    return connection.vendor == "postgresql"
+
+
+def _beyond(sort: str, cursor: tuple, *, desc: bool) -> Q:
+    """The rows after (value, id) in the order (key, id), descending or not: where the key's
+    NULLs sit is the database's (_nulls_last), as the order puts them."""
+    value, last_id = cursor
+    name = "sort_key"
+    greater, id_next = ("lt", "lt") if desc else ("gt", "gt")
+    # Is NULL "after" every value in this direction?
+    nulls_after = _nulls_last() != desc
+    same = Q(**{f"{name}__isnull": True}) if value is None else Q(**{name: value})
+    tie = same & Q(**{f"id__{id_next}": last_id})
+    if value is None:
+        # Past the NULLs there is nothing when they come last; everything when first.
+        return tie if nulls_after else tie | Q(**{f"{name}__isnull": False})
+    later = Q(**{f"{name}__{greater}": value})
+    if _nullable(sort) and nulls_after:
+        later |= Q(**{f"{name}__isnull": True})
+    return later | tie
+
+
+def _encode(row: Page, flt: PageFilter) -> str:
+    value = row.sort_key
+    if hasattr(value, "isoformat"):
+        value = value.isoformat()
+    raw = json.dumps([flt.sort, flt.desc, value, row.pk], separators=(",", ":"))
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def _decode(cursor: str, flt: PageFilter) -> tuple:
+    """(value, id) of a cursor made for this sort; CursorError otherwise."""
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        sort, desc, value, last_id = json.loads(raw)
+    except (ValueError, TypeError, binascii.Error):
+        raise CursorError("This link to a page of results is broken: start again.") from None
+    if sort != flt.sort or desc != flt.desc or not isinstance(last_id, int):
+        raise CursorError("This link to a page of results is for another order: start again.")
+    if isinstance(value, list | dict) or (isinstance(value, str) and len(value) > 10_000):
+        raise CursorError("This link to a page of results is broken: start again.")
+    return value, last_id
