@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from crawls.views import crawls, exports, schedules, webhooks
+from crawls.views import compare, crawls, exports, pages, schedules, webhooks
 
 urlpatterns = [
     path("", crawls.crawl_list, name="crawl_list"),
@@ -12,6 +12,12 @@ urlpatterns = [
     path("crawls/<int:pk>/activity", crawls.crawl_activity, name="crawl_activity"),
     path("crawls/demo/", crawls.crawl_demo, name="crawl_demo"),
     path("crawls/<int:pk>/export.<str:fmt>", exports.crawl_export, name="crawl_export"),
+    path("crawls/<int:pk>/pages/", pages.page_list, name="page_list"),
+    path("crawls/<int:pk>/pages/<int:page_pk>/", pages.page_detail, name="page_detail"),
+    path("crawls/<int:pk>/pages/<int:page_pk>/body", pages.page_body, name="page_body"),
+    path("crawls/compare/", compare.compare, name="crawl_compare"),
+    path("crawls/compare/export.csv", compare.compare_export, name="crawl_compare_export"),
+    path("crawls/preview/", crawls.rules_preview, name="rules_preview"),
     path("crawls/<int:pk>/<str:action>/", crawls.crawl_action, name="crawl_action"),
     path("schedules/", schedules.schedule_list, name="schedule_list"),
     path("schedules/new/", schedules.schedule_new, name="schedule_new"),

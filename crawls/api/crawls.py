@@ -3,7 +3,11 @@
 
 from __future__ import annotations
 
+from urllib.parse import urlencode
+
+from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import QuerySet
+from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import mixins, permissions, renderers, serializers, status, viewsets
@@ -13,7 +17,18 @@ from rest_framework.response import Response
 
 from crawlhub.api_errors import JSONErrors
 from crawls import exports, services
-from crawls.models import CRAWL_OPTIONS, Channel, Crawl, FailedRequest, LinesField, Page
+from crawls.models import (
+    CRAWL_OPTIONS,
+    Change,
+    Channel,
+    Crawl,
+    FailedRequest,
+    LinesField,
+    Page,
+    PageSource,
+    RulesField,
+)
+from crawls.pages import PAGE_SIZES, STATUS_CLASSES, CursorError, PageFilter, page_slice
 from crawls.services import visible_crawls
 from crawls.views.exports import export_response
 
@@ -41,6 +56,9 @@ class CrawlFieldsSerializer(serializers.ModelSerializer):
         if isinstance(model_field, LinesField):
             kept = {k: v for k, v in kwargs.items() if k in _LIST_KWARGS}
             return serializers.ListField, {**kept, "child": serializers.CharField()}
+        if isinstance(model_field, RulesField):
+            kept = {k: v for k, v in kwargs.items() if k in _LIST_KWARGS}
+            return serializers.ListField, {**kept, "child": serializers.DictField()}
         return field_class, kwargs
 
 
@@ -93,9 +111,54 @@ class CrawlCreateSerializer(CrawlFieldsSerializer):
 
 
 class PageSerializer(serializers.ModelSerializer):
+    fields_ = serializers.JSONField(
+        source="extracted", read_only=True, help_text="Extracted values by rule name."
+    )
+
     class Meta:
         model = Page
-        fields = list(exports.COLUMNS)
+        fields = [*exports.COLUMNS, "fields_"]
+
+    def get_fields(self) -> dict:
+        found = super().get_fields()
+        found["fields"] = found.pop("fields_")  # "fields" is a name DRF's Meta reserves
+        return found
+
+
+class PageDetailSerializer(PageSerializer):
+    class Meta:
+        model = Page
+        fields = [
+            *exports.COLUMNS, "fields_", "extract_errors", "structured_data", "headers",
+            "request_headers", "proxy", "links", "links_total", "attempts", "history",
+            "truncated",
+        ]  # fmt: skip
+
+
+# The pages browser's filters, for the API's pages and export.
+PAGE_FILTER_PARAMETERS = [
+    OpenApiParameter("q", str, description="Text in the URL or the title."),
+    OpenApiParameter("status_class", str, enum=list(STATUS_CLASSES)),
+    OpenApiParameter("status", int, description="An exact HTTP status."),
+    OpenApiParameter("content_type", str, description="The content type starts with this."),
+    OpenApiParameter("depth_min", int), OpenApiParameter("depth_max", int),
+    OpenApiParameter("change", str, enum=list(Change.values),
+                     description="Against the crawl's baseline (the last run)."),
+    OpenApiParameter("source", str, enum=list(PageSource.values)),
+    OpenApiParameter("sort", str, description="A column, or field:<name>; id by default."),
+    OpenApiParameter("order", str, enum=["asc", "desc"]),
+    OpenApiParameter("size", int, enum=list(PAGE_SIZES)),
+    OpenApiParameter("after", str, description="The `next` cursor of the previous answer."),
+    OpenApiParameter("before", str, description="The `previous` cursor of an answer."),
+]  # fmt: skip
+
+
+class PageListSerializer(serializers.Serializer):
+    count = serializers.IntegerField(help_text="Matching pages, counted up to 10,000.")
+    count_capped = serializers.BooleanField(help_text="More match than `count`.")
+    next = serializers.CharField(allow_null=True, help_text="URL of the next pages.")
+    previous = serializers.CharField(allow_null=True, help_text="URL of the previous pages.")
+    results = PageSerializer(many=True)
 
 
 class FailureSerializer(serializers.ModelSerializer):
@@ -255,12 +318,38 @@ class CrawlViewSet(
         )
         return Response({"retried": count})
 
-    @extend_schema(summary="Fetched pages, in fetch order", responses=PageSerializer(many=True))
-    @action(detail=True, methods=["get"])
+    @extend_schema(
+        summary="Fetched pages: filtered, sorted, a screen at a time (as the pages browser)",
+        parameters=PAGE_FILTER_PARAMETERS, responses=PageListSerializer,
+    )  # fmt: skip
+    @action(detail=True, methods=["get"], pagination_class=None)
     def pages(self, request: Request, pk=None) -> Response:
         crawl = self.get_object()
-        page = self.paginate_queryset(crawl.pages.order_by("id").defer("body"))
-        return self.get_paginated_response(PageSerializer(page, many=True).data)
+        try:
+            flt = PageFilter.from_params(request.query_params)
+            found = page_slice(
+                crawl, flt, after=request.query_params.get("after", ""),
+                before=request.query_params.get("before", ""),
+            )  # fmt: skip
+        except DjangoValidationError as exc:
+            raise serializers.ValidationError(exc.message_dict) from None
+        except CursorError as exc:
+            raise serializers.ValidationError({"after": [str(exc)]}) from None
+        base = request.build_absolute_uri(request.path) + "?" + urlencode(flt.params())
+        return Response({
+            "count": found.count, "count_capped": found.count_capped,
+            "next": f"{base}&after={found.next}" if found.next else None,
+            "previous": f"{base}&before={found.previous}" if found.previous else None,
+            "results": PageSerializer(found.rows, many=True).data,
+        })  # fmt: skip
+
+    @extend_schema(summary="One page: request, response, links, fields",
+                   responses=PageDetailSerializer, operation_id="crawls_page_retrieve")  # fmt: skip
+    @action(detail=True, methods=["get"], url_path=r"pages/(?P<page_pk>[0-9]{1,18})")
+    def page(self, request: Request, pk=None, page_pk=None) -> Response:
+        crawl = self.get_object()
+        page = get_object_or_404(crawl.pages.defer("body"), pk=int(page_pk))
+        return Response(PageDetailSerializer(page).data)
 
     @extend_schema(summary="The failure queue", responses=FailureSerializer(many=True))
     @action(detail=True, methods=["get"])
@@ -285,7 +374,12 @@ class CrawlViewSet(
     )  # fmt: skip
     def export(self, request: Request, pk=None):
         crawl = self.get_object()
-        return export_response(request._request, crawl, request.accepted_renderer.format)
+        try:
+            flt = PageFilter.from_params(request.query_params)
+        except DjangoValidationError as exc:
+            raise serializers.ValidationError(exc.message_dict) from None
+        flt = flt if flt.active else None
+        return export_response(request._request, crawl, request.accepted_renderer.format, flt)
 
 
 @extend_schema_view(

@@ -12,7 +12,7 @@ from django.views.decorators.http import require_POST
 
 from crawlhub.access import next_path
 from crawlhub.http import netguard
-from crawls import services
+from crawls import changes, services
 from crawls.engine import live
 from crawls.models import Channel, Crawl, CrawlState
 from crawls.services import visible_crawls
@@ -139,6 +139,7 @@ def crawl_detail(request: HttpRequest, pk: int) -> HttpResponse:
             "crawl": crawl,
             "snapshot": snapshot,
             "stats": snapshot["stats"],
+            "change_counts": changes.change_counts(crawl) if crawl.is_over() else None,
             **_activity(crawl),
         },
     )
@@ -225,3 +226,26 @@ def crawl_action(request: HttpRequest, pk: int, action: str) -> HttpResponse:
         )
     (messages.success if ok else messages.error)(request, text)
     return redirect(next_path(request, fallback=crawl.get_absolute_url()))
+
+
+@require_POST
+def rules_preview(request: HttpRequest) -> JsonResponse:
+    """The new-crawl page's "Try on a URL": what each rule yields on one page, fetched with
+    the crawl form's fetch settings. Errors name the field: {"errors": {field: [...]}}."""
+    form = CrawlForm(request.POST)
+    wanted = ("extract_rules", "channel", *services.PREVIEW_OPTIONS)
+    errors = {name: form.errors[name] for name in wanted if name in form.errors}
+    if errors:
+        return JsonResponse({"errors": errors}, status=400)
+    data = {name: form.cleaned_data.get(name) for name in wanted}
+    options = {
+        k: v for k, v in data.items() if k in services.PREVIEW_OPTIONS and v not in (None, "")
+    }
+    try:
+        result = services.rules_preview(
+            url=request.POST.get("preview_url", ""), rules=data["extract_rules"],
+            channel=data["channel"], **options,
+        )  # fmt: skip
+    except ValidationError as exc:
+        return JsonResponse({"errors": exc.message_dict}, status=400)
+    return JsonResponse(result)

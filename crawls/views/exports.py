@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+from django.core.exceptions import ValidationError
 from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404
 
 from crawls import exports
+from crawls.pages import PageFilter
 from crawls.services import visible_crawls
 
 
-def export_response(request: HttpRequest, crawl, fmt: str) -> StreamingHttpResponse:
-    """The export streamed as a download. Raises exports.ExportError when it cannot be made."""
-    chunks = exports.iter_export(crawl, fmt)
+def export_response(
+    request: HttpRequest, crawl, fmt: str, flt: PageFilter | None = None
+) -> StreamingHttpResponse:
+    """The export streamed as a download: every page, or those the filter (the pages
+    browser's) selects. Raises exports.ExportError when it cannot be made."""
+    chunks = exports.iter_export(crawl, fmt, flt)
     if isinstance(request, ASGIRequest):
         # Django reads a sync iterator to the end before sending it under ASGI.
         chunks = exports.aiter_export(chunks)
@@ -25,6 +30,11 @@ def export_response(request: HttpRequest, crawl, fmt: str) -> StreamingHttpRespo
 def crawl_export(request: HttpRequest, pk: int, fmt: str) -> HttpResponse:
     crawl = get_object_or_404(visible_crawls(request.user), pk=pk)
     try:
-        return export_response(request, crawl, fmt)
+        flt = PageFilter.from_params(request.GET)
+    except ValidationError as exc:
+        text = "The filters cannot be used: " + " ".join(exc.messages)
+        return HttpResponse(text, status=400, content_type="text/plain; charset=utf-8")
+    try:
+        return export_response(request, crawl, fmt, flt if flt.active else None)
     except exports.ExportError as exc:
         return HttpResponse(str(exc), status=409, content_type="text/plain; charset=utf-8")

@@ -3,6 +3,8 @@ what is wrong (add_service_errors puts their messages on the form)."""
 
 from __future__ import annotations
 
+import json
+
 from django import forms
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -10,7 +12,7 @@ from django.db import models
 from django.utils.text import capfirst
 
 from crawls import schedules
-from crawls.models import CRAWL_OPTIONS, Channel, Crawl, LinesField, WebhookEvent
+from crawls.models import CRAWL_OPTIONS, Channel, Crawl, LinesField, RulesField, WebhookEvent
 from crawls.services import visible_crawls
 
 
@@ -24,10 +26,38 @@ class LinesFormField(forms.CharField):
         return [line.strip() for line in text.splitlines() if line.strip()]
 
 
+class RulesFormField(forms.CharField):
+    """Extraction rules as JSON text in a textarea (the page's rule editor writes it); a list in
+    cleaned_data. What each rule may hold is crawl_clean's to check."""
+
+    widget = forms.Textarea(attrs={"rows": 4, "spellcheck": "false"})
+
+    def to_python(self, value) -> list:
+        text = (super().to_python(value) or "").strip()
+        if not text:
+            return []
+        try:
+            rules = json.loads(text)
+        except ValueError as exc:
+            raise ValidationError(f"The rules are not valid JSON: {exc}.") from None
+        if not isinstance(rules, list):
+            raise ValidationError("The rules are a JSON list of objects, one per field.")
+        return rules
+
+    def prepare_value(self, value) -> str:
+        if isinstance(value, list):
+            return json.dumps(value, indent=1, ensure_ascii=False) if value else ""
+        return super().prepare_value(value)
+
+
 def crawl_formfield(model_field: models.Field, **kwargs) -> forms.Field | None:
     """The crawl form's field for a model field: a list of lines is a textarea of one value per
     line, and a choice left empty is the channel's (as Crawl.effective_user_agent_mode says);
     any other field is the model's own form field."""
+    if isinstance(model_field, RulesField):
+        return RulesFormField(
+            required=False, label="Extraction rules", help_text=model_field.help_text
+        )
     if isinstance(model_field, LinesField):
         return LinesFormField(
             required=not model_field.blank, label=capfirst(model_field.verbose_name),
@@ -45,7 +75,8 @@ def crawl_formfield(model_field: models.Field, **kwargs) -> forms.Field | None:
 LAID_OUT = frozenset({
     "allowed_domains", "include_patterns", "exclude_patterns", "max_depth", "max_pages",
     "priority", "threads", "slices", "host_delay", "timeout", "max_bytes", "max_retries",
-    "user_agent_mode", "user_agent", "obey_robots", "keep_bodies",
+    "user_agent_mode", "user_agent", "obey_robots", "keep_bodies", "extract_rules",
+    "keep_structured_data", "follow_sitemaps",
 })  # fmt: skip
 
 

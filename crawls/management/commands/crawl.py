@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import time
-from argparse import ArgumentParser
+from argparse import ArgumentParser, ArgumentTypeError
+from pathlib import Path
 
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
@@ -13,7 +14,7 @@ from django.db import models
 from django.utils import timezone
 
 from crawls import exports, services
-from crawls.models import CRAWL_OPTIONS, Channel, Crawl, CrawlState, LinesField
+from crawls.models import CRAWL_OPTIONS, Channel, Crawl, CrawlState, LinesField, RulesField
 
 # Older, shorter names a flag also answers to. A new option needs no line here: its flag is
 # its field's name (max_pages: --max-pages; a yes/no field also gets --no-...).
@@ -39,7 +40,22 @@ def _value_type(field: models.Field) -> dict:
         return {"type": float}
     if isinstance(field, models.CharField):
         return {}
+    if isinstance(field, RulesField):
+        return {"type": _json_rules, "metavar": "JSON"}
     raise TypeError(f"crawl option {field.name}: no command-line form for {type(field).__name__}")
+
+
+def _json_rules(text: str) -> list:
+    """Extraction rules on the command line: a JSON list, or @FILE holding one."""
+    if text.startswith("@"):
+        try:
+            text = Path(text[1:]).read_text(encoding="utf-8")
+        except (OSError, UnicodeError) as exc:
+            raise ArgumentTypeError(f"cannot read {text[1:]}: {exc}") from None
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise ArgumentTypeError(f"not valid JSON: {exc}") from None
 
 
 def _add_option(parser: ArgumentParser, field: models.Field) -> None:

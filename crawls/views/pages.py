@@ -1,0 +1,148 @@
+"""The pages of a crawl: the browser (filter, sort, page through), one page's detail, and its
+body as text or as the bytes it was.
+
+A fetched body is never served as a document of this site: the text is escaped into the page,
+and the raw bytes are a download (application/octet-stream, attachment, nosniff, a sandboxing
+Content-Security-Policy), which no browser renders here.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import urlencode
+
+from django.core.exceptions import ValidationError
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, render
+
+from crawlhub import csp
+from crawls import changes
+from crawls.models import Change, Crawl, Page, PageSource
+from crawls.pages import (
+    PAGE_SIZES,
+    STATUS_CLASSES,
+    CursorError,
+    PageFilter,
+    page_slice,
+)
+from crawls.services import visible_crawls
+
+# Columns of the pages table: (sort key, heading, numeric).
+COLUMNS = (
+    ("url", "URL", False), ("status", "Status", True), ("title", "Title", False),
+    ("content_type", "Type", False), ("bytes", "Size", True), ("elapsed_ms", "Time", True),
+    ("depth", "Depth", True), ("fetched_at", "Fetched", False),
+)  # fmt: skip
+TEXT_SHOWN = 1024 * 1024  # of a kept body, shown as text on the detail page
+LINKS_SHOWN = 100
+
+
+def _crawl(request: HttpRequest, pk: int) -> Crawl:
+    return get_object_or_404(visible_crawls(request.user).select_related("channel"), pk=pk)
+
+
+def field_names(crawl: Crawl) -> list[str]:
+    """The names of the crawl's extraction rules: the extra columns of its pages."""
+    rules = crawl.effective_extract_rules()
+    return [r["name"] for r in rules if isinstance(r, dict) and isinstance(r.get("name"), str)]
+
+
+def page_list(request: HttpRequest, pk: int) -> HttpResponse:
+    crawl = _crawl(request, pk)
+    errors: dict[str, list[str]] = {}
+    try:
+        flt = PageFilter.from_params(request.GET)
+    except ValidationError as exc:
+        flt, errors = PageFilter(), exc.message_dict
+    try:
+        found = page_slice(
+            crawl, flt, after=request.GET.get("after", ""), before=request.GET.get("before", "")
+        )
+    except CursorError as exc:
+        errors["after"] = [str(exc)]
+        found = page_slice(crawl, flt)
+    names = field_names(crawl)
+    context = {
+        "nav": "crawls",
+        "crawl": crawl,
+        "flt": flt,
+        "found": found,
+        "errors": errors,
+        "field_names": names,
+        "columns": _columns(flt, names),
+        "query": urlencode(flt.params()),
+        "status_classes": list(STATUS_CLASSES),
+        "changes": Change.choices,
+        "sources": PageSource.choices,
+        "sizes": PAGE_SIZES,
+        "export_query": urlencode(flt.params(sort="id", desc=False, size=50)),
+    }
+    return render(request, "crawls/page_list.html", context, status=400 if errors else 200)
+
+
+def _columns(flt: PageFilter, names: list[str]) -> list[dict]:
+    """Each column's heading and the link that sorts by it (the other way round when it
+    already sorts by it)."""
+    columns = [(key, label, numeric) for key, label, numeric in COLUMNS]
+    columns += [(f"field:{name}", name, False) for name in names]
+    out = []
+    for key, label, numeric in columns:
+        current = flt.sort == key
+        desc = not flt.desc if current else numeric  # numbers: the biggest first
+        out.append({
+            "key": key, "label": label, "numeric": numeric,
+            "sorted": ("desc" if flt.desc else "asc") if current else "",
+            "link": urlencode(flt.params(sort=key, desc=desc)),
+        })  # fmt: skip
+    return out
+
+
+def page_detail(request: HttpRequest, pk: int, page_pk: int) -> HttpResponse:
+    crawl = _crawl(request, pk)
+    page = get_object_or_404(Page.objects.defer("body"), crawl=crawl, pk=page_pk)
+    body = Page.objects.filter(pk=page.pk).values_list("body", flat=True).first()
+    context = {
+        "nav": "crawls",
+        "crawl": crawl,
+        "page": page,
+        "found_by": changes.found_by(page),
+        "inlinks": changes.inlinks(page, limit=LINKS_SHOWN),
+        "outlinks": page.links[:LINKS_SHOWN],
+        "outlinks_more": max(0, page.links_total - LINKS_SHOWN),
+        "field_names": field_names(crawl),
+        "baseline_page": changes.baseline_page(page, crawl),
+        "body": _body(page, body),
+    }
+    return render(request, "crawls/page_detail.html", context)
+
+
+def _body(page: Page, body: bytes | None) -> dict | None:
+    """What the detail page shows of a kept body: its text, cut, or that it is binary."""
+    if body is None:
+        return None
+    data = bytes(body)
+    binary = b"\x00" in data[:8192]
+    charset = "utf-8"
+    if "charset=" in page.content_type.lower():
+        charset = page.content_type.lower().split("charset=", 1)[1].split(";")[0].strip(" \"'")
+    try:
+        text = "" if binary else data[:TEXT_SHOWN].decode(charset, errors="replace")
+    except LookupError:
+        text = data[:TEXT_SHOWN].decode("utf-8", errors="replace")
+    return {"size": len(data), "binary": binary, "text": text, "cut": len(data) > TEXT_SHOWN}
+
+
+def page_body(request: HttpRequest, pk: int, page_pk: int) -> HttpResponse:
+    """A kept body as the bytes it was, to download: never a document of this site."""
+    crawl = _crawl(request, pk)
+    page = get_object_or_404(Page.objects.only("id", "body"), crawl=crawl, pk=page_pk)
+    if page.body is None:
+        return HttpResponse(
+            "This crawl kept no body of this page.", status=404, content_type="text/plain"
+        )
+    response = HttpResponse(bytes(page.body), content_type="application/octet-stream")
+    response["Content-Disposition"] = f'attachment; filename="crawl-{crawl.pk}-page-{page.pk}.bin"'
+    response["X-Content-Type-Options"] = "nosniff"
+    # The site's policy, and a sandbox: were a browser to show it anyway, no script would run
+    # and it would have no origin.
+    response["Content-Security-Policy"] = csp.policy(request) + "; sandbox"
+    return response
