@@ -20,6 +20,7 @@ ENDPOINTS = {
     "/api/crawls/{id}/seeds/": {"post"},
     "/api/crawls/{id}/retry/": {"post"},
     "/api/crawls/{id}/pages/": {"get"},
+    "/api/crawls/{id}/pages/{page_pk}/": {"get"},
     "/api/crawls/{id}/failures/": {"get"},
     "/api/crawls/{id}/export/": {"get"},
     "/api/channels/": {"get", "post"},

@@ -26,10 +26,11 @@ from django.contrib.contenttypes.models import ContentType
 from django.core.management import call_command
 from django.test import Client
 from django.urls import NoReverseMatch, URLPattern, URLResolver, get_resolver, reverse
+from django.utils import timezone
 
 from crawlhub import routing
 from crawls import schedules, services, webhooks
-from crawls.models import Channel, Crawl
+from crawls.models import Channel, Crawl, Page
 from proxies import services as proxy_services
 from proxies.models import Proxy
 from tests.support.clients import WS_CONNECT_SECONDS
@@ -68,6 +69,8 @@ POLICY: list[tuple[str, str]] = [
     ("route:sample/", "public"),
     ("logout", "logout"),
     ("crawl_", "page"),
+    ("page_", "page"),
+    ("rules_preview", "page"),
     ("schedule_", "page"),
     ("webhook_", "page"),
     ("workers", "page"),
@@ -144,9 +147,11 @@ def fill(route: Route, world: World, *, foreign: bool = False) -> str | None:
             for kind in ("schedule", "webhook", "token"):
                 if kind in key and not key.startswith("admin:"):
                     return str(objects[kind])
-            if "crawl" in key:
+            if "crawl" in key or key.startswith("page_"):
                 return str(crawl.pk)
             return "999999"  # other admin models: a missing one
+        if name == "page_pk":
+            return str(objects["page"])
         if name == "slug":
             return world.channel.slug
         if name == "content_type_id":
@@ -182,7 +187,13 @@ def world(user, other_user, staff) -> World:
         hook, _ = webhooks.webhook_create(
             user=who, url="http://127.0.0.1:9/hook", events=["finished"], crawl=crawl
         )
-        owned[who.pk] = {"schedule": schedule.pk, "webhook": hook.pk, "token": token_id}
+        page = Page.objects.create(
+            crawl=crawl, url=crawl.seeds[0], url_hash=f"h{crawl.pk}", status=200,
+            fetched_at=timezone.now(), body=b"<h1>a kept body</h1>",
+        )  # fmt: skip
+        owned[who.pk] = {
+            "schedule": schedule.pk, "webhook": hook.pk, "token": token_id, "page": page.pk,
+        }  # fmt: skip
     return World(
         own, foreign, Proxy.objects.get(), token.pk, Channel.default(),
         own=owned[user.pk], foreign=owned[other_user.pk],

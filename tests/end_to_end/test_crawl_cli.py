@@ -68,14 +68,17 @@ def test_the_flags_scripts_and_the_readme_use_keep_working():
         "--no-robots", "--keep-bodies", "--max-depth", "2", "--max-pages", "5", "--priority",
         "1", "--threads", "4", "--slices", "1", "--host-delay", "0.5", "--user-agent-mode",
         "fixed", "--user-agent", "bot/1", "--timeout", "3", "--max-bytes", "2048",
-        "--max-retries", "0",
+        "--max-retries", "0", "--follow-sitemaps", "--extract-rules",
+        '[{"name": "h", "kind": "css", "expr": "h1"}]',
     ])  # fmt: skip
     assert {name: getattr(given, name) for name in CRAWL_OPTIONS} == {
         "allowed_domains": ["a.test", "b.test"], "include_patterns": ["/docs/"],
         "exclude_patterns": [r"\.pdf$"], "max_depth": 2, "max_pages": 5, "priority": 1,
         "threads": 4, "slices": 1, "host_delay": 0.5, "obey_robots": False,
         "user_agent_mode": "fixed", "user_agent": "bot/1", "timeout": 3.0, "max_bytes": 2048,
-        "max_retries": 0, "keep_bodies": True,
+        "max_retries": 0, "keep_bodies": True, "follow_sitemaps": True,
+        "extract_rules": [{"name": "h", "kind": "css", "expr": "h1"}],
+        "keep_structured_data": None,  # left out: the model's default
     }  # fmt: skip
     assert parser.parse_args(["create", "--name", "n", "--seed", "http://e.test/",
                               "--obey-robots"]).obey_robots is True  # fmt: skip

@@ -4,6 +4,7 @@ that a door misses, or reads as another type, fails here."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -15,7 +16,7 @@ from rest_framework import serializers
 from crawls.admin import CrawlAdminForm
 from crawls.api.crawls import CrawlCreateSerializer, CrawlSerializer
 from crawls.management.commands.crawl import Command
-from crawls.models import CrawlOptions, LinesField
+from crawls.models import CrawlOptions, LinesField, RulesField
 from crawls.views import forms as forms_module
 from crawls.views.forms import CrawlForm
 
@@ -28,6 +29,8 @@ def kind(field: models.Field) -> str:
     """What a person gives for an option, whichever door: the model field's class says."""
     if isinstance(field, LinesField):
         return "lines"
+    if isinstance(field, RulesField):
+        return "rules"
     if field.choices:
         return "choice"
     for model_class, name in (
@@ -46,6 +49,7 @@ def samples(name: str) -> list[Any]:
     field = CrawlOptions._meta.get_field(name)
     return {
         "lines": [["a.example", "b.example"]],
+        "rules": [[{"name": "title", "kind": "css", "expr": "h1", "many": True}]],
         "choice": [value for value, _label in field.flatchoices],
         "bool": [True, False],
         "int": [7],
@@ -54,9 +58,14 @@ def samples(name: str) -> list[Any]:
     }[kind(field)]
 
 
+def as_json(value: Any) -> str | None:
+    """Rules (a list of objects) are JSON text in the form and on the command line."""
+    return json.dumps(value) if value and isinstance(value[0], dict) else None
+
+
 def through_form(name: str, value: Any) -> Any:
     if isinstance(value, list):
-        raw = "\n".join(value)
+        raw = as_json(value) or "\n".join(value)
     elif isinstance(value, bool):
         raw = "on" if value else None  # an unticked checkbox is not sent
     else:
@@ -67,7 +76,9 @@ def through_form(name: str, value: Any) -> Any:
 
 def through_cli(name: str, value: Any) -> Any:
     flag = "--" + name.replace("_", "-")
-    if isinstance(value, list):
+    if isinstance(value, list) and as_json(value):
+        args = [flag, as_json(value)]
+    elif isinstance(value, list):
         args = [arg for item in value for arg in (flag, item)]
     elif isinstance(value, bool):
         args = [flag] if value else ["--no-" + flag[2:]]
@@ -97,6 +108,7 @@ def test_every_option_is_read_by_every_door_as_its_model_type(door, name):
 # where it cannot be given one (any text is a line, a yes/no flag is there or not).
 WRONG = {
     "lines": {"api": "a.example"},
+    "rules": {"form": "[{'name': 'x'}]", "cli": "{not json", "api": "h1"},
     "choice": {"form": "nosuch", "cli": "nosuch", "api": "nosuch"},
     "bool": {"api": "maybe"},
     "int": {"form": "2.5", "cli": "2.5", "api": "2.5"},
