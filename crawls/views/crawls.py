@@ -231,21 +231,24 @@ def crawl_action(request: HttpRequest, pk: int, action: str) -> HttpResponse:
 @require_POST
 def rules_preview(request: HttpRequest) -> JsonResponse:
     """The new-crawl page's "Try on a URL": what each rule yields on one page, fetched with
-    the crawl form's fetch settings. Errors name the field: {"errors": {field: [...]}}."""
-    form = CrawlForm(request.POST)
-    wanted = ("extract_rules", "channel", *services.PREVIEW_OPTIONS)
-    errors = {name: form.errors[name] for name in wanted if name in form.errors}
+    the crawl form's fetch settings (left empty: the defaults). Errors name the field:
+    {"errors": {field: [...]}}."""
+    form = CrawlForm()
+    values, errors = {}, {}
+    for name in ("extract_rules", "channel", *services.PREVIEW_OPTIONS):
+        raw = request.POST.get(name, "")
+        if name != "extract_rules" and not raw.strip():
+            continue
+        try:
+            values[name] = form.fields[name].clean(raw)
+        except ValidationError as exc:
+            errors[name] = exc.messages
     if errors:
         return JsonResponse({"errors": errors}, status=400)
-    data = {name: form.cleaned_data.get(name) for name in wanted}
-    options = {
-        k: v for k, v in data.items() if k in services.PREVIEW_OPTIONS and v not in (None, "")
-    }
     try:
         result = services.rules_preview(
-            url=request.POST.get("preview_url", ""), rules=data["extract_rules"],
-            channel=data["channel"], **options,
-        )  # fmt: skip
+            url=request.POST.get("preview_url", ""), rules=values.pop("extract_rules"), **values
+        )
     except ValidationError as exc:
         return JsonResponse({"errors": exc.message_dict}, status=400)
     return JsonResponse(result)
