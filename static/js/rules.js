@@ -64,14 +64,14 @@
     const td = document.createElement("td");
     td.appendChild(remove);
     tr.appendChild(td);
-    tr.cells = cells;
+    tr.rule = cells;
     body.appendChild(tr);
   }
 
   function write() {
     const rules = [];
     body.querySelectorAll("tr").forEach((tr) => {
-      const c = tr.cells;
+      const c = tr.rule;
       const rule = {name: c.name.value.trim(), kind: c.kind.value, expr: c.expr.value};
       if (!rule.name && !rule.expr) return;
       const structural = rule.kind === "css" || rule.kind === "xpath";
