@@ -31,7 +31,8 @@ SHOP = {
 WIDEST = """() => [...document.querySelectorAll("body *")]
   .filter((el) => el.getBoundingClientRect().right > window.innerWidth + 1
                   && !(el.parentElement && el.parentElement.closest(".scroll, .rule-editor")))
-  .slice(0, 5).map((el) => el.tagName + "." + el.className + " " + Math.round(el.getBoundingClientRect().right))"""
+  .slice(0, 5)
+  .map((el) => `${el.tagName}.${el.className} ${Math.round(el.getBoundingClientRect().right)}`)"""
 
 
 def no_sideways_scroll(page) -> bool:
@@ -123,8 +124,10 @@ def test_two_runs_are_compared_on_their_own_page(page, dashboard, user):
         crawl = services.crawl_create(user=user, name=name, seeds=["http://shop.test/"])
         Crawl.objects.filter(pk=crawl.pk).update(state=CrawlState.FINISHED)
         for path, digest in pages.items():
-            Page.objects.create(crawl=crawl, url="http://shop.test" + path, url_hash=path,
-                                fp=hash(path) >> 1, digest=digest, status=200, fetched_at=now)  # fmt: skip
+            Page.objects.create(
+                crawl=crawl, url="http://shop.test" + path, url_hash=path, fp=hash(path) >> 1,
+                digest=digest, status=200, fetched_at=now,
+            )  # fmt: skip
         runs.append(crawl)
     log_in(page, dashboard, "alice")
     page.goto(f"{dashboard}/crawls/compare/?a={runs[0].pk}&b={runs[1].pk}")
