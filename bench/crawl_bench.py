@@ -39,6 +39,12 @@ from crawlhub.sample_site import SampleSite  # noqa: E402
 from crawls.engine.frontier import Frontier  # noqa: E402
 
 SCRAPY_VENV = BENCH / ".venv-scrapy"
+# --rules: three CSS fields of every page, as a crawl that extracts data would have.
+BENCH_RULES = [
+    {"name": "title", "kind": "css", "expr": "title"},
+    {"name": "heading", "kind": "css", "expr": "h1"},
+    {"name": "links", "kind": "css", "expr": "ul a::attr(href)", "many": True},
+]
 NGINX = "/usr/sbin/nginx"
 COUNTING = BENCH / "redis_counting"
 
@@ -323,8 +329,10 @@ def run_crawlhub(site: SampleSite, origin: str, folder: Path, args) -> Result:
                 f"crawl create --name bench-{site.pages} --seed {origin}/ --max-pages "
                 f"{len(expected) + 1000} --max-depth 1000 --threads {args.threads} --slices "
                 f"{args.slices} --host-delay 0 --no-robots --max-retries 0 --start"
-            )  # no retries: like the Scrapy run (RETRY_ENABLED off), each URL is fetched once
-            crawl = manage_py(*create.split()).split()[-1]
+            ).split()  # no retries: like the Scrapy run (RETRY_ENABLED off), each URL once
+            if args.rules:
+                create += ["--extract-rules", json.dumps(BENCH_RULES)]
+            crawl = manage_py(*create).split()[-1]
             sampler = FingerprintSampler(server.url, crawl)
             sampler.start()
             manage_py(
@@ -367,7 +375,8 @@ def run_crawlhub(site: SampleSite, origin: str, folder: Path, args) -> Result:
     if per_fp is None:
         note += "; no fingerprint keys (ch:{c<ID>}:seen:*) found: bytes/fingerprint not measured"
     return Result(
-        "crawlhub", site.pages, fetched, crawl_seconds, after - before, per_fp, note,
+        "crawlhub+rules" if args.rules else "crawlhub", site.pages, fetched, crawl_seconds,
+        after - before, per_fp, note,
         client_commands=sent[0], scripts=sent[1], round_trips=sent[2],
     )  # fmt: skip
 
@@ -429,6 +438,10 @@ def main() -> None:
     parser.add_argument("--timeout", type=int, default=900, help="seconds per crawl")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (logs, site)")
+    parser.add_argument(
+        "--rules", action="store_true",
+        help="crawlhub extracts three CSS fields from every page (title, heading, its links)",
+    )  # fmt: skip
     args = parser.parse_args()
 
     results: list[Result] = []
