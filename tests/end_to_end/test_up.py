@@ -30,6 +30,10 @@ from tests.support.up import (
     wait_for_workers,
 )
 
+# What it checks does not depend on the database: .ci/run runs it on SQLite only.
+pytestmark = pytest.mark.once
+
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -34,6 +34,9 @@ from tests.support.up import (
     wait_for_workers,
 )
 
+# What it checks does not depend on the database: .ci/run runs it on SQLite only.
+pytestmark = pytest.mark.once
+
 
 @pytest.fixture
 def crawl_on_up(start_up, redis_server, tmp_path):

@@ -244,6 +244,7 @@ LINES = 100_000
 
 
 @pytest.mark.slow
+@pytest.mark.once  # "database is locked" is SQLite's trouble; .ci/run runs this on SQLite only
 @pytest.mark.django_db(transaction=True)
 def test_100000_lines_are_imported_in_the_background_and_removed_without_a_lock_error(
     fleet, staff, staff_client, client, make_site, settings
