@@ -1,8 +1,10 @@
 """Sitemaps: the page URLs a site lists for crawlers, for a crawl that follows them.
 
 parse() reads one sitemap file: a <urlset>, a <sitemapindex> or a plain list of URLs, gzipped
-or not. discover() finds the sitemaps of the seeds' sites (robots.txt's Sitemap: lines and
-/sitemap.xml), follows indexes and yields the in-scope page URLs file by file.
+or not. robots_sitemaps() reads the Sitemap: lines of a robots.txt. Finding and following a
+site's sitemaps is the frontier's work: crawls/engine/sitemap_reads.py turns a fetched file
+into requests (the sitemaps an index lists, the pages a urlset lists), so each file is read
+once, and max_pages bounds how many a crawl reads.
 
 A sitemap is whatever a site sends, so reading one never raises and costs bounded memory:
 - gzip is sniffed from its magic bytes (servers label .gz files every which way) and undone
@@ -10,8 +12,7 @@ A sitemap is whatever a site sends, so reading one never raises and costs bounde
 - XML goes through lxml's push parser into a target that keeps only the <loc>s, never a tree;
   entities are not resolved, no DTD or network is loaded and libxml2's limits stay on, so an
   XXE cannot read a file and billion laughs stops at libxml2's amplification limit;
-- at most MAX_URLS entries per file are kept (the protocol's limit), MAX_DEPTH levels of
-  indexes are followed, and max_sitemaps files are read in all.
+- at most MAX_URLS entries per file are kept (the protocol's limit).
 What went wrong becomes a sentence naming the file, for the people running the crawl.
 """
 
@@ -20,30 +21,22 @@ from __future__ import annotations
 import itertools
 import re
 import zlib
-from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit
 
 from lxml import etree
 from protego import Protego
 
-from crawlhub.http.client import FetchResult
 from crawlhub.http.urls import MAX_URL_LENGTH, is_http_url
 
 MAX_SITEMAP_BYTES = 50 * 1024 * 1024  # decompressed, per file (the protocol's limit)
 MAX_URLS = 50_000  # entries per file (the protocol's limit)
-MAX_DEPTH = 3  # levels of indexes followed below the sitemaps a site names
-MAX_SITEMAPS = 500
 CHUNK = 64 * 1024
-# Google reads the first 500 KiB of a robots.txt; Sitemap: lines past that are not worth more.
-ROBOTS_LIMIT = 512 * 1024
 # Text inside one <loc> kept at most: a URL is at most MAX_URL_LENGTH, padding aside.
 LOC_TEXT_LIMIT = 64 * 1024
 GZIP_MAGIC = b"\x1f\x8b"
 _GZIP_WBITS = 16 + zlib.MAX_WBITS
 _MB = MAX_SITEMAP_BYTES // (1024 * 1024)
-_DEFAULT_PORTS = {"http": 80, "https": 443}
 # "<", or the byte order mark of UTF-16 XML (which libxml2 reads; the protocol wants UTF-8).
 _XML_STARTS = (b"<", b"\xff\xfe", b"\xfe\xff")
 # A line of a text with something on it, from its first non-space (matched in C: a text may
@@ -61,19 +54,6 @@ class Sitemap:
     kind: str  # "urlset" | "index" | "text" | "none" (not a sitemap, or nothing in it)
     locs: list[str]  # absolute http(s) URLs in document order: pages, or sitemaps of an index
     problems: list[str] = field(default_factory=list)  # sentences that start with `url`
-
-
-@dataclass
-class Found:
-    """One sitemap file read: its in-scope page URLs and what went wrong with it.
-
-    `sitemap` is the file's URL; for a problem about a whole site rather than a file (more
-    sitemaps than max_sitemaps), it is the site's origin and `urls` is empty.
-    """
-
-    sitemap: str
-    urls: list[str]
-    problems: list[str]
 
 
 # -- one file -----------------------------------------------------------------------------------
@@ -343,148 +323,3 @@ def robots_sitemaps(robots_text: str) -> list[str]:
     except Exception:  # a site's file must never break a crawl
         return []
     return [url for url in dict.fromkeys(listed) if is_http_url(url)]
-
-
-# -- the sites of a crawl -----------------------------------------------------------------------
-
-
-def discover(
-    *,
-    seeds: list[str],
-    get: Callable[[str], FetchResult],
-    robots_text: Callable[[str], str | None],
-    allows: Callable[[str], bool],
-    max_sitemaps: int = MAX_SITEMAPS,
-) -> Iterator[Found]:
-    """The sitemaps of the seeds' sites, one Found per file read, as each is read.
-
-    Per origin of the seeds (scheme://host[:port], each once): the sitemaps its robots.txt
-    lists, then /sitemap.xml, then what their indexes list, breadth first, MAX_DEPTH levels
-    down; max_sitemaps files in all. A sitemap is read once, however many list it.
-    `get(url)` fetches (crawlhub.http.Fetcher.get); `robots_text(origin)` is the robots.txt
-    the crawl has for an origin, or None to fetch it with `get`; `allows(url)` is the crawl's
-    scope. A page URL may come several times: the frontier deduplicates.
-    """
-    visits = _Visits(max_sitemaps)
-    for origin in dict.fromkeys(filter(None, map(_origin, seeds))):
-        listed = robots_sitemaps(_robots_text(origin, get=get, robots_text=robots_text))
-        tops, over = visits.admit([*listed, f"{origin}/sitemap.xml"])
-        if over:
-            yield Found(sitemap=origin, urls=[], problems=[f"{origin}: {visits.over(over)}"])
-        # Only the /sitemap.xml that nobody listed may be missing without a word.
-        quiet = {url for url in tops if url not in listed}
-        yield from _follow(tops, quiet=quiet, visits=visits, get=get, allows=allows)
-
-
-def _follow(
-    tops: list[str],
-    *,
-    quiet: set[str],
-    visits: _Visits,
-    get: Callable[[str], FetchResult],
-    allows: Callable[[str], bool],
-) -> Iterator[Found]:
-    """The Found of each sitemap from `tops` down through the indexes, breadth first."""
-    queue = deque((url, 0) for url in tops)
-    while queue:
-        url, depth = queue.popleft()
-        found, listed = _read(url, get=get, allows=allows, quiet=url in quiet)
-        if found is None:
-            continue
-        if listed and depth >= MAX_DEPTH:
-            found.problems.append(
-                f"{url}: {_sitemaps(len(listed))} it lists not read: indexes are "
-                f"followed {MAX_DEPTH} levels deep at most"
-            )
-        elif listed:
-            children, over = visits.admit(listed)
-            queue.extend((child, depth + 1) for child in children)
-            if over:
-                found.problems.append(f"{url}: {visits.over(over)}")
-        yield found
-
-
-def _read(
-    url: str, *, get: Callable[[str], FetchResult], allows: Callable[[str], bool], quiet: bool
-) -> tuple[Found | None, list[str]]:
-    """One sitemap fetched and read: its Found and, for an index, the sitemaps it lists.
-
-    quiet=True (a /sitemap.xml nobody listed) turns a 4xx into no Found at all: most sites
-    have none, and saying so for each would bury the problems worth reading.
-    """
-    result = get(url)
-    if result.error or result.status is None:
-        problem = f"{url}: {result.error or 'no response'}"
-        return Found(sitemap=url, urls=[], problems=[problem]), []
-    if not 200 <= result.status < 300:
-        if quiet and 400 <= result.status < 500:
-            return None, []
-        return Found(sitemap=url, urls=[], problems=[f"{url}: HTTP {result.status}"]), []
-    sitemap = parse(result.body, url)
-    problems = sitemap.problems
-    if result.truncated:
-        problems.append(f"{url}: cut at the download size limit ({len(result.body):,} bytes)")
-    if sitemap.kind == "index":
-        return Found(sitemap=url, urls=[], problems=problems), sitemap.locs
-    urls = [loc for loc in sitemap.locs if allows(loc)]
-    if dropped := len(sitemap.locs) - len(urls):
-        noun = "URL" if dropped == 1 else "URLs"
-        problems.append(f"{url}: {dropped:,} {noun} outside the crawl's scope: left out")
-    return Found(sitemap=url, urls=urls, problems=problems), []
-
-
-class _Visits:
-    """The sitemaps taken for reading: each once, at most `limit` in all."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.seen: set[str] = set()
-
-    def admit(self, urls: list[str]) -> tuple[list[str], int]:
-        """The URLs not taken before, as many as the limit still allows; and how many more
-        there were."""
-        taken: list[str] = []
-        over = 0
-        for url in dict.fromkeys(urls):
-            if url in self.seen:
-                continue
-            if len(self.seen) >= self.limit:
-                over += 1
-                continue
-            self.seen.add(url)
-            taken.append(url)
-        return taken, over
-
-    def over(self, count: int) -> str:
-        return f"{_sitemaps(count)} not read: the limit of {_sitemaps(self.limit)} was reached"
-
-
-def _sitemaps(count: int) -> str:
-    return f"{count:,} sitemap" if count == 1 else f"{count:,} sitemaps"
-
-
-def _robots_text(
-    origin: str, *, get: Callable[[str], FetchResult], robots_text: Callable[[str], str | None]
-) -> str:
-    """The robots.txt of `origin`: the crawl's copy, else fetched; "" when there is none."""
-    text = robots_text(origin)
-    if text is not None:
-        return text
-    result = get(f"{origin}/robots.txt")
-    if result.error or result.status is None or not 200 <= result.status < 300:
-        return ""
-    return result.body[:ROBOTS_LIMIT].decode("utf-8", "replace").lstrip("\ufeff")
-
-
-def _origin(url: str) -> str | None:
-    """scheme://host[:port] of an http(s) URL, lowercased, default port left out; else None."""
-    url = url.strip()
-    if not is_http_url(url):
-        return None
-    parts = urlsplit(url)
-    scheme, host, port = parts.scheme.lower(), parts.hostname or "", parts.port
-    if ":" in host:
-        host = f"[{host}]"  # an IPv6 literal
-    if port is not None and port != _DEFAULT_PORTS[scheme]:
-        host = f"{host}:{port}"
-    return f"{scheme}://{host}"
