@@ -13,6 +13,7 @@ from protego import Protego
 from crawlhub.http.client import Fetcher
 from crawls.engine.frontier import Frontier
 from crawls.engine.request import Request
+from crawls.engine.sitemaps import usable_sitemaps
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
 UNREACHABLE_ROBOTS_SECONDS = 60.0
@@ -51,12 +52,12 @@ class RobotsPolicy:
             return True
 
     def sitemaps(self) -> list[str]:
-        """The Sitemap: lines of the file, as written."""
+        """The absolute http(s) URLs of the file's Sitemap: lines, in order, once each."""
         if self._parser is None:
             return []
         try:
-            return [url.strip() for url in self._parser.sitemaps]
-        except Exception:
+            return usable_sitemaps(list(self._parser.sitemaps))
+        except Exception:  # a site's file must never break a crawl
             return []
 
     def crawl_delay(self, user_agent: str) -> float | None:

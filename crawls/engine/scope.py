@@ -126,6 +126,12 @@ class Scope:
             return False
         return not (self.exclude and self.exclude.search(url))
 
+    def allows_site(self, url: str) -> bool:
+        """True for an http(s) URL on an allowed host, whatever the include/exclude rules (a
+        sitemap file, which is not a page of the crawl)."""
+        host = _url_host(url)
+        return bool(host) and self._allows_ascii_host(host)
+
     def why_not(self, url: str) -> str:
         """Why `allows` refuses url, in a few words ("" when it allows it): for people reading
         a page's out-links."""

@@ -10,13 +10,16 @@ while one is still being read.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 from crawlhub.http.client import FetchResult
-from crawlhub.http.urls import is_http_url, url_origin
+from crawlhub.http.urls import is_http_url
 from crawls.engine import sitemaps
 from crawls.engine.request import VIA_SITEMAP_ROOT, Request
 
+DEFAULT_PORTS = {"http": 80, "https": 443}
 # What one sitemap fetch may download (gzip files are decompressed by sitemaps.parse, bounded).
 FETCH_BYTES = sitemaps.MAX_SITEMAP_BYTES
 
@@ -29,18 +32,33 @@ class SitemapRead:
 
 
 def sitemap_roots(seeds: list[str]) -> list[str]:
-    """<origin>/sitemap.xml of each site the seeds are on, once each, in the seeds' order."""
+    """<origin>/sitemap.xml of each site the seeds are on, once each, in the seeds' order;
+    the origin as a browser writes it (lowercase host, no default port, no credentials)."""
     roots = []
     for seed in seeds:
-        origin = url_origin(seed)
-        if origin:
-            roots.append(origin + "/sitemap.xml")
+        try:
+            parts = urlsplit(seed.strip())
+            port = parts.port
+        except ValueError:
+            continue
+        scheme, host = parts.scheme.lower(), parts.hostname
+        if scheme not in DEFAULT_PORTS or not host:
+            continue
+        host = f"[{host}]" if ":" in host else host
+        if port is not None and port != DEFAULT_PORTS[scheme]:
+            host = f"{host}:{port}"
+        roots.append(f"{scheme}://{host}/sitemap.xml")
     return list(dict.fromkeys(roots))
 
 
-def read(request: Request, fetch: FetchResult, *, robots_listed: list[str]) -> SitemapRead:
+def read(
+    request: Request, fetch: FetchResult, *, robots_listed: list[str],
+    site_allowed: Callable[[str], bool] = lambda url: True,
+) -> SitemapRead:  # fmt: skip
     """What the sitemap `fetch` got lists, with `robots_listed` (the Sitemap: lines of the
-    site's robots.txt, for a site's root request) among its sitemaps."""
+    site's robots.txt, for a site's root request) among its sitemaps. The sitemaps an index
+    lists are read only on the crawl's sites (`site_allowed`); a robots.txt may name a sitemap
+    anywhere (the protocol's cross-submission)."""
     found = SitemapRead(sitemaps=[url for url in robots_listed if is_http_url(url)])
     root = request.via == VIA_SITEMAP_ROOT
     if fetch.error or fetch.status is None:
@@ -58,7 +76,13 @@ def read(request: Request, fetch: FetchResult, *, robots_listed: list[str]) -> S
     parsed = sitemaps.parse(fetch.body, fetch.final_url)
     found.problems += parsed.problems
     if parsed.kind == "index":
-        found.sitemaps += parsed.locs
+        listed = [url for url in parsed.locs if site_allowed(url)]
+        if len(listed) < len(parsed.locs):
+            found.problems.append(
+                f"{request.url}: {len(parsed.locs) - len(listed):,} sitemaps on other sites "
+                "than the crawl's: not read"
+            )
+        found.sitemaps += listed
     else:
         found.pages = parsed.locs
     return found

@@ -316,10 +316,16 @@ def _blocks(chunks: Iterable[bytes]) -> Iterator[bytes]:
 
 
 def robots_sitemaps(robots_text: str) -> list[str]:
-    """The absolute http(s) URLs of a robots.txt's Sitemap: lines, in order, without repeats.
-    Anything else (a relative path, garbage) is left out: the protocol wants full URLs."""
+    """The absolute http(s) URLs of a robots.txt's Sitemap: lines, in order, without repeats."""
     try:
-        listed = [url.strip() for url in Protego.parse(robots_text).sitemaps]
+        listed = list(Protego.parse(robots_text).sitemaps)
     except Exception:  # a site's file must never break a crawl
         return []
-    return [url for url in dict.fromkeys(listed) if is_http_url(url)]
+    return usable_sitemaps(listed)
+
+
+def usable_sitemaps(listed: list[str]) -> list[str]:
+    """The absolute http(s) URLs among Sitemap: lines, in order, without repeats. Anything
+    else (a relative path, garbage) is left out: the protocol wants full URLs."""
+    stripped = (url.strip() for url in listed if isinstance(url, str))
+    return [url for url in dict.fromkeys(stripped) if is_http_url(url)]

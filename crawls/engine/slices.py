@@ -429,7 +429,11 @@ class Slice:
         listed = self.robots.sitemaps(request) if request.via == VIA_SITEMAP_ROOT else []
         fetch = self._get(request.url, sitemap=True)
         result = Result(request=request, fetch=fetch)
-        result.sitemap = sitemap_reads.read(request, fetch, robots_listed=listed)
+        if fetch.status is not None:
+            result.digest = results.body_digest(fetch.body)
+        result.sitemap = sitemap_reads.read(
+            request, fetch, robots_listed=listed, site_allowed=self.scope.allows_site
+        )
         if not self.crawl.keep_bodies or len(fetch.body) > self.crawl.max_bytes:
             fetch.body = b""
         return result
@@ -446,6 +450,10 @@ class Slice:
             result.outcome = Outcome(request=request, kind="failed")
             return
         kind = retry.decide(fetch, attempts=request.attempts, max_retries=self.crawl.max_retries)
+        if result.sitemap is not None:
+            # A sitemap is read once, whatever came: what it lists (a root's robots.txt
+            # sitemaps too) goes on, and what went wrong is a note on the crawl.
+            kind = retry.DONE
         if kind == retry.RETRY:
             delay = retry.retry_delay(request.attempts, fetch.retry_after)
             error = fetch.error or f"HTTP {fetch.status}"

@@ -220,10 +220,67 @@ def test_a_broken_sitemap_is_a_note_on_the_crawl_and_the_crawl_finishes(user, ma
     crawl = drive(start(user, site, follow_sitemaps=True))
     assert crawl.state == CrawlState.FINISHED
     notes = list(crawl.events.filter(kind=CrawlEvent.Kind.SITEMAP).values_list("detail", flat=True))
-    # Said once, when the sitemap is given up (its fetch was retried like any page's).
-    assert notes == [f"{site.url}/sitemap.xml: XML error at line 1: expected '>'"]
-    failed = crawl.failures.get()
-    assert failed.url == "http://127.0.0.1:9/gone.xml" and "refused" in failed.last_error
+    # Each said once: a sitemap is read once, whatever comes back.
+    assert len(notes) == 2 and set(notes) == {
+        "http://127.0.0.1:9/gone.xml: connection refused",
+        f"{site.url}/sitemap.xml: XML error at line 1: expected '>'",
+    }
+    assert crawl.failures.count() == 0
+
+
+def test_a_failing_root_sitemap_still_leads_to_the_sitemaps_robots_txt_lists(user, make_site):
+    holder = {}
+
+    def handler(request):
+        base = holder["url"]
+        return pages_site({
+            "/": "<h1>home</h1>",
+            "/robots.txt": Response(
+                body=f"Sitemap: {base}/listed.xml\n", content_type="text/plain"
+            ),
+            "/sitemap.xml": Response(status=503, body="busy"),
+            "/listed.xml": Response(body=urlset(f"{base}/deep", "http://127.0.0.2:9/x"),
+                                    content_type="application/xml"),
+            "/deep": "deep",
+        })(request)  # fmt: skip
+
+    site = make_site(handler)
+    holder["url"] = site.url
+    crawl = drive(start(user, site, follow_sitemaps=True))
+    paths = Counter(site.paths())
+    assert (paths["/sitemap.xml"], paths["/listed.xml"], paths["/deep"]) == (1, 1, 1)
+    notes = list(crawl.events.filter(kind=CrawlEvent.Kind.SITEMAP).values_list("detail", flat=True))
+    assert notes == [f"{site.url}/sitemap.xml: HTTP 503"]
+    assert crawl.failures.count() == 0  # a sitemap is read once, not retried
+    assert crawl.pages.get(url=site.url + "/listed.xml").digest != ""
+
+
+def test_an_index_lists_sitemaps_of_the_crawl_s_sites_only(user, make_site):
+    holder = {}
+
+    def handler(request):
+        base = holder["url"]
+        index = (
+            '<sitemapindex xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">'
+            f"<sitemap><loc>{base}/own.xml</loc></sitemap>"
+            "<sitemap><loc>http://elsewhere.test/theirs.xml</loc></sitemap></sitemapindex>"
+        )
+        return pages_site({
+            "/": "<h1>home</h1>",
+            "/sitemap.xml": Response(body=index, content_type="application/xml"),
+            "/own.xml": Response(body=urlset(f"{base}/p"), content_type="application/xml"),
+            "/p": "p",
+        })(request)  # fmt: skip
+
+    site = make_site(handler)
+    holder["url"] = site.url
+    crawl = drive(start(user, site, follow_sitemaps=True))
+    assert Counter(site.paths())["/p"] == 1
+    assert not crawl.pages.filter(url__contains="elsewhere").exists()
+    notes = list(crawl.events.filter(kind=CrawlEvent.Kind.SITEMAP).values_list("detail", flat=True))
+    assert notes == [
+        f"{site.url}/sitemap.xml: 1 sitemaps on other sites than the crawl's: not read"
+    ]
 
 
 # What changed since the last run ---------------------------------------------------------------

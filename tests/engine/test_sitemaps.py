@@ -165,9 +165,12 @@ def test_each_site_of_the_seeds_has_one_root_sitemap_in_the_seeds_order():
     seeds = [
         "http://a.test/x", "mailto:x@example.com", "http://a.test/y?q=1",
         "https://b.test:8443/", "http://a.test", "https://a.test/z",
+        # The same sites written otherwise: a host in capitals, a default port, credentials.
+        "http://A.Test:80/w", "https://u:p@a.test:443/", "http://[::1]:8080/v",
     ]  # fmt: skip
     assert sitemap_roots(seeds) == [
-        "http://a.test/sitemap.xml", "https://b.test:8443/sitemap.xml", "https://a.test/sitemap.xml"
+        "http://a.test/sitemap.xml", "https://b.test:8443/sitemap.xml",
+        "https://a.test/sitemap.xml", "http://[::1]:8080/sitemap.xml",
     ]  # fmt: skip
 
 
