@@ -24,32 +24,20 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from django.conf import settings
-from django.db import transaction
-from django.utils import timezone
 
 from crawlhub.connections import REDIS_ERRORS
 from crawlhub.http import Fetcher, FetchResult, OptionError, refusal
 from crawlhub.http.useragents import DEFAULT_USER_AGENT
 from crawls.engine import results, retry, sitemap_reads
-from crawls.engine.baseline import Baseline, Known, change_of
 from crawls.engine.extraction import Extractor, RulesError, check_rules, parse_rules
 from crawls.engine.frontier import Frontier
 from crawls.engine.live import publish_crawl
 from crawls.engine.proxying import KeptProxies, Stopped, fetch_via_pool
-from crawls.engine.request import VIA_LISTED, VIA_SITEMAP_ROOT, Outcome, Request
+from crawls.engine.recording import Recorder, Result
+from crawls.engine.request import VIA_SITEMAP_ROOT, Request
 from crawls.engine.robots import RobotsCache
-from crawls.engine.rows import (
-    LINK_ROWS,
-    PAGE_ROWS,
-    PageExtras,
-    crash_failure_row,
-    database_answers,
-    failure_row,
-    link_rows,
-    page_row,
-)
 from crawls.engine.scope import Scope, ScopeError
-from crawls.models import Crawl, CrawlEvent, FailedRequest, ProxyUse
+from crawls.models import Crawl, ProxyUse
 
 log = logging.getLogger(__name__)
 
@@ -57,38 +45,12 @@ STATE_CHECK_SECONDS = 0.25
 FLUSH_EVERY_SECONDS = 0.25
 FLUSH_AT_OUTCOMES = 100
 # Fetched pages wait in memory for the next flush; their kept bodies and links are written
-# early once they hold this much (a link counts ~100 bytes).
+# early once they hold this much (recording.Result.held_bytes).
 FLUSH_AT_BYTES = 32 * 1024 * 1024
-LINK_BYTES = 100
 IDLE_EXIT_SECONDS = 2.0
 KEPT_IDLE_SECONDS = 0.5  # nothing fetched for this long: proxies kept (greedy) go back
 EMPTY_CLAIM_BACKOFF = 0.1
 REDIS_RETRY_SECONDS = 300.0
-
-
-@dataclass
-class Result:
-    """A finished fetch, waiting to be written and completed."""
-
-    request: Request
-    fetch: FetchResult | None = None
-    blocked: str = ""  # why the request was not fetched (the guard, robots.txt)
-    handed_back: bool = False  # not fetched because the slice is stopping: back to the queue
-    given_up: bool = False  # not fetched: it crashed too many slices (retry.gave_up)
-    digest: str = ""  # of the body (results.body_digest), taken before the body is dropped
-    extracted: results.Extracted | None = None
-    sitemap: sitemap_reads.SitemapRead | None = None  # for a sitemap request
-    page: tuple | None = None  # the Page row, as PAGE_ROWS writes it
-    links: list[tuple] = field(default_factory=list)  # its Link rows, as LINK_ROWS writes them
-    failure: FailedRequest | None = None
-    outcome: Outcome | None = None
-
-    @property
-    def held_bytes(self) -> int:
-        """About what the result holds in memory until it is written: body and links."""
-        if self.fetch is None:
-            return 0
-        return len(self.fetch.body) + LINK_BYTES * len(self.fetch.links)
 
 
 @dataclass
@@ -222,8 +184,7 @@ class Slice:
             user_agent=crawl.user_agent or DEFAULT_USER_AGENT, host_delay=self.host_delay,
         )  # fmt: skip
         self.extractor = extractor_of(crawl)
-        self.baseline = Baseline(crawl.baseline_id)
-        self.known: dict[int, Known] = {}  # what the baseline knew of the requests held
+        self.recorder = Recorder(crawl, self.scope)
         self.stop = StopFlag()
         self.report = SliceReport()
         self.kept_proxies = KeptProxies()
@@ -283,8 +244,7 @@ class Slice:
         if not ((free * 2 >= self.buffer or not self.running) and now >= self.next_claim):
             return True
         claimed = with_redis_retry(lambda: self.frontier.claim(free, lease_seconds=self.lease))
-        if self.baseline and claimed:
-            self.known.update(self.baseline.lookup([r.fp for r in claimed]))
+        self.recorder.look_up([r.fp for r in claimed])
         for request in claimed:
             if retry.gave_up(request.crashes):
                 self._keep(Result(request=request, given_up=True))
@@ -385,8 +345,7 @@ class Slice:
                 return Result(request=request, blocked="blocked by robots.txt")
             if request.reads_sitemap:
                 return self._read_sitemap(request)
-            known = self.known.get(request.fp)
-            headers = known.conditional_headers() if known else None
+            headers = self.recorder.conditional_headers(request)
             return self._fetched(request, self._get(request.url, headers=headers))
         except Stopped:
             return Result(request=request, handed_back=True)
@@ -438,137 +397,22 @@ class Slice:
             fetch.body = b""
         return result
 
-    # -- recording --------------------------------------------------------------------------
-
-    def _decide(self, result: Result, carried: dict[int, dict]) -> None:
-        """The result's rows (page and links, or failure) and the outcome the frontier
-        records. `carried`: the baseline's pages of this batch's 304s (Baseline.pages)."""
-        request, fetch = result.request, result.fetch
-        now = timezone.now()
-        if result.given_up:
-            result.failure = crash_failure_row(self.crawl, request, now)
-            result.outcome = Outcome(request=request, kind="failed")
-            return
-        kind = retry.decide(fetch, attempts=request.attempts, max_retries=self.crawl.max_retries)
-        if result.sitemap is not None:
-            # A sitemap is read once, whatever came: what it lists (a root's robots.txt
-            # sitemaps too) goes on, and what went wrong is a note on the crawl.
-            kind = retry.DONE
-        if kind == retry.RETRY:
-            delay = retry.retry_delay(request.attempts, fetch.retry_after)
-            error = fetch.error or f"HTTP {fetch.status}"
-            result.outcome = Outcome(request=request, kind="retry", retry_delay=delay, error=error)
-        elif kind == retry.FAILED:
-            result.failure = failure_row(self.crawl, request, fetch, now)
-            result.outcome = Outcome(request=request, kind="failed")
-        elif fetch is None:
-            result.page = page_row(self.crawl, request, now, error=result.blocked)
-            result.outcome = Outcome(request=request, kind="done")
-        else:
-            self._decide_page(result, carried.get(request.fp), now)
-
-    def _decide_page(self, result: Result, carried: dict | None, now) -> None:
-        request, fetch = result.request, result.fetch
-        known = self.known.pop(request.fp, None)
-        not_modified = fetch.status == 304 and carried is not None
-        links = self._out_links(result, carried if not_modified else None)
-        extras = PageExtras(
-            digest=carried["digest"] if not_modified else result.digest,
-            extracted=result.extracted, links=links, carried=carried if not_modified else None,
-            change=change_of(known, digest=result.digest, not_modified=not_modified,
-                             baseline=bool(self.baseline)),
-        )  # fmt: skip
-        if result.sitemap is not None:
-            extras.extracted = results.Extracted(errors=_sitemap_errors(result.sitemap))
-        result.page = page_row(self.crawl, request, now, fetch=fetch, extras=extras)
-        result.links = link_rows(self.crawl, links)
-        result.outcome = Outcome(
-            request=request, kind="done", status=fetch.status, nbytes=fetch.nbytes,
-            links=links.follow, links_via=VIA_LISTED if result.sitemap else "",
-            sitemaps=result.sitemap.sitemaps if result.sitemap else [],
-        )  # fmt: skip
-
-    def _out_links(self, result: Result, carried: dict | None) -> results.OutLinks:
-        """The page's links, sorted: its own; a 304's, those of the page it stands for; a
-        sitemap's, the pages it lists (which cost no depth)."""
-        request, fetch = result.request, result.fetch
-        status, child_depth = fetch.status, request.depth + 1
-        urls, texts = fetch.links, fetch.link_texts
-        if carried is not None:
-            (urls, texts), status = results.kept_links(carried.get("links") or []), 200
-        elif result.sitemap is not None:
-            urls, texts, child_depth = result.sitemap.pages, [], request.depth
-        return results.out_links(
-            request, urls, texts, scope=self.scope, max_depth=self.crawl.max_depth,
-            child_depth=child_depth, status=status,
-        )  # fmt: skip
+    # -- recording (crawls/engine/recording.py) -------------------------------------------
 
     def _flush(self, results: list[Result]) -> None:
         """Rows first, then one completion call: see the module docstring for why."""
         if not results:
             return
         try:
-            self.report.pages += self._write(results)
+            self.report.pages += self.recorder.write(results)
         except REDIS_ERRORS:
             raise
         except Exception:
             log.exception("writing %d results failed; writing them one at a time", len(results))
-            self.report.pages += self._write_one_by_one(results)
+            self.report.pages += self.recorder.write_one_by_one(results)
         outcomes = [r.outcome for r in results]
         with_redis_retry(lambda: self.frontier.complete(outcomes))
         publish_crawl(self.crawl.pk)
-
-    def _write(self, done: list[Result]) -> int:
-        """Decide each result and write its rows. Returns how many pages were written."""
-        not_modified = [r.request.fp for r in done if r.fetch and r.fetch.status == 304]
-        carried = self.baseline.pages(not_modified)
-        for result in done:
-            self._decide(result, carried)
-        pages = [r.page for r in done if r.page is not None]
-        failures = [r.failure for r in done if r.failure is not None]
-        notes = [
-            CrawlEvent(crawl_id=self.crawl.pk, kind=CrawlEvent.Kind.SITEMAP, detail=problem)
-            for r in done if r.sitemap is not None and r.page is not None
-            for problem in r.sitemap.problems
-        ]  # fmt: skip
-        with transaction.atomic():
-            PAGE_ROWS.write(pages)
-            LINK_ROWS.write([row for r in done for row in r.links])
-            if failures:
-                FailedRequest.objects.bulk_create(failures, batch_size=500, ignore_conflicts=True)
-            if notes:
-                CrawlEvent.objects.bulk_create(notes)
-        return len(pages)
-
-    def _write_one_by_one(self, results: list[Result]) -> int:
-        """After a batch failed: each result alone. One whose row still fails crashes (queued
-        again, its error kept); if the database does not answer at all, the slice stops."""
-        written, crashed = 0, []
-        for result in results:
-            try:
-                written += self._write([result])
-            except REDIS_ERRORS:
-                raise
-            except Exception as exc:
-                crashed.append((result, " ".join(f"{type(exc).__name__}: {exc}".split())))
-        if crashed and not database_answers():
-            raise RuntimeError(
-                "the database does not answer: the slice stops, its requests stay leased"
-            )
-        for result, error in crashed:
-            log.error("could not record %s: %s", result.request.url, error)
-            if result.given_up:  # not even its failure row: counted as failed, and it ends
-                result.outcome = Outcome(request=result.request, kind="failed")
-                continue
-            result.outcome = Outcome(
-                request=result.request, kind="crashed", retry_delay=retry.CRASH_DELAY, error=error
-            )
-        return written
-
-
-def _sitemap_errors(read: sitemap_reads.SitemapRead) -> dict[str, str]:
-    """What a sitemap page shows of its problems (they are also notes on the crawl)."""
-    return {"sitemap": "; ".join(read.problems)[:2000]} if read.problems else {}
 
 
 def stop_on_sigterm(flag: StopFlag) -> None:
