@@ -21,6 +21,9 @@ MAX_OUTLINKS = 1000
 NOTE_DEPTH = "depth limit"
 # A link row's text is cut to what the column holds (crawls.models.Link.text).
 LINK_TEXT_CHARS = 200
+# In-link rows a page writes at most (distinct targets, in document order): a page of
+# nothing but links adds no more than this many rows.
+MAX_LINK_ROWS = 10_000
 
 
 def body_digest(body: bytes) -> str:
@@ -90,7 +93,7 @@ def out_links(
         note = page_note or scope.why_not(url)
         if not note:
             target = fingerprint(url)
-            if target not in seen_targets:
+            if target not in seen_targets and len(seen_targets) < MAX_LINK_ROWS:
                 seen_targets.add(target)
                 found.rows.append((request.fp, target, text[:LINK_TEXT_CHARS]))
             if deep:

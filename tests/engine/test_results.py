@@ -145,6 +145,16 @@ def test_a_page_keeps_its_links_with_why_each_was_not_followed_and_its_in_links(
     assert Link.objects.filter(crawl_id=crawl.pk).count() == 3  # /->a, a->/, a->b
 
 
+def test_a_page_of_20000_links_keeps_1000_and_10000_in_link_rows(user, make_site):
+    links = "".join(f'<a href="/p{n}">{n}</a>' for n in range(20_000))
+    site = make_site(pages_site({"/": links}))
+    crawl = drive(start(user, site, max_depth=0))
+    home = crawl.pages.get()
+    assert home.links_total == 20_000 and len(home.links) == 1000
+    assert home.links[0] == [site.url + "/p0", "0", "depth limit"]
+    assert Link.objects.filter(crawl_id=crawl.pk).count() == 10_000
+
+
 def test_a_page_records_what_was_sent_and_what_came_back(user, make_site):
     site = make_site(pages_site({
         "/": '<a href="/old">old</a>',
