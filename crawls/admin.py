@@ -18,8 +18,22 @@ from crawls.models import (
 )
 
 
+class ChannelAdminForm(forms.ModelForm):
+    class Meta:
+        model = Channel
+        fields = [
+            "slug", "name", "description", "proxy_use", "proxy_strategy", "host_delay",
+            "host_concurrency", "user_agent_mode", "extract_rules",
+        ]  # fmt: skip
+
+    def clean_extract_rules(self) -> list[dict]:
+        """The channel's default rules, checked as a crawl's are."""
+        return services.clean_rules(self.cleaned_data.get("extract_rules"))
+
+
 @admin.register(Channel)
 class ChannelAdmin(admin.ModelAdmin):
+    form = ChannelAdminForm
     list_display = ["name", "slug", "proxy_use", "proxy_strategy", "host_delay", "user_agent_mode"]
     prepopulated_fields = {"slug": ["name"]}
     search_fields = ["name", "slug"]

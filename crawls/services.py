@@ -110,7 +110,7 @@ def _value_problem(field: models.Field, value: Any) -> str:
     return ""
 
 
-def _clean_rules(data: object) -> list[dict]:
+def clean_rules(data: object) -> list[dict]:
     """Extraction rules as stored: every problem of every rule at once, each naming its rule.
     None (an admin's empty JSON box) is no rules."""
     if data is None:
@@ -146,7 +146,7 @@ def crawl_clean(
         "exclude_patterns": lambda: _clean_patterns(
             options.get("exclude_patterns", []), "exclude_patterns"
         ),
-        "extract_rules": lambda: _clean_rules(options.get("extract_rules", [])),
+        "extract_rules": lambda: clean_rules(options.get("extract_rules", [])),
     }
     for field, cleaner in cleaners.items():
         if field in errors:

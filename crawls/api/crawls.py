@@ -34,13 +34,24 @@ from crawls.views.exports import export_response
 
 
 class ChannelSerializer(serializers.ModelSerializer):
+    extract_rules = serializers.ListField(
+        child=serializers.DictField(), required=False,
+        help_text="Extraction rules of the channel's crawls that give none of their own.",
+    )  # fmt: skip
+
     class Meta:
         model = Channel
         fields = [
             "id", "slug", "name", "description", "proxy_use", "proxy_strategy", "host_delay",
-            "host_concurrency", "user_agent_mode", "created_at",
+            "host_concurrency", "user_agent_mode", "extract_rules", "created_at",
         ]  # fmt: skip
         read_only_fields = ["id", "created_at"]
+
+    def validate_extract_rules(self, value: list) -> list[dict]:
+        try:
+            return services.clean_rules(value)
+        except DjangoValidationError as exc:
+            raise serializers.ValidationError(exc.message_dict["extract_rules"]) from None
 
 
 # What DRF derives for a JSONField that a ListField also takes (not encoder, decoder, style).

@@ -257,6 +257,18 @@ def test_a_binary_body_is_not_shown_as_text(user, user_client):
     assert "Binary content: not shown as text." in html.text_content()
 
 
+def test_a_huge_body_shows_its_first_megabyte_as_text(user, user_client):
+    crawl = services.crawl_create(user=user, name="k", seeds=["http://x.test/"], keep_bodies=True)
+    body = b"<p>" + b"a" * (3 * 1024 * 1024) + b"</p>"
+    page = Page.objects.create(
+        crawl=crawl, url="http://x.test/big", url_hash="b", status=200, body=body,
+        fetched_at=timezone.now(), content_type="text/html",
+    )  # fmt: skip
+    html = lxml.html.fromstring(user_client.get(f"/crawls/{crawl.pk}/pages/{page.pk}/").content)
+    assert len(html.cssselect("pre.body")[0].text_content()) == 1024 * 1024
+    assert "the first 1 MB" in html.text_content()
+
+
 def test_someone_elses_pages_are_404(user, other_user, user_client):
     theirs = services.crawl_create(user=other_user, name="t", seeds=["http://x.test/"])
     page = Page.objects.create(

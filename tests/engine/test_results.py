@@ -406,3 +406,25 @@ def test_requests_carry_how_they_came_through_the_frontier(redis):
     [claimed] = frontier.claim(1, lease_seconds=30)
     assert claimed == Request(url="http://a.test/sitemap.xml", via="M")
     assert claimed.reads_sitemap
+
+
+def test_a_channel_s_rules_apply_to_its_crawls_that_have_none(user, make_site, staff_client):
+    from crawls.models import Channel
+
+    rule = {"name": "h", "kind": "css", "expr": "h1"}
+    answer = staff_client.post("/api/channels/", {
+        "slug": "shop", "name": "Shop", "extract_rules": [rule],
+    }, content_type="application/json")  # fmt: skip
+    assert answer.status_code == 201, answer.content
+    refused = staff_client.post("/api/channels/", {
+        "slug": "bad", "name": "Bad", "extract_rules": [{**rule, "expr": "h1["}],
+    }, content_type="application/json")  # fmt: skip
+    assert refused.status_code == 400
+    assert refused.json()["extract_rules"][0].startswith("Rule 1 (h): ")
+    site = make_site(pages_site({"/": "<h1>Hello</h1>"}))
+    channel = Channel.objects.get(slug="shop")
+    own = [{"name": "t", "kind": "css", "expr": "title"}]
+    plain = drive(start(user, site, channel=channel))
+    assert plain.pages.get().extracted == {"h": "Hello"}
+    with_own = drive(start(user, site, channel=channel, extract_rules=own))
+    assert with_own.pages.get().extracted == {"t": None}
