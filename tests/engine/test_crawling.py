@@ -12,7 +12,7 @@ from crawls.engine.frontier import Frontier
 from crawls.engine.jobs import slice_job
 from crawls.engine.slices import IDLE_EXIT_SECONDS, run_slice
 from crawls.models import Crawl, CrawlState, WebhookDelivery
-from tests.support.crawling import drive, fetched_paths
+from tests.support.crawling import drive, fetched_paths, start_site_crawl
 from tests.support.sites import Response, pages_site
 
 pytestmark = pytest.mark.django_db
@@ -23,12 +23,7 @@ def page(*links: str, title: str = "page") -> str:
     return f"<html><head><title>{title}</title></head><body>{anchors}</body></html>"
 
 
-def start(user, site, **options):
-    options.setdefault("obey_robots", False)
-    options.setdefault("threads", 4)
-    crawl = services.crawl_create(user=user, name="t", seeds=[site.url + "/"], **options)
-    services.crawl_start(crawl=crawl, user=user)
-    return crawl
+start = start_site_crawl
 
 
 def page_requests(site) -> list[str]:

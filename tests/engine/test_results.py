@@ -14,7 +14,7 @@ from crawls import changes, schedules, services, webhooks
 from crawls.engine.frontier import Frontier
 from crawls.engine.request import Request
 from crawls.models import Change, CrawlEvent, CrawlState, Link, Page, WebhookDelivery
-from tests.support.crawling import drive
+from tests.support.crawling import drive, start_site_crawl
 from tests.support.sites import Response, pages_site
 
 pytestmark = pytest.mark.django_db
@@ -38,12 +38,7 @@ def product(n: int, price: str, *links: str) -> str:
     )
 
 
-def start(user, site, **options):
-    options.setdefault("obey_robots", False)
-    options.setdefault("threads", 4)
-    crawl = services.crawl_create(user=user, name="t", seeds=[site.url + "/"], **options)
-    services.crawl_start(crawl=crawl, user=user)
-    return crawl
+start = start_site_crawl
 
 
 def pages_by_path(crawl) -> dict[str, Page]:

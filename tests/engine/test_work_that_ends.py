@@ -19,7 +19,7 @@ from crawls.engine.request import Request
 from crawls.engine.retry import MAX_CRASHES
 from crawls.engine.slices import run_slice
 from crawls.models import CrawlState
-from tests.support.crawling import database_refuses_pages, drive
+from tests.support.crawling import database_refuses_pages, drive, start_site_crawl
 from tests.support.sites import pages_site
 
 pytestmark = pytest.mark.django_db
@@ -31,12 +31,7 @@ def page(*links: str, title: str = "page") -> str:
 
 
 def start(user, site, **options):
-    crawl = services.crawl_create(
-        user=user, name="t", seeds=[site.url + "/"], obey_robots=False, threads=2,
-        max_retries=0, **options,
-    )  # fmt: skip
-    services.crawl_start(crawl=crawl, user=user)
-    return crawl
+    return start_site_crawl(user, site, **{"threads": 2, "max_retries": 0, **options})
 
 
 @pytest.mark.slow

@@ -93,6 +93,16 @@ def make_crawl(user, name: str = "c", **options) -> Crawl:
     return services.crawl_create(user=user, name=name, seeds=seeds, **options)
 
 
+def start_site_crawl(user, site, **options) -> Crawl:
+    """A started crawl of a local site from its root; robots.txt off and 4 threads unless
+    options say otherwise."""
+    options.setdefault("obey_robots", False)
+    options.setdefault("threads", 4)
+    crawl = services.crawl_create(user=user, name="t", seeds=[site.url + "/"], **options)
+    services.crawl_start(crawl=crawl, user=user)
+    return crawl
+
+
 def drive(crawl: Crawl, *, timeout: float = 60, budget: float = 5) -> Crawl:
     """Run the crawl's slices in this process, one after another, until it ends."""
     deadline = time.monotonic() + timeout
