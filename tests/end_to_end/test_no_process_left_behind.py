@@ -16,16 +16,17 @@ import requests
 from tests.support import processes
 from tests.support.sites import RawServer, free_port, raw_head
 
-# A parent that starts a child in a process group of its own, as RQ starts a work horse, then
-# prints the child's pid and waits.
+# A parent that starts a child in a process group of its own, as RQ starts a work horse, and
+# waits. The child prints its pid once it is in its own group (on a busy machine, the parent
+# can run on long before the child does).
 PARENT_OF_A_HORSE = """
 import os, sys, time
 pid = os.fork()
 if pid == 0:
     os.setpgrp()
+    print(os.getpid(), flush=True)
     time.sleep(300)
     os._exit(0)
-print(pid, flush=True)
 time.sleep(300)
 """
 

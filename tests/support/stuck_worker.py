@@ -22,7 +22,7 @@ _BACKTRACKING = re.compile(r"(a+)+$")
 
 
 def _stuck_on_some_pages(extract):
-    def extract_or_get_stuck(body: bytes, base_url: str, content_type: str):
+    def extract_or_get_stuck(body: bytes, base_url: str, content_type: str):  # same signature
         if STUCK in base_url:
             _BACKTRACKING.match("a" * 64 + "!")
         return extract(body, base_url, content_type)
@@ -32,5 +32,6 @@ def _stuck_on_some_pages(extract):
 
 class StuckPagesWorker(Worker):
     def main_work_horse(self, job, queue) -> None:  # a forked process of its own
-        links.extract = _stuck_on_some_pages(links.extract)
+        # What the HTTP kit's client calls for each page it fetches.
+        links.extract_with_texts = _stuck_on_some_pages(links.extract_with_texts)
         super().main_work_horse(job, queue)
