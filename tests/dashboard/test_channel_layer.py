@@ -42,7 +42,7 @@ async def test_a_cancelled_wait_for_messages_always_ends(redis_server, busy_core
     try:
         for n in range(CANCELS):
             waiting = asyncio.ensure_future(layer.receive(channel))
-            await asyncio.sleep(rng.uniform(0, 0.3))
+            await asyncio.sleep(rng.uniform(0, 0.1))
             waiting.cancel()
             done, _ = await asyncio.wait([waiting], timeout=5)
             assert waiting in done, f"cancel {n + 1} of {CANCELS} did not end the wait"

@@ -18,6 +18,10 @@ from crawls.engine.frontier import _outcome_args
 from crawls.engine.request import Outcome, Request, _plain, _split_host, canonicalize, request_host
 from crawls.engine.scope import Scope
 
+# No database here: .ci/run runs it on SQLite only.
+pytestmark = pytest.mark.once
+
+
 HOSTS = [
     "example.com", "a.b.c", "127.0.0.1", "127.1", "0x7f.1", "a---b", "xn--bcher-kva.example",
     "EXAMPLE.com", "ex_ample.com", "[::1]", "[::0:1]", "bücher.example", "a..b", ".a", "a.",

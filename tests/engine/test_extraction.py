@@ -28,6 +28,10 @@ from crawls.engine.extraction import (
 from crawls.engine.extraction_rules import GETS, KINDS
 from tests.support.fuzzing import PROPERTY
 
+# No database here: .ci/run runs it on SQLite only.
+pytestmark = pytest.mark.once
+
+
 HTML = "text/html; charset=utf-8"
 URL = "https://shop.example/kettles/blue?ref=home"
 PAGE = b"""<!DOCTYPE html>

@@ -11,6 +11,9 @@ import pytest
 from crawls.engine.frontier import Frontier, supervisor_lock
 from crawls.engine.request import FINGERPRINT_VERSION, Outcome, Request, canonicalize, fingerprint
 
+# No database here: .ci/run runs it on SQLite only.
+pytestmark = pytest.mark.once
+
 
 def assert_invariant(stats: dict[str, int]) -> None:
     unfinished = stats["queued"] + stats["delayed"] + stats["in_flight"] + stats["cancelled"]

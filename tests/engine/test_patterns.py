@@ -21,6 +21,10 @@ from crawls.engine.patterns import (
 )
 from crawls.engine.scope import MAX_PATTERNS, Scope, ScopeError, compile_patterns
 
+# No database here: .ci/run runs it on SQLite only.
+pytestmark = pytest.mark.once
+
+
 URLS = [
     "https://example.com/",
     "https://example.com/products/42",

@@ -22,6 +22,10 @@ from crawlhub.http.client import Fetcher, FetchResult
 from crawlhub.http.useragents import DEFAULT_USER_AGENT, USER_AGENTS, pick_user_agent
 from tests.support.sites import RawServer, Request, Response, pages_site, raw_head
 
+# No database here: .ci/run runs it on SQLite only.
+pytestmark = pytest.mark.once
+
+
 MB = 1024 * 1024
 
 
