@@ -19,7 +19,7 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import connection
-from django.db.models import F, Q, QuerySet
+from django.db.models import F, Func, Q, QuerySet
 from django.db.models.fields.json import KT
 from django.db.models.functions import Substr
 
@@ -33,7 +33,7 @@ STATUS_CLASSES = {
 # What a column sorts by (each on an index of the crawl's pages, with id after it).
 SORTS = {
     "id": F("id"),
-    "url": Substr("url", 1, URL_SORT_CHARS),
+    "url": None,  # LiteralSubstr, below
     "status": F("status"),
     "title": F("title"),
     "content_type": F("content_type"),
@@ -108,28 +108,48 @@ class PageFilter:
         kept = ("sort", "desc", "size")
         return any(getattr(self, f.name) != f.default for f in fields(self) if f.name not in kept)
 
-    def apply(self, pages: QuerySet[Page]) -> QuerySet[Page]:
-        """pages with this filter's conditions (not its order)."""
+    @property
+    def only_text(self) -> bool:
+        """Filtered by the text search alone (which no index serves)?"""
+        return replace(self, q="", sort="id", desc=False, size=50) == PageFilter()
+
+    def apply(self, pages: QuerySet[Page], *, unindexed: bool = False) -> QuerySet[Page]:
+        """pages with this filter's conditions (not its order). unindexed: the columns are
+        tested row by row, their indexes left alone (page_slice says when)."""
+        if unindexed:
+            pages = pages.annotate(**{
+                f"{name}_unindexed": Unindexed(F(name), kind=kind)
+                for name, kind in FILTERED.items()
+            })  # fmt: skip
+
+        def column(name: str) -> str:
+            return f"{name}_unindexed" if unindexed else name
+
         if self.q:
             pages = pages.filter(Q(url__icontains=self.q) | Q(title__icontains=self.q))
         if self.status_class == "none":
             pages = pages.filter(status__isnull=True)
         elif self.status_class:
             low, high = STATUS_CLASSES[self.status_class]
-            pages = pages.filter(status__gte=low, status__lte=high)
-        if self.status is not None:
-            pages = pages.filter(status=self.status)
-        if self.content_type:
-            pages = pages.filter(content_type__startswith=self.content_type)
-        if self.depth_min is not None:
-            pages = pages.filter(depth__gte=self.depth_min)
-        if self.depth_max is not None:
-            pages = pages.filter(depth__lte=self.depth_max)
-        if self.change:
-            pages = pages.filter(change=self.change)
-        if self.source:
-            pages = pages.filter(source=self.source)
+            pages = pages.filter(**{f"{column('status')}__gte": low,
+                                    f"{column('status')}__lte": high})  # fmt: skip
+        conditions = {
+            "status": self.status, "content_type__startswith": self.content_type or None,
+            "depth__gte": self.depth_min, "depth__lte": self.depth_max,
+            "change": self.change or None, "source": self.source or None,
+        }  # fmt: skip
+        for lookup, value in conditions.items():
+            if value is not None:
+                name, _, rest = lookup.partition("__")
+                pages = pages.filter(**{column(name) + (f"__{rest}" if rest else ""): value})
         return pages
+
+
+# The filtered columns, and how each is written past its index (Unindexed).
+FILTERED = {
+    "status": "number", "depth": "number", "content_type": "text", "change": "text",
+    "source": "text",
+}  # fmt: skip
 
 
 def _one_of(choices, what: str):
@@ -195,8 +215,49 @@ _READERS = {
 # -- paging by key ------------------------------------------------------------------------------
 
 
-class CursorError(ValueError):
+class LiteralSubstr(Substr):
+    """The start of a text, as an index of it writes it. On SQLite a query uses an expression
+    index only for the very same expression, and Django sends Substr's positions as bound
+    parameters: written into the SQL, they match page_url (PostgreSQL's binding writes them
+    there already)."""
+
+    def as_sqlite(self, compiler, connection, **extra_context):
+        sql, params = compiler.compile(self.source_expressions[0])
+        return f"SUBSTR({sql}, 1, {URL_SORT_CHARS})", params
+
+
+class Unindexed(Func):
+    """A column's value written so that no index of it is used: the planner then reads the
+    rows another index (or the filter's) finds and sorts them. Numbers + 0; text || ''; a
+    time + 0 seconds (PostgreSQL) or || '' (SQLite, which keeps times as text)."""
+
+    def __init__(self, expression, *, kind: str) -> None:
+        super().__init__(expression)
+        self.kind = kind
+
+    def as_sql(self, compiler, connection, **extra_context):
+        sql, params = compiler.compile(self.source_expressions[0])
+        if self.kind == "number":
+            return f"({sql} + 0)", params
+        if self.kind == "time" and connection.vendor == "postgresql":
+            return f"({sql} + interval '0 seconds')", params
+        return f"({sql} || '')", params
+
+
+SORTS["url"] = LiteralSubstr("url", 1, URL_SORT_CHARS)
+
+
+class QueryError(ValueError):
+    """A sort or a cursor that cannot be used; the message says why, for people, and `field`
+    names the parameter."""
+
+    field = "sort"
+
+
+class CursorError(QueryError):
     """A cursor that is not one this module made (edited by hand, or for another sort)."""
+
+    field = "after"
 
 
 @dataclass
@@ -221,13 +282,36 @@ def page_slice(
     crawl: Crawl, flt: PageFilter, *, after: str = "", before: str = "",
     queryset: QuerySet[Page] | None = None,
 ) -> PageSlice:  # fmt: skip
-    """The screen of the crawl's pages that `flt` selects, after (or before) a cursor."""
-    pages = flt.apply(queryset if queryset is not None else crawl.pages.all()).defer("body")
-    key = sort_expression(flt.sort)
-    pages = pages.annotate(sort_key=key)
+    """The screen of the crawl's pages that `flt` selects, after (or before) a cursor.
+
+    Which index does the work is chosen here, not left to the planners, which guess wrong
+    when a filter and a sort disagree (error pages are small: a 4xx filter walked the whole
+    bytes index backwards). Filters that leave at most COUNT_LIMIT pages (the bounded count
+    says so, through the filters' indexes) are read through their indexes and sorted; filters
+    that keep more walk the sort's index and test each row. A text search uses no index: its
+    screen is read first, and a short first screen is its own count.
+    """
+    base = queryset if queryset is not None else crawl.pages.all()
     backwards = bool(before) and not after
     cursor = _decode(before if backwards else after, flt) if (after or before) else None
     desc = flt.desc != backwards
+    count = None
+    indexed_filters = flt.active and not flt.only_text
+    if indexed_filters or flt.sort.startswith(FIELD_SORT):
+        count = flt.apply(base).order_by().values("id")[: COUNT_LIMIT + 1].count()
+    few = count is not None and count <= COUNT_LIMIT
+    if flt.sort.startswith(FIELD_SORT) and not few:
+        raise QueryError(
+            f"Sorting by an extracted field needs filters that leave at most {COUNT_LIMIT:,} "
+            "pages (fields have no index)."
+        )
+    key = sort_expression(flt.sort)
+    if indexed_filters and few:
+        key = Unindexed(key, kind=_kind(flt.sort))
+    pages = flt.apply(base, unindexed=indexed_filters and not few).defer("body")
+    pages = pages.annotate(sort_key=key)
+    if first := _first_id(base):
+        pages = pages.filter(id__gte=first)  # PostgreSQL walks ids from here, not from 1
     if cursor is not None:
         pages = pages.filter(_beyond(flt.sort, cursor, desc=desc))
     ordered = pages.order_by(key.desc() if desc else key.asc(), "-id" if desc else "id")
@@ -236,8 +320,11 @@ def page_slice(
     rows = rows[: flt.size]
     if backwards:
         rows.reverse()
-    counted = flt.apply(queryset if queryset is not None else crawl.pages.all())
-    count = counted.values("id")[: COUNT_LIMIT + 1].count()
+    if count is None:
+        if cursor is None and not more:
+            count = len(rows)  # the whole of it, read anyway
+        else:
+            count = flt.apply(base).order_by().values("id")[: COUNT_LIMIT + 1].count()
     found = PageSlice(rows=rows, count=min(count, COUNT_LIMIT), count_capped=count > COUNT_LIMIT)
     if rows:
         has_next = more if not backwards else True
@@ -245,6 +332,17 @@ def page_slice(
         found.next = _encode(rows[-1], flt) if has_next else ""
         found.previous = _encode(rows[0], flt) if has_previous else ""
     return found
+
+
+def _kind(sort: str) -> str:
+    if sort in ("id", "status", "bytes", "elapsed_ms", "depth"):
+        return "number"
+    return "time" if sort == "fetched_at" else "text"
+
+
+def _first_id(pages: QuerySet[Page]) -> int | None:
+    """The id of the crawl's first page (on its (crawl, id) index)."""
+    return pages.order_by("id").values_list("id", flat=True).first()
 
 
 def _nullable(sort: str) -> bool:
@@ -257,22 +355,24 @@ def _nulls_last() -> bool:
 
 
 def _beyond(sort: str, cursor: tuple, *, desc: bool) -> Q:
-    """The rows after (value, id) in the order (key, id), descending or not: where the key's
-    NULLs sit is the database's (_nulls_last), as the order puts them."""
+    """The rows after (value, id) in the order (key, id), descending or not, written so that
+    an index seeks to them: key >= value AND (key > value OR id > last), not an OR alone.
+    Where the key's NULLs sit is the database's (_nulls_last), as the order puts them."""
     value, last_id = cursor
     name = "sort_key"
-    greater, id_next = ("lt", "lt") if desc else ("gt", "gt")
+    step, bound = ("lt", "lte") if desc else ("gt", "gte")
     # Is NULL "after" every value in this direction?
     nulls_after = _nulls_last() != desc
-    same = Q(**{f"{name}__isnull": True}) if value is None else Q(**{name: value})
-    tie = same & Q(**{f"id__{id_next}": last_id})
     if value is None:
+        tie = Q(**{f"{name}__isnull": True, f"id__{step}": last_id})
         # Past the NULLs there is nothing when they come last; everything when first.
         return tie if nulls_after else tie | Q(**{f"{name}__isnull": False})
-    later = Q(**{f"{name}__{greater}": value})
+    later = Q(**{f"{name}__{bound}": value}) & (
+        Q(**{f"{name}__{step}": value}) | Q(**{f"id__{step}": last_id})
+    )
     if _nullable(sort) and nulls_after:
         later |= Q(**{f"{name}__isnull": True})
-    return later | tie
+    return later
 
 
 def _encode(row: Page, flt: PageFilter) -> str:

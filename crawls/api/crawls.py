@@ -28,7 +28,7 @@ from crawls.models import (
     PageSource,
     RulesField,
 )
-from crawls.pages import PAGE_SIZES, STATUS_CLASSES, CursorError, PageFilter, page_slice
+from crawls.pages import PAGE_SIZES, STATUS_CLASSES, PageFilter, QueryError, page_slice
 from crawls.services import visible_crawls
 from crawls.views.exports import export_response
 
@@ -344,8 +344,8 @@ class CrawlViewSet(
             )  # fmt: skip
         except DjangoValidationError as exc:
             raise serializers.ValidationError(exc.message_dict) from None
-        except CursorError as exc:
-            raise serializers.ValidationError({"after": [str(exc)]}) from None
+        except QueryError as exc:
+            raise serializers.ValidationError({exc.field: [str(exc)]}) from None
         base = request.build_absolute_uri(request.path) + "?" + urlencode(flt.params())
         return Response({
             "count": found.count, "count_capped": found.count_capped,

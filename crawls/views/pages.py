@@ -8,6 +8,7 @@ Content-Security-Policy), which no browser renders here.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from urllib.parse import urlencode
 
 from django.core.exceptions import ValidationError
@@ -20,8 +21,8 @@ from crawls.models import Change, Crawl, Page, PageSource
 from crawls.pages import (
     PAGE_SIZES,
     STATUS_CLASSES,
-    CursorError,
     PageFilter,
+    QueryError,
     page_slice,
 )
 from crawls.services import visible_crawls
@@ -57,9 +58,9 @@ def page_list(request: HttpRequest, pk: int) -> HttpResponse:
         found = page_slice(
             crawl, flt, after=request.GET.get("after", ""), before=request.GET.get("before", "")
         )
-    except CursorError as exc:
-        errors["after"] = [str(exc)]
-        found = page_slice(crawl, flt)
+    except QueryError as exc:
+        errors[exc.field] = [str(exc)]
+        found = page_slice(crawl, flt if exc.field == "after" else replace(flt, sort="id"))
     names = field_names(crawl)
     context = {
         "nav": "crawls",

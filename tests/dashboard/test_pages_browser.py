@@ -16,6 +16,7 @@ import lxml.html
 import pytest
 from django.utils import timezone
 
+from crawls import pages as pages_module
 from crawls import services
 from crawls.engine.rows import url_hash
 from crawls.models import Change, Page
@@ -107,6 +108,39 @@ def test_every_sort_pages_through_every_row_once_in_order_both_ways(crawl, sort,
     assert walk(crawl, flt) == expected_order(
         pages, sort, desc, nulls_last=connection.vendor == "postgresql"
     )
+
+
+@pytest.mark.parametrize(
+    "query", ["status_class=2xx&sort=bytes&order=desc", "depth_min=2&sort=url",
+              "change=new&sort=fetched_at", "status=404&sort=title&order=desc",
+              "content_type=image/png&sort=id", "q=guide&depth_max=3&sort=depth"],
+)  # fmt: skip
+def test_a_filter_that_keeps_few_or_many_pages_gives_the_same_screens(crawl, query, monkeypatch):
+    """Few matches are read through the filter's index and sorted; many, by walking the sort's
+    index (pages.page_slice chooses by the bounded count): the same rows, screen by screen."""
+    params = {k: v[0] for k, v in parse_qs(query).items()}
+    flt = PageFilter.from_params({**params, "size": "25"})
+    as_few = walk(crawl, flt)
+    monkeypatch.setattr(pages_module, "COUNT_LIMIT", 3)
+    assert walk(crawl, flt) == as_few and as_few
+
+
+def test_a_field_sorts_only_pages_few_enough(crawl, user_client, monkeypatch):
+    found = page_slice(crawl, PageFilter(sort="field:price", desc=True, size=200))
+    prices = [p.extracted.get("price") for p in found.rows]
+    assert (
+        prices[: prices.index(None)]
+        == sorted([p for p in prices if p is not None], key=str, reverse=True)
+        or prices[0] is None
+    )
+    monkeypatch.setattr(pages_module, "COUNT_LIMIT", 10)
+    response = user_client.get(f"/crawls/{crawl.pk}/pages/?sort=field:price")
+    assert response.status_code == 400
+    assert "Sorting by an extracted field needs filters that leave at most 10 pages" in (
+        lxml.html.fromstring(response.content).text_content()
+    )
+    ok = user_client.get(f"/crawls/{crawl.pk}/pages/?sort=field:price&status=301&depth_max=0")
+    assert ok.status_code == 200
 
 
 def test_filters_select_what_they_say(crawl):
