@@ -310,8 +310,9 @@ def page_slice(
         key = Unindexed(key, kind=_kind(flt.sort))
     pages = flt.apply(base, unindexed=indexed_filters and not few).defer("body")
     pages = pages.annotate(sort_key=key)
-    if first := _first_id(base):
-        pages = pages.filter(id__gte=first)  # PostgreSQL walks ids from here, not from 1
+    if flt.sort == "id" and (first := _first_id(base)):
+        # Sorted by id, PostgreSQL walks the primary key: from here, not from older crawls'.
+        pages = pages.filter(id__gte=first)
     if cursor is not None:
         pages = pages.filter(_beyond(flt.sort, cursor, desc=desc))
     ordered = pages.order_by(key.desc() if desc else key.asc(), "-id" if desc else "id")
