@@ -1,6 +1,6 @@
 """How pages relate: the links between the pages of a crawl (where a page was found, what
-links to it), and what changed between two crawls of the same site (a schedule's runs, or any
-two crawls someone compares).
+links to it, the redirect chain it is part of), and what changed between two crawls of the same
+site (a schedule's runs, or any two crawls someone compares).
 
 Pages are matched by their URL's fingerprint (Page.fp, the canonical URL the frontier dedups),
 indexed with their crawl: a comparison is a few joins on that index, never a loop in Python.
@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from django.db.models import Count, Exists, OuterRef, Q, QuerySet
 
+from crawls.engine.request import fingerprint
 from crawls.models import Change, Crawl, Link, Page
 
 GONE = "gone"
@@ -69,6 +70,38 @@ def inlinks(page: Page, *, limit: int) -> InLinks:
             for link in shown
         ],  # fmt: skip
     )
+
+
+@dataclass
+class Hop:
+    """One URL of a redirect chain, as a page's detail shows it."""
+
+    url: str
+    page: Page | None = None  # its row in the crawl, when it has one
+    here: bool = False  # the page being shown
+    note: str = ""  # for where the page points: why it was not followed, or not again
+
+
+def redirect_chain(page: Page) -> list[Hop]:
+    """The redirect chain a page is part of, as far as its row knows it: the URLs that
+    redirected the crawl to it, the page, and where it points if it is a redirect (with the
+    note of that link: another site, a loop...); [] for a page that is neither."""
+    if not page.redirects and not page.redirect_to:
+        return []
+    hops = [Hop(url) for url in page.redirects if isinstance(url, str)]
+    hops.append(Hop(page.url, page=page, here=True))
+    if page.redirect_to:
+        notes = (link[2] for link in page.links if link[:1] == [page.redirect_to])
+        hops.append(Hop(page.redirect_to, note=next(notes, "")))
+    by_fp = {fingerprint(hop.url): hop for hop in hops if not hop.here}
+    rows = Page.objects.filter(crawl_id=page.crawl_id, fp__in=list(by_fp)).only(
+        "id", "crawl_id", "url", "fp", "status"
+    )
+    found = {row.fp: row for row in rows}
+    for hop in hops:
+        if not hop.here:
+            hop.page = found.get(fingerprint(hop.url))
+    return hops
 
 
 def baseline_page(page: Page, crawl: Crawl) -> Page | None:

@@ -33,7 +33,8 @@ FORMATS = {
 }
 COLUMNS = (
     "id", "url", "final_url", "status", "content_type", "bytes", "elapsed_ms", "depth",
-    "referrer", "fetched_at", "title", "error", "redirects", "source", "digest", "change",
+    "referrer", "fetched_at", "title", "error", "redirects", "redirect_to", "source", "digest",
+    "change",
 )  # fmt: skip
 # Read with the columns: the extracted fields (JSONL "fields"; a CSV column per rule) and the
 # structured data (JSONL only).
@@ -130,10 +131,11 @@ def _cell(value):
 
 
 def iter_csv(pages: QuerySet[Page], field_names: list[str] = ()) -> Iterator[bytes]:
-    """A header row, then one row per page; redirects as a JSON list; a column per extracted
-    field (named field:<name>). Text cells are quoted, so that a spreadsheet splitting on ";"
-    keeps each whole, and a text cell that starts like a formula starts with a single quote
-    (neutralised); JSONL keeps every value as fetched."""
+    """A header row, then one row per page; redirects (the URLs that redirected the crawl to
+    the page) as a JSON list; a column per extracted field (named field:<name>). Text cells
+    are quoted, so that a spreadsheet splitting on ";" keeps each whole, and a text cell that
+    starts like a formula starts with a single quote (neutralised); JSONL keeps every value
+    as fetched."""
     header = csv.writer(_Line())
     writer = csv.writer(_Line(), quoting=csv.QUOTE_NONNUMERIC)
 

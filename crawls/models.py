@@ -311,6 +311,7 @@ class PageSource(models.TextChoices):
     LINK = "link", "Link"
     SITEMAP = "sitemap", "Listed in a sitemap"
     SITEMAP_FILE = "sitemap_file", "A sitemap"
+    REDIRECT = "redirect", "Redirect target"
 
 
 class Change(models.TextChoices):
@@ -345,7 +346,12 @@ class Page(models.Model):
     fetched_at = models.DateTimeField()
     title = models.CharField(max_length=500, blank=True)
     error = models.TextField(blank=True)
+    # A crawl fetches each hop of a redirect chain as a page of its own (once per URL, like
+    # links): `redirects` are the URLs that redirected the crawl here, the first one first;
+    # `redirect_to` is where this page, a redirect, points (followed when in scope: its note
+    # in `links` says otherwise). Rows from before that held the hops after `url` instead.
     redirects = models.JSONField(default=list, blank=True)
+    redirect_to = models.TextField(blank=True)
     # The body was cut off at the crawl's max_bytes: kept that far, its links not followed.
     truncated = models.BooleanField(default=False)
     body = models.BinaryField(null=True, blank=True)

@@ -6,7 +6,9 @@ What every request needs is decided here, once, for every caller:
 - time: (connect, read) timeouts, and a deadline for the whole fetch (deadline.py);
 - size: at most max_bytes of decoded body, read and decoded in bounded steps (bodies.py),
   which also defuses gzip and deflate bombs;
-- redirects: a GET follows up to max_redirects, checking and recording each hop; a POST none.
+- redirects: a GET follows up to max_redirects, checking and recording each hop; a POST none;
+  a crawl's page fetch none either (fetch(follow_redirects=False)): its 3xx is the answer, with
+  the target it points at (FetchResult.redirect_to), which the crawl schedules like a link.
 
 A fetch never raises for what a network or a server does. Network trouble, hostile servers
 (endless redirects, bodies that never end, gzip bombs, bytes trickled one per second) and odd
@@ -89,6 +91,9 @@ class FetchResult:
     # proxy it went through ("scheme://host:port", no credentials; set by whoever chose it).
     request_headers: dict[str, str] = field(default_factory=dict)
     proxy: str = ""
+    # A redirect that was not followed (fetch(follow_redirects=False)): the absolute http(s)
+    # URL its Location points at; "" for any other answer.
+    redirect_to: str = ""
 
     @property
     def retryable(self) -> bool:
@@ -164,6 +169,9 @@ class _Call:
     body: bytes | None = None
     headers: Mapping[str, str] | None = None
     follow: bool = True
+    # Not following: still read where a redirect points (FetchResult.redirect_to), and refuse
+    # a target that is not http(s) as following would.
+    locate: bool = False
     guard_first: bool = True  # False only for the operator's own URL (Fetcher.get)
 
 
@@ -239,12 +247,22 @@ class Fetcher:
             )
 
     def fetch(
-        self, url: str, *, proxy: str | None = None, headers: Mapping[str, str] | None = None
-    ) -> FetchResult:
+        self, url: str, *, proxy: str | None = None, headers: Mapping[str, str] | None = None,
+        follow_redirects: bool = True,
+    ) -> FetchResult:  # fmt: skip
         """A page for a crawl: GET `url` (through `proxy` if given), following redirects, with
         its title and links when it is complete HTML. `headers` are sent as well (a
-        conditional request's If-None-Match, say)."""
-        call = _Call(headers=headers) if headers else _GET
+        conditional request's If-None-Match, say).
+
+        With follow_redirects=False (a crawl's own pages: crawls/engine/slices.py), a redirect
+        is the answer, like any other status, and its target is in FetchResult.redirect_to: the
+        crawl schedules it through its dedup set rather than fetching it here. A Location that
+        is not an http(s) URL is the same error as when following.
+        """
+        if follow_redirects:
+            call = _Call(headers=headers) if headers else _GET
+        else:
+            call = _Call(headers=headers, follow=False, locate=True)
         return self._fetch(url, proxy=proxy, max_bytes=self.max_bytes, parse=True, call=call)
 
     def fetch_text(
@@ -345,7 +363,11 @@ class Fetcher:
                 response.close()
                 raise FetchError("proxy refused: 407 Proxy Authentication Required", "proxy")
             location = response.headers.get("Location", "")
-            if not (call.follow and response.status_code in REDIRECT_STATUSES and location.strip()):
+            if not (response.status_code in REDIRECT_STATUSES and location.strip()):
+                return response
+            if not call.follow:
+                if call.locate:
+                    result.redirect_to = _located(response, current, location)
                 return response
             self._read_body(response, REDIRECT_BODY_LIMIT, deadline)  # frees the connection
             if len(result.redirects) >= self.max_redirects:
@@ -449,6 +471,16 @@ def _recorded(headers: Mapping[str, str]) -> dict[str, str]:
     return {
         name: MASK if name.lower() in SECRET_HEADERS else value for name, value in headers.items()
     }
+
+
+def _located(response: requests.Response, current: str, location: str) -> str:
+    """The target of a redirect that is the answer; FetchError (the connection dropped: its
+    body is never read) when the Location is not an http(s) URL."""
+    try:
+        return _redirect_target(current, location)
+    except FetchError:
+        response.close()
+        raise
 
 
 def _redirect_target(current: str, location: str) -> str:

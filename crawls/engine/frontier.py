@@ -45,6 +45,7 @@ from crawlhub.connections import get_redis
 from crawls.engine.request import (
     OUTCOME_KINDS,
     VIA_LISTED,
+    VIA_REDIRECT,
     VIA_SITEMAP,
     Outcome,
     Request,
@@ -370,8 +371,10 @@ def _outcome_args(outcome: Outcome) -> list:
         raise ValueError(f"unknown outcome kind {outcome.kind!r}; expected {OUTCOME_KINDS}")
     request = outcome.request
     retry_json, links, listed = "", [], 0
-    # Reading sitemaps costs no depth: what a sitemap lists stays at the sitemap's depth.
-    child_depth = request.depth + (0 if request.reads_sitemap else 1)
+    # Reading sitemaps costs no depth: what a sitemap lists stays at the sitemap's depth; nor
+    # does a redirect: its target is the same page, moved.
+    redirect = outcome.links_via == VIA_REDIRECT
+    child_depth = request.depth + (0 if request.reads_sitemap or redirect else 1)
     if outcome.kind == "retry":
         history = with_history(request.history, outcome.error)
         retry_json = replace(request, attempts=request.attempts + 1, history=history).to_json()
@@ -381,7 +384,8 @@ def _outcome_args(outcome: Outcome) -> list:
     elif outcome.kind == "done":
         if outcome.links_via == VIA_LISTED:
             listed = len(outcome.links)
-        links = _link_args(outcome.links, request, child_depth, outcome.links_via)
+        chain = (*request.redirects, request.url) if redirect else ()
+        links = _link_args(outcome.links, request, child_depth, outcome.links_via, chain)
         links += _link_args(outcome.sitemaps, request, child_depth, VIA_SITEMAP)
     status = "" if outcome.status is None else outcome.status
     return [
@@ -390,11 +394,13 @@ def _outcome_args(outcome: Outcome) -> list:
     ]  # fmt: skip
 
 
-def _link_args(urls: list[str], parent: Request, depth: int, via: str) -> list:
+def _link_args(
+    urls: list[str], parent: Request, depth: int, via: str, redirects: tuple[str, ...] = ()
+) -> list:
     """(bucket, fp, JSON) per URL: Request(url, depth, referrer=parent.url, priority=...,
-    via=via).to_json() for each, without building the Request: the tail is the same for every
-    link of the page."""
-    tail = json_tail(depth, parent.priority, 0, parent.url, via=via)
+    via=via, redirects=redirects).to_json() for each, without building the Request: the tail
+    is the same for every link of the page."""
+    tail = json_tail(depth, parent.priority, 0, parent.url, via=via, redirects=redirects)
     args = []
     for url in urls:
         fp = fingerprint(url)

@@ -18,7 +18,7 @@ from crawlhub.connections import REDIS_ERRORS
 from crawlhub.http import FetchResult
 from crawls.engine import results, retry, sitemap_reads
 from crawls.engine.baseline import Baseline, Known, change_of
-from crawls.engine.request import VIA_LISTED, Outcome, Request
+from crawls.engine.request import VIA_LISTED, VIA_REDIRECT, Outcome, Request
 from crawls.engine.rows import (
     LINK_ROWS,
     PAGE_ROWS,
@@ -66,9 +66,11 @@ class Result:
 class Recorder:
     """A slice's writing side. Used from the slice's main thread only (the database)."""
 
-    def __init__(self, crawl: Crawl, scope: Scope) -> None:
+    def __init__(self, crawl: Crawl, scope: Scope, *, max_redirects: int = 10) -> None:
         self.crawl = crawl
         self.scope = scope
+        # A redirect chain longer than this (the Fetcher's) ends with an error on its last page.
+        self.max_redirects = max_redirects
         self.baseline = Baseline(crawl.baseline_id)
         self.known: dict[int, Known] = {}  # what the baseline knew of the requests held
 
@@ -112,6 +114,9 @@ class Recorder:
     def _decide_page(self, result: Result, carried: dict | None, now) -> None:
         request, fetch = result.request, result.fetch
         known = self.known.pop(request.fp, None)
+        if fetch.redirect_to and len(request.redirects) >= self.max_redirects:
+            fetch.error = f"too many redirects (over {self.max_redirects})"
+            fetch.error_kind = "redirects"
         not_modified = fetch.status == 304 and carried is not None
         links = self._out_links(result, carried if not_modified else None)
         extras = PageExtras(
@@ -124,15 +129,17 @@ class Recorder:
             extras.extracted = results.Extracted(errors=_sitemap_errors(result.sitemap))
         result.page = page_row(self.crawl, request, now, fetch=fetch, extras=extras)
         result.links = link_rows(self.crawl, links)
+        via = VIA_LISTED if result.sitemap else VIA_REDIRECT if fetch.redirect_to else ""
         result.outcome = Outcome(
             request=request, kind="done", status=fetch.status, nbytes=fetch.nbytes,
-            links=links.follow, links_via=VIA_LISTED if result.sitemap else "",
+            links=links.follow, links_via=via,
             sitemaps=result.sitemap.sitemaps if result.sitemap else [],
         )  # fmt: skip
 
     def _out_links(self, result: Result, carried: dict | None) -> results.OutLinks:
         """The page's links, sorted: its own; a 304's, those of the page it stands for; a
-        sitemap's, the pages it lists (which cost no depth)."""
+        sitemap's, the pages it lists (which cost no depth); a redirect's, where it points
+        first (which costs no depth either)."""
         request, fetch = result.request, result.fetch
         status, child_depth = fetch.status, request.depth + 1
         urls, texts = fetch.links, fetch.link_texts
@@ -140,10 +147,16 @@ class Recorder:
             (urls, texts), status = results.kept_links(carried.get("links") or []), 200
         elif result.sitemap is not None:
             urls, texts, child_depth = result.sitemap.pages, [], request.depth
-        return results.out_links(
+        found = results.out_links(
             request, urls, texts, scope=self.scope, max_depth=self.crawl.max_depth,
             child_depth=child_depth, status=status,
         )  # fmt: skip
+        if fetch.redirect_to:
+            found = results.with_redirect(
+                found, request, fetch.redirect_to, scope=self.scope, status=fetch.status,
+                too_many=fetch.error if fetch.error_kind == "redirects" else "",
+            )  # fmt: skip
+        return found
 
     def write(self, done: list[Result]) -> int:
         """Decide each result and write its rows. Returns how many pages were written."""

@@ -26,12 +26,13 @@ FINGERPRINT_VERSION = 1
 OUTCOME_KINDS = ("done", "retry", "failed", "crashed")
 
 # How a request came to be, besides a link or a seed (Request.via): a sitemap file to read, the
-# root sitemap of a seed's site (its robots.txt's Sitemap: lines are read with it), or a page
-# a sitemap listed.
+# root sitemap of a seed's site (its robots.txt's Sitemap: lines are read with it), a page
+# a sitemap listed, or the target of a redirect (Request.redirects holds the chain).
 VIA_SITEMAP = "m"
 VIA_SITEMAP_ROOT = "M"
 VIA_LISTED = "s"
-VIAS = ("", VIA_SITEMAP, VIA_SITEMAP_ROOT, VIA_LISTED)
+VIA_REDIRECT = "r"
+VIAS = ("", VIA_SITEMAP, VIA_SITEMAP_ROOT, VIA_LISTED, VIA_REDIRECT)
 # What a request keeps of its earlier attempts' errors (Request.history).
 HISTORY_ENTRIES = 5
 HISTORY_CHARS = 200
@@ -120,6 +121,9 @@ class Request:
     via: str = ""  # one of VIAS: "" for a seed or a link
     # What went wrong in the attempts before this one (retries), oldest first, bounded.
     history: tuple[str, ...] = ()
+    # A redirect's target (via VIA_REDIRECT): the URLs that redirected to it, the first one
+    # first (the last one is its referrer). At most the Fetcher's max_redirects of them.
+    redirects: tuple[str, ...] = ()
 
     @cached_property
     def fp(self) -> int:
@@ -139,14 +143,14 @@ class Request:
         """Compact and deterministic. Carries fp (as a string: a double would round it) and host
         for the Lua scripts, which neither hash nor parse URLs; default fields are left out."""
         # What json.dumps(separators=(",", ":")) gives for {"f", "h", "u", "d", "p", "a", "r",
-        # "v", "y", "x", "e"} (in this order: the Lua scripts find "h" right after "f", and
-        # add "x" at the end), built directly: this runs once per link.
+        # "v", "y", "c", "x", "e"} (in this order: the Lua scripts find "h" right after "f",
+        # and add "x" at the end), built directly: this runs once per link.
         # tests/engine/test_canonical_urls.py checks it against json.dumps.
         return (
             f'{{"f":"{self.fp}","h":{_json_str(self.host)},"u":{_json_str(self.url)}'
             + json_tail(
                 self.depth, self.priority, self.attempts, self.referrer,
-                self.crashes, self.crash_error, self.via, self.history,
+                self.crashes, self.crash_error, self.via, self.history, self.redirects,
             )
         )  # fmt: skip
 
@@ -163,6 +167,7 @@ class Request:
             crash_error=data.get("e", ""),
             via=data.get("v", ""),
             history=tuple(data.get("y", ())),
+            redirects=tuple(data.get("c", ())),
         )
         # Keep the stored fp and host: the backup hash is keyed by that fp, so complete() must
         # use it even if fingerprinting changed since the request was queued.
@@ -181,6 +186,7 @@ def with_history(history: tuple[str, ...], error: str) -> tuple[str, ...]:
 def json_tail(
     depth: int, priority: int, attempts: int, referrer: str, crashes: int = 0,
     crash_error: str = "", via: str = "", history: tuple[str, ...] = (),
+    redirects: tuple[str, ...] = (),
 ) -> str:  # fmt: skip
     """The end of a request's JSON after "u" (see Request.to_json). The frontier builds a
     page's link JSON from it without a Request per link."""
@@ -195,6 +201,8 @@ def json_tail(
         tail += f',"v":{_json_str(via)}'
     if history:
         tail += ',"y":[' + ",".join(map(_json_str, history)) + "]"
+    if redirects:
+        tail += ',"c":[' + ",".join(map(_json_str, redirects)) + "]"
     if crashes:
         tail += f',"x":{crashes}'
     if crash_error:
@@ -217,7 +225,8 @@ class Outcome:
     retry_delay: float = 0.0  # seconds, for kind == "retry" or "crashed"
     error: str = ""  # what went wrong, for kind == "retry" (kept in history) or "crashed"
     # How the links came (Request.via of each); a sitemap's links keep its depth instead of
-    # going one deeper, so that reading sitemaps costs no depth.
+    # going one deeper, so that reading sitemaps costs no depth. VIA_REDIRECT: the one link is
+    # where a redirect points, at the same depth, with the chain (Request.redirects) carried.
     links_via: str = ""
     # Sitemap files a sitemap (or a site's robots.txt) lists: read in turn (via VIA_SITEMAP).
     sitemaps: list[str] = field(default_factory=list)

@@ -1,5 +1,6 @@
 """What a fetched page yields besides its response: the digest of its body, the fields its
-extraction rules pull out, and its out-links, each with why it was or was not followed.
+extraction rules pull out, and its out-links, each with why it was or was not followed (a
+redirect's target first among them).
 
 Runs in a slice's fetch threads (digest and extraction, on the body while it is in memory) and
 in its main thread (links, once the page's row is decided). Plain values, no database.
@@ -19,6 +20,7 @@ from crawls.engine.scope import Scope
 # cut is never fetched conditionally: a 304 would leave the cut ones unfollowed.
 MAX_OUTLINKS = 1000
 NOTE_DEPTH = "depth limit"
+NOTE_LOOP = "a redirect loop: this chain was there already"
 # A link row's text is cut to what the column holds (crawls.models.Link.text).
 LINK_TEXT_CHARS = 200
 # In-link rows a page writes at most (distinct targets, in document order): a page of
@@ -65,8 +67,9 @@ def extract(
 @dataclass
 class OutLinks:
     """A page's links: those that go to the frontier, those kept with the page for people
-    ([url, text, note], note "" for a followed one), and the Link rows of its in-scope ones
-    ((source fp, target fp, text), one per distinct target)."""
+    ([url, text, note], note "" for a followed one, but for a redirect back into its own
+    chain: sent on, a repeat there, and noted as a loop), and the Link rows of its in-scope
+    ones ((source fp, target fp, text), one per distinct target)."""
 
     follow: list[str] = field(default_factory=list)
     kept: list[list[str]] = field(default_factory=list)
@@ -103,6 +106,32 @@ def out_links(
         if n < MAX_OUTLINKS:
             found.kept.append([url, text, note])
     return found
+
+
+def with_redirect(
+    found: OutLinks, request: Request, target: str, *, scope: Scope, status: int,
+    too_many: str = "",
+) -> OutLinks:  # fmt: skip
+    """A redirect's links: where it points (`target`) first, then those of its own page (none
+    followed, as from any page that is not 2xx).
+
+    The target is followed when in scope and the chain is not too long (`too_many` says it
+    is): it goes to the frontier at the page's own depth, carrying the chain, and the dedup set
+    decides there, as for a link: a target already seen (linked, or a loop back into the
+    chain) is a repeat and is not fetched again. One back into the chain is noted as a loop.
+    An in-scope target is also an in-link of its page."""
+    text, fp = f"HTTP {status} redirect", fingerprint(target)
+    outside = scope.why_not(target)
+    out = OutLinks(total=found.total + 1, rows=found.rows)
+    if not outside:
+        out.rows = [(request.fp, fp, text), *found.rows][:MAX_LINK_ROWS]
+    note = outside or too_many
+    if not note:
+        out.follow = [target]
+        if fp in {request.fp, *map(fingerprint, request.redirects)}:
+            note = NOTE_LOOP
+    out.kept = [[target, text, note], *found.kept][:MAX_OUTLINKS]
+    return out
 
 
 def kept_links(stored: list) -> tuple[list[str], list[str]]:

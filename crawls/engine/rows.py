@@ -25,7 +25,7 @@ from django.db import DatabaseError, connections, models, transaction
 from django.db.models.constants import OnConflict
 
 from crawlhub.http.client import MASK, FetchResult
-from crawls.engine.request import VIA_LISTED, Request
+from crawls.engine.request import VIA_LISTED, VIA_REDIRECT, Request
 from crawls.engine.results import Extracted, OutLinks
 from crawls.models import Crawl, FailedRequest, Link, Page, PageSource
 
@@ -121,6 +121,7 @@ def page_row(
         source=source_of(request),
         attempts=request.attempts + 1,
         history=list(request.history),
+        redirects=list(request.redirects),
     )
     if fetch is not None:
         _fill_response(page, crawl, fetch)
@@ -137,7 +138,7 @@ def _fill_response(page: Page, crawl: Crawl, fetch: FetchResult) -> None:
     page.elapsed_ms = fetch.elapsed_ms
     page.title = fetch.title[:500]
     page.error = fetch.error
-    page.redirects = fetch.redirects
+    page.redirect_to = fetch.redirect_to
     page.truncated = fetch.truncated
     page.headers = kept_headers(fetch.headers, secret=SECRET_RESPONSE_HEADERS)
     page.request_headers = kept_headers(fetch.request_headers)
@@ -167,6 +168,8 @@ def source_of(request: Request) -> str:
         return PageSource.SITEMAP_FILE
     if request.via == VIA_LISTED:
         return PageSource.SITEMAP
+    if request.via == VIA_REDIRECT:
+        return PageSource.REDIRECT
     return PageSource.SEED if request.depth == 0 and not request.referrer else PageSource.LINK
 
 

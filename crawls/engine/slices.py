@@ -184,7 +184,7 @@ class Slice:
             user_agent=crawl.user_agent or DEFAULT_USER_AGENT, host_delay=self.host_delay,
         )  # fmt: skip
         self.extractor = extractor_of(crawl)
-        self.recorder = Recorder(crawl, self.scope)
+        self.recorder = Recorder(crawl, self.scope, max_redirects=self.fetcher.max_redirects)
         self.stop = StopFlag()
         self.report = SliceReport()
         self.kept_proxies = KeptProxies()
@@ -363,7 +363,9 @@ class Slice:
         if sitemap:
             fetch = functools.partial(self.fetcher.get, max_bytes=sitemap_reads.FETCH_BYTES)
         else:
-            fetch = functools.partial(self.fetcher.fetch, headers=headers)
+            # A redirect is a page of its own: its target goes to the frontier, through the
+            # dedup set, so that each URL of a chain is fetched once (crawls/engine/recording.py).
+            fetch = functools.partial(self.fetcher.fetch, headers=headers, follow_redirects=False)
         if self.channel.proxy_use != ProxyUse.POOL:
             return fetch(url)
         return fetch_via_pool(

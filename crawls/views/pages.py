@@ -106,6 +106,7 @@ def page_detail(request: HttpRequest, pk: int, page_pk: int) -> HttpResponse:
         "crawl": crawl,
         "page": page,
         "found_by": changes.found_by(page),
+        "chain": changes.redirect_chain(page),
         "inlinks": changes.inlinks(page, limit=LINKS_SHOWN),
         "outlinks": page.links[:LINKS_SHOWN],
         "outlinks_more": max(0, page.links_total - LINKS_SHOWN),

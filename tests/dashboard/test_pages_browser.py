@@ -21,6 +21,7 @@ from crawls import services
 from crawls.engine.rows import url_hash
 from crawls.models import Change, Page
 from crawls.pages import PageFilter, page_slice
+from tests.support.crawling import drive, start_site_crawl
 from tests.support.sites import Response, pages_site
 
 pytestmark = pytest.mark.django_db
@@ -278,6 +279,46 @@ def test_a_hostile_body_is_shown_as_text_and_downloaded_as_bytes(user, user_clie
     assert raw["Content-Disposition"].startswith("attachment;")
     assert raw["X-Content-Type-Options"] == "nosniff"
     assert raw["Content-Security-Policy"].endswith("; sandbox")
+
+
+def test_a_redirect_chain_shows_on_each_of_its_pages(user, user_client, make_site):
+    site = make_site(pages_site({
+        "/": '<a href="/a">a</a><a href="/out">out</a>',
+        "/a": Response(status=301, headers={"Location": "/b"}),
+        "/b": Response(status=302, headers={"Location": "/c"}),
+        "/c": "<title>C</title>",
+        "/out": Response(status=302, headers={"Location": "http://elsewhere.test/"}),
+    }))  # fmt: skip
+    crawl = drive(start_site_crawl(user, site))
+    pages = {p.url.removeprefix(site.url): p for p in crawl.pages.all()}
+
+    def detail(path: str) -> lxml.html.HtmlElement:
+        response = user_client.get(f"/crawls/{crawl.pk}/pages/{pages[path].pk}/")
+        assert response.status_code == 200
+        return lxml.html.fromstring(response.content)
+
+    def chain(html) -> list[str]:
+        return [" ".join(li.text_content().split()) for li in html.cssselect("ol.chain li")]
+
+    middle = detail("/b")
+    assert chain(middle) == [site.url + "/a 301", site.url + "/b (this page)", site.url + "/c 200"]
+    hrefs = [a.get("href") for a in middle.cssselect("ol.chain a")]
+    assert hrefs == [f"/crawls/{crawl.pk}/pages/{pages[p].pk}/" for p in ("/a", "/c")]
+    [dt] = [dt for dt in middle.cssselect("dl.facts dt") if dt.text_content() == "Redirects to"]
+    assert dt.getnext().cssselect("a")[0].text_content() == site.url + "/c"
+    last = detail("/c")
+    assert chain(last)[-1] == site.url + "/c (this page)" and len(chain(last)) == 3
+    found = " ".join(last.cssselect("section[aria-labelledby=h-found] p")[0].text_content().split())
+    assert found == f"Redirected here from {site.url}/b."
+    out = detail("/out")
+    assert chain(out)[-1] == "http://elsewhere.test/ — other site (elsewhere.test)"
+    listed = user_client.get(f"/crawls/{crawl.pk}/pages/?source=redirect")
+    rows = lxml.html.fromstring(listed.content).cssselect("table.pages-table tbody tr")
+    assert [r.cssselect("td.url a")[0].text_content() for r in rows] == [
+        site.url + "/b", site.url + "/c"
+    ]  # fmt: skip
+    everything = lxml.html.fromstring(user_client.get(f"/crawls/{crawl.pk}/pages/").content)
+    assert "→ http://elsewhere.test/" in everything.text_content()
 
 
 def test_a_binary_body_is_not_shown_as_text(user, user_client):

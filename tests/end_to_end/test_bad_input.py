@@ -176,12 +176,17 @@ def test_an_endless_redirect_chain_stops_with_a_clear_error(crawl_with, raw_serv
         hop = f"/hop{next(counter)}"
         conn.sendall(raw_head("302 Found", Location=hop, Content_Length="0", Connection="close"))
 
-    server = raw_server(play)
+    server = raw_server(play, lifetime=30)
     crawl, hub = crawl_with(server.url + "/start")
-    assert_nothing_lost(crawl, hub)
-    row = bad_row(crawl, hub)
+    # Each hop is a page of its own, fetched once: /start and 10 redirects, the last of which
+    # ends the chain (the Fetcher's max_redirects) instead of going on to an 11th.
+    assert_nothing_lost(crawl, hub, expect_pages=3 + 11)
+    hops = crawl.pages.exclude(url__startswith=hub.url + "/")
+    assert hops.count() == len(server.heads) == 11
+    row = hops.get(url=server.url + "/hop9")
     assert row.error == "too many redirects (over 10)" and row.status == 302
     assert len(row.redirects) == 10 and crawl.failures.count() == 0  # not retried
+    assert hops.exclude(pk=row.pk).filter(error="").count() == 10
 
 
 def test_a_redirect_to_a_non_http_scheme_is_a_clear_error(crawl_with):

@@ -15,7 +15,15 @@ from w3lib.url import canonicalize_url
 from crawlhub.sample_site import SampleSite
 from crawls.engine import frontier, scope
 from crawls.engine.frontier import _outcome_args
-from crawls.engine.request import Outcome, Request, _plain, _split_host, canonicalize, request_host
+from crawls.engine.request import (
+    VIA_REDIRECT,
+    Outcome,
+    Request,
+    _plain,
+    _split_host,
+    canonicalize,
+    request_host,
+)
 from crawls.engine.scope import Scope
 
 # No database here: .ci/run runs it on SQLite only.
@@ -162,6 +170,8 @@ def reference_json(request: Request) -> str:
         data["v"] = request.via
     if request.history:
         data["y"] = list(request.history)
+    if request.redirects:
+        data["c"] = list(request.redirects)
     if request.crashes:
         data["x"] = request.crashes
     if request.crash_error:
@@ -187,8 +197,9 @@ def test_request_json_equals_json_dumps():
             referrer=rng.choice(["", 'http://r.example/é"\\\n', url]),
             attempts=rng.choice([0, 0, 2]),
             priority=rng.choice([0, 0, 3, -5]),
-            via=rng.choice(["", "", "m", "s"]),
+            via=rng.choice(["", "", "m", "s", "r"]),
             history=rng.choice([(), (), ("HTTP 503",), ('timed out "\u00e9"', "HTTP 500")]),
+            redirects=rng.choice([(), (), (url,), ('http://r.example/é"\\', url)]),
         )
         raw = request.to_json()
         assert raw == reference_json(request)
@@ -207,6 +218,23 @@ def test_link_arguments_equal_those_of_link_requests():
             expected += [frontier._bucket(link.fp), link.fp, reference_json(link)]
         assert args[10:] == expected
         assert args[8] == len(links) and args[9] == 0  # none a sitemap listed
+
+
+def test_a_redirects_argument_equals_that_of_its_target_request():
+    urls = [url for url in CORPUS if valid(url)]
+    for n in range(0, 400, 4):
+        chain = tuple(urls[n + 1 : n + 1 + n % 3])
+        parent = Request(urls[n], depth=n % 5, priority=(n % 3) - 1, redirects=chain)
+        outcome = Outcome(
+            request=parent, kind="done", status=301, links=[urls[n + 3]], links_via=VIA_REDIRECT
+        )
+        args = _outcome_args(outcome)
+        target = Request(
+            urls[n + 3], parent.depth, referrer=parent.url, priority=parent.priority,
+            via=VIA_REDIRECT, redirects=(*chain, parent.url),
+        )  # fmt: skip
+        assert args[5] == parent.depth  # the child depth: a redirect is no step deeper
+        assert args[10:] == [frontier._bucket(target.fp), target.fp, reference_json(target)]
 
 
 def test_bucket_names_are_the_top_bits_in_hex():

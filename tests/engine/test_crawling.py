@@ -1,18 +1,20 @@
 """Crawls run end to end against local sites, slices driven in this process."""
 
 from collections import Counter
+from urllib.parse import urlsplit
 
 import pytest
 
 from crawlhub.http.useragents import USER_AGENTS
-from crawlhub.sample_site import SampleSite, serve
+from crawlhub.sample_site import SampleSite
 from crawls import services, webhooks
 from crawls.engine import jobs, lifecycle
 from crawls.engine.frontier import Frontier
 from crawls.engine.jobs import slice_job
+from crawls.engine.request import canonicalize
 from crawls.engine.slices import IDLE_EXIT_SECONDS, run_slice
 from crawls.models import Crawl, CrawlState, WebhookDelivery
-from tests.support.crawling import drive, fetched_paths, start_site_crawl
+from tests.support.crawling import drive, fetched_paths, sample_handler, start_site_crawl
 from tests.support.sites import Response, pages_site
 
 pytestmark = pytest.mark.django_db
@@ -26,17 +28,21 @@ def page(*links: str, title: str = "page") -> str:
 start = start_site_crawl
 
 
+def path_of(url: str) -> str:
+    parts = urlsplit(url)
+    return parts.path + (f"?{parts.query}" if parts.query else "")
+
+
 def page_requests(site) -> list[str]:
     return [p for p in site.paths() if p != "/robots.txt"]
 
 
 @pytest.fixture
-def sample():
+def sample(make_site):
+    """A generated site served by a LocalSite, whose log says what reached it."""
     site = SampleSite(pages=600, seed=7)
-    server, base = serve(site)
-    yield site, server, base
-    server.shutdown()
-    server.server_close()
+    server = make_site(sample_handler(site, delay=0))
+    return site, server, server.url
 
 
 @pytest.mark.slow
@@ -67,6 +73,17 @@ def test_a_generated_site_is_fetched_exactly_once_per_url_with_exact_counters(us
         stats["status_2xx"] + stats["status_3xx"] + stats["status_4xx"] + stats["status_5xx"]
         == stats["responses"]
     )
+    moved = {path for path in expected if path.startswith("/moved/")}
+    assert stats["status_3xx"] == len(moved) > 0  # each redirect is a page of its own
+    # What reached the site: every URL once, whatever form it was found in, a redirect's target
+    # too (it is also linked directly); a 500 once more for its retry.
+    fetches = Counter(
+        path_of(canonicalize(base + path)) for path in server.paths() if path != "/robots.txt"
+    )
+    assert set(fetches) == expected
+    assert {path: n for path, n in fetches.items() if n != 1} == {
+        path: 2 for path in expected if path.startswith("/broken/")
+    }
 
 
 def test_each_url_reaches_the_site_once(user, make_site):

@@ -9,7 +9,14 @@ import time
 import pytest
 
 from crawls.engine.frontier import Frontier, supervisor_lock
-from crawls.engine.request import FINGERPRINT_VERSION, Outcome, Request, canonicalize, fingerprint
+from crawls.engine.request import (
+    FINGERPRINT_VERSION,
+    VIA_REDIRECT,
+    Outcome,
+    Request,
+    canonicalize,
+    fingerprint,
+)
 
 # No database here: .ci/run runs it on SQLite only.
 pytestmark = pytest.mark.once
@@ -119,6 +126,39 @@ def test_links_inherit_priority_and_get_parent_depth_plus_one(frontier):
     frontier.complete([done(page, links=["http://a.test/child"])])
     [child] = claim_all(frontier)
     assert (child.depth, child.priority, child.referrer) == (3, 7, "http://a.test/")
+
+
+def redirected(request: Request, target: str, status: int = 301) -> Outcome:
+    return done(request, status, links=[target], links_via=VIA_REDIRECT)
+
+
+def test_a_redirect_target_keeps_its_depth_and_carries_the_chain(frontier):
+    frontier.configure(max_pages=100, max_depth=2, host_delay=0)
+    frontier.add_seeds(["http://a.test/"], depth=2, priority=7)
+    [old] = claim_all(frontier)
+    frontier.complete([redirected(old, "http://a.test/mid")])
+    [mid] = claim_all(frontier)
+    assert (mid.depth, mid.priority, mid.referrer) == (2, 7, "http://a.test/")
+    assert (mid.via, mid.redirects) == (VIA_REDIRECT, ("http://a.test/",))
+    frontier.complete([redirected(mid, "http://a.test/new", 302)])
+    [new] = claim_all(frontier)  # at max_depth, and still admitted: a redirect is no step
+    assert (new.depth, new.redirects) == (2, ("http://a.test/", "http://a.test/mid"))
+    frontier.complete([done(new, links=["http://a.test/deeper"])])
+    stats = frontier.stats()
+    assert (stats["requests"], stats["status_3xx"], stats["dropped"]) == (3, 2, 1)
+    assert_invariant(stats)
+
+
+def test_a_redirect_to_a_url_already_seen_is_a_repeat(frontier):
+    frontier.add_seeds(["http://a.test/old", "http://a.test/new"])
+    old, new = claim_all(frontier)
+    frontier.complete([redirected(old, "http://a.test/new#x"), done(new)])
+    stats = frontier.stats()
+    assert (stats["requests"], stats["repeats"], stats["responses"], stats["queued"]) == (
+        2, 1, 2, 0,
+    )  # fmt: skip
+    assert_invariant(stats)
+    assert frontier.is_done()
 
 
 def test_claimed_requests_are_backed_up_with_a_lease(frontier, redis):

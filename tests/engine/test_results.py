@@ -157,13 +157,24 @@ def test_a_page_records_what_was_sent_and_what_came_back(user, make_site):
         "/new": Response(body="<h1>new</h1>", headers={"X-Served-By": "test", "Set-Cookie": "s=1"}),
     }))  # fmt: skip
     crawl = drive(start(user, site, user_agent_mode="fixed", user_agent="crawlhub-test/1"))
+    # The redirect is a page of its own, and where it points is another, found through it.
     moved = crawl.pages.get(url=site.url + "/old")
-    assert moved.redirects == [site.url + "/new"] and moved.status == 200
-    assert moved.headers["x-served-by"] == "test"
-    assert moved.headers["set-cookie"] == "••••••"  # a site's cookie is the crawl's session
+    assert (moved.status, moved.redirect_to, moved.redirects) == (301, site.url + "/new", [])
+    assert moved.headers["location"] == "/new" and moved.depth == 1
+    assert moved.links == [[site.url + "/new", "HTTP 301 redirect", ""]]
     assert moved.request_headers["User-Agent"] == "crawlhub-test/1"
-    assert moved.digest == hashlib.sha256(b"<h1>new</h1>").hexdigest()
+    new = crawl.pages.get(url=site.url + "/new")
+    assert (new.status, new.final_url, new.redirects) == (200, new.url, [site.url + "/old"])
+    assert (new.depth, new.referrer, new.redirect_to) == (1, moved.url, "")
+    assert new.headers["x-served-by"] == "test"
+    assert new.headers["set-cookie"] == "••••••"  # a site's cookie is the crawl's session
+    assert new.request_headers["User-Agent"] == "crawlhub-test/1"
+    assert new.digest == hashlib.sha256(b"<h1>new</h1>").hexdigest()
     assert moved.source == "link" and crawl.pages.get(url=site.url + "/").source == "seed"
+    assert new.source == "redirect"
+    assert changes.found_by(new).page == moved
+    assert [i.text for i in changes.inlinks(new, limit=5).shown] == ["HTTP 301 redirect"]
+    assert sorted(site.paths()) == ["/", "/new", "/old"]
 
 
 # Sitemaps --------------------------------------------------------------------------------------

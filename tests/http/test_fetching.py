@@ -174,6 +174,32 @@ def test_redirect_to_a_non_http_url_is_an_error(make_site, fetcher):
     assert result.status == 302 and result.redirects == []
 
 
+def test_a_crawl_fetch_answers_with_the_redirect_and_where_it_points(make_site, fetcher):
+    body = "<title>Moved</title><a href='/elsewhere'>here</a>"
+    site = make_site(pages_site({
+        "/old": Response(status=301, body=body, headers={"Location": "sub/new?x=1#frag"}),
+        "/sub/new?x=1": "<title>New</title>",
+        "/no-location": Response(status=302, body="no Location"),
+    }))  # fmt: skip
+    result = fetcher.fetch(site.url + "/old", follow_redirects=False)
+    assert (result.status, result.error, result.redirects) == (301, "", [])
+    assert result.redirect_to == site.url + "/sub/new?x=1"  # absolute, fragment dropped
+    assert result.final_url == site.url + "/old" and result.body == body.encode()
+    assert result.title == "Moved"  # the redirect's own page, as any other answer's
+    result = fetcher.fetch(site.url + "/no-location", follow_redirects=False)
+    assert (result.status, result.error, result.redirect_to) == (302, "", "")
+    assert site.paths() == ["/old", "/no-location"]  # the target was not fetched
+    assert fetcher.fetch(site.url + "/old").redirect_to == ""  # followed: no target left
+
+
+def test_a_crawl_fetch_refuses_a_redirect_to_a_non_http_url_as_following_does(make_site, fetcher):
+    site = make_site(pages_site({"/": Response(status=302, headers={"Location": "ftp://x/f"})}))
+    result = fetcher.fetch(site.url + "/", follow_redirects=False)
+    assert result.error == "redirect to a non-http URL: ftp://x/f"
+    assert (result.error_kind, result.status, result.redirect_to) == ("redirects", 302, "")
+    assert fetcher.fetch(site.url + "/", follow_redirects=False).status == 302  # still usable
+
+
 @pytest.mark.parametrize(("status", "retryable"), [(404, False), (410, False), (500, True)])
 def test_error_statuses_are_kept_as_responses(make_site, fetcher, status, retryable):
     site = make_site(lambda r: Response(status=status, body="<title>Oops</title>"))

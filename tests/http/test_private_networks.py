@@ -240,6 +240,31 @@ def test_a_crawl_of_loopback_is_refused_page_by_page_with_the_setting_on(user, m
 
 
 @pytest.mark.django_db
+def test_a_crawl_s_redirect_to_a_private_address_is_a_page_refused_without_connecting(
+    user, make_site, first_hop_allowed
+):
+    target = "http://10.255.255.1/"  # blackholes: connecting would take the whole timeout
+    site = make_site(pages_site({
+        "/": '<a href="/old">old</a>', "/old": Response(status=302, headers={"Location": target}),
+    }))  # fmt: skip
+    first_hop_allowed(site.url)
+    crawl = services.crawl_create(
+        user=user, name="t", seeds=[site.url + "/"], obey_robots=False, timeout=5,
+        allowed_domains=["127.0.0.1", "10.255.255.1"],
+    )  # fmt: skip
+    services.crawl_start(crawl=crawl, user=user)
+    started = time.monotonic()
+    crawl = drive(crawl, timeout=30)
+    assert time.monotonic() - started < 5
+    # The redirect is followed (in scope): its target is a page of its own, refused.
+    page = crawl.pages.get(url=target)
+    assert (page.status, page.redirects) == (None, [site.url + "/old"])
+    assert page.error == f"blocked: 10.255.255.1 is a private address {SETTING}"
+    assert crawl.pages.get(url=site.url + "/old").status == 302
+    assert sorted(site.paths()) == ["/", "/old"] and crawl.failures.count() == 0
+
+
+@pytest.mark.django_db
 def test_with_the_setting_off_loopback_crawls_work(user, make_site, settings):
     settings.CRAWLHUB_BLOCK_PRIVATE_NETWORKS = False
     site = make_site(pages_site({"/": '<a href="/a">a</a>', "/a": "a"}))

@@ -55,6 +55,7 @@ def add_pages(crawl, count: int, *, offset: int = 0, batch: int = 5000) -> None:
                         url_hash=f"{n:040d}",
                         title=f'Page {n}, with a comma and "quotes" — ' + "x" * 60,
                         redirects=["http://127.0.0.1:9/old"] if n % 7 == 0 else [],
+                        redirect_to="http://127.0.0.1:9/next" if n % 7 == 1 else "",
                     )
                 )
                 for n in range(first, min(first + batch, offset + count))
@@ -159,6 +160,7 @@ def test_jsonl_has_every_column_of_every_page(user, user_client):
     rows = [json.loads(line) for line in body.decode().splitlines()]
     assert [r["url"] for r in rows] == [f"http://127.0.0.1:9/page/{n}?q={n}" for n in range(8)]
     assert rows[7]["redirects"] == ["http://127.0.0.1:9/old"]
+    assert (rows[1]["redirect_to"], rows[2]["redirect_to"]) == ("http://127.0.0.1:9/next", "")
     assert rows[0]["status"] == 404 and rows[1]["status"] == 200
     assert rows[3]["title"].startswith('Page 3, with a comma and "quotes" —')
     page = crawl.pages.get(url_hash=f"{2:040d}")
@@ -176,6 +178,7 @@ def test_csv_quotes_values_and_reads_back(user, user_client):
     assert rows[1]["title"] == 'two\nlines, "quoted"'
     assert json.loads(rows[7]["redirects"]) == ["http://127.0.0.1:9/old"]
     assert rows[1]["redirects"] == ""
+    assert (rows[1]["redirect_to"], rows[2]["redirect_to"]) == ("http://127.0.0.1:9/next", "")
     assert rows[0]["status"] == "404"
 
 
