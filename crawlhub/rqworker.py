@@ -1,5 +1,5 @@
 """The RQ worker every crawlhub worker runs (settings.RQ["WORKER_CLASS"]: `up`'s workers and
-`./run rqworker` on other machines): RQ's own, made to wait out a Redis that went away and
+`./run worker` on other machines): RQ's own, made to wait out a Redis that went away and
 to take its work horse with it when it dies.
 
 RQ 3 retries only its wait for the next job. A heartbeat sent while it watches a work horse,
