@@ -24,6 +24,8 @@ import pytest
 import redis
 from channels.testing import WebsocketCommunicator
 from django.conf import settings
+from django.db import connection
+from django.db.migrations.recorder import MigrationRecorder
 
 from crawlhub import redis_config
 from crawlhub.asgi import application
@@ -137,6 +139,8 @@ def test_workers_crawl_exactly_through_a_tls_redis_with_a_password_and_the_live_
     assert len(responses) >= 3 and responses[-1] == crawl.stats["responses"]
     assert responses == sorted(responses)
 
+    # RQ's scheduler, forked by the first worker, holds its locks on the same Redis.
+    assert secured_redis.client().exists("rq:scheduler-lock:crawls")
     health = staff_client.get("/healthz").json()
     assert health["redis"]["ok"] and health["workers"]["count"] == 2
     page = staff_client.get("/workers/").content.decode()
@@ -205,6 +209,17 @@ def test_a_worker_refuses_another_machines_socket_no_redis_and_an_unmigrated_dat
     # Refused, not migrated: `./run worker` leaves the deployment's database alone.
     result = run_worker(env)
     assert f"the database sqlite {empty} lacks" in result.stderr
+
+    # A database a newer version migrated: this older checkout must be upgraded first.
+    recorder = MigrationRecorder(connection)
+    recorder.record_applied("crawls", "9999_from_a_newer_version")
+    try:
+        result = run_worker(machine_env(tmp_path, REDIS_URL=redis_server.url))
+    finally:
+        recorder.record_unapplied("crawls", "9999_from_a_newer_version")
+    assert result.returncode != 0
+    assert "crawls.9999_from_a_newer_version" in result.stderr
+    assert "upgrade this machine to the same version" in result.stderr
 
 
 def test_sigterm_stops_the_workers_and_a_slice_in_progress_hands_its_requests_back(
