@@ -85,6 +85,24 @@ def how_it_ended(returncode: int) -> str:
         return f"was killed by signal {-returncode}"
 
 
+class StopSignals:
+    """Ctrl-C (SIGINT) and SIGTERM ask a supervising process (`up`, `worker`) to stop: true
+    once one came. The handler only records it; the loops that wait look at it between steps."""
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+
+    def install(self) -> None:
+        signal.signal(signal.SIGINT, self._receive)
+        signal.signal(signal.SIGTERM, self._receive)
+
+    def _receive(self, signum: int, frame: object) -> None:
+        self.received = signum
+
+    def __bool__(self) -> bool:
+        return self.received is not None
+
+
 class ProcessGroup:
     """The children of `up`: started together; each one that dies restarted after a backoff
     (or, for those that may not be restarted, named); stopped together with everything below

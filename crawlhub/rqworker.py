@@ -1,5 +1,5 @@
 """The RQ worker every crawlhub worker runs (settings.RQ["WORKER_CLASS"]: `up`'s workers and
-`./run rqworker` on other machines): RQ's own, made to wait out a Redis that went away and
+`./run worker` on other machines): RQ's own, made to wait out a Redis that went away and
 to take its work horse with it when it dies.
 
 RQ 3 retries only its wait for the next job. A heartbeat sent while it watches a work horse,
@@ -19,6 +19,7 @@ import math
 import os
 import signal
 import threading
+from contextlib import suppress
 
 from redis import Redis
 from redis.backoff import ExponentialBackoff
@@ -83,6 +84,21 @@ class Worker(RQWorker):
         # must fail at once instead of holding the handler for minutes.
         _stopping.set()
         super().request_stop(signum, frame)
+
+    def handle_warm_shutdown_request(self) -> None:
+        """SIGTERM (`up` or `worker` stopping): the job in progress is told too. A crawl slice
+        then finishes the pages it is fetching and hands the rest of its requests back
+        (crawls.engine.slices.stop_on_sigterm), instead of crawling out its time budget."""
+        super().handle_warm_shutdown_request()
+        if self.horse_pid:
+            with suppress(ProcessLookupError):
+                os.kill(self.horse_pid, signal.SIGTERM)
+
+    def setup_work_horse_signals(self) -> None:
+        # A job that says nothing about SIGTERM runs to its end through a warm shutdown, as
+        # before; a slice sets its own handler.
+        super().setup_work_horse_signals()
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
     def fork_work_horse(self, job, queue) -> None:
         self._forked_by = os.getpid()

@@ -16,7 +16,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from crawlhub import launcher
+from crawlhub import launcher, redis_config
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -197,12 +197,17 @@ def _database(data_dir: Path) -> dict:
 def _redis_url(data_dir: Path) -> str:
     url = os.environ.get("REDIS_URL", "")
     if not url:
+        for variable in redis_config.TLS_FILES:
+            if os.environ.get(variable):
+                raise ImproperlyConfigured(
+                    f"{variable} is set but REDIS_URL is not: the TLS files are for a Redis of "
+                    "your own (REDIS_URL=rediss://...); the embedded Redis needs none"
+                )
         return launcher.embedded_redis_url(data_dir)
-    if not url.startswith(("redis://", "rediss://", "unix://")):
-        raise ImproperlyConfigured(
-            f"REDIS_URL must start with redis://, rediss:// or unix://, got {url!r}"
-        )
-    return url
+    try:
+        return redis_config.client_url(url)
+    except redis_config.RedisConfigError as exc:
+        raise ImproperlyConfigured(str(exc)) from None
 
 
 DATA_DIR = _data_dir()

@@ -1,9 +1,10 @@
+from django.conf import settings
 from django.contrib.auth.decorators import login_not_required
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_safe
 
-from crawlhub import workers
+from crawlhub import redis_config, workers
 from crawlhub.health import health
 from crawlhub.sample_site import SampleSite
 from crawls.services import visible_crawls
@@ -33,9 +34,11 @@ def workers_page(request: HttpRequest) -> HttpResponse:
         own = visible_crawls(request.user).filter(pk__in=running).values_list("pk", flat=True)
         workers.hide_jobs(overview, shown_crawls=set(own))
     failed_count = sum(queue["failed"] for queue in overview["queues"])
+    # Where the workers meet, for staff: address, TLS, user and db; never the password.
+    redis_where = redis_config.where(settings.REDIS_URL) if request.user.is_staff else ""
     return render(
         request, "crawlhub/workers.html",
-        {"nav": "workers", "failed_count": failed_count, **overview},
+        {"nav": "workers", "failed_count": failed_count, "redis_where": redis_where, **overview},
     )  # fmt: skip
 
 

@@ -7,9 +7,11 @@ import time
 from pathlib import Path
 
 import pytest
+import redis.connection
 from django.conf import settings
 from django.db import connection
 
+from crawlhub import redis_config
 from tests.support import processes
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -74,6 +76,56 @@ def test_manage_py_reports_a_bad_value_in_one_line_without_a_traceback(
     assert line.startswith("crawlhub cannot start: ") and expected in line
     if variable == "SECRET_KEY":
         assert value not in line  # its length is told, not the secret itself
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        (
+            {"REDIS_URL": "rediss://h:6380/0", "REDIS_CA_FILE": "/nowhere/ca.pem"},
+            "REDIS_CA_FILE=/nowhere/ca.pem: no such file on this machine",
+        ),
+        (
+            {"REDIS_URL": "redis://h:6379/0", "REDIS_CA_FILE": __file__},
+            "REDIS_CA_FILE is set but REDIS_URL is not a TLS address",
+        ),
+        ({"REDIS_CA_FILE": __file__}, "REDIS_CA_FILE is set but REDIS_URL is not"),
+        (
+            {"REDIS_URL": "rediss://h:6380/0", "REDIS_CERT_FILE": __file__},
+            "REDIS_CERT_FILE and REDIS_KEY_FILE go together",
+        ),
+        ({"REDIS_URL": "h:6379?password=secret"}, "REDIS_URL must start with redis://"),
+    ],
+)
+def test_redis_tls_settings_that_cannot_work_stop_startup(tmp_path, env, expected):
+    result = load_settings(tmp_path, **env)
+    assert result.returncode != 0
+    assert "ImproperlyConfigured" in result.stderr and expected in result.stderr
+
+
+def test_the_redis_tls_files_go_into_the_url_every_client_is_given(tmp_path):
+    ca, cert, key = (tmp_path / f"{name}.pem" for name in ("ca", "cert", "key"))
+    for path in (ca, cert, key):
+        path.write_text("-")
+    env = {"REDIS_CA_FILE": str(ca), "REDIS_CERT_FILE": str(cert), "REDIS_KEY_FILE": str(key)}
+    result = load_settings(tmp_path, REDIS_URL="rediss://u:p%40ss@h:6380/2", **env)
+    assert result.returncode == 0, result.stderr
+    url = result.stdout.split()[2]
+    assert url == (
+        f"rediss://u:p%40ss@h:6380/2?ssl_ca_certs={ca}&ssl_certfile={cert}&ssl_keyfile={key}"
+    )
+    parsed = redis.connection.parse_url(url)
+    assert parsed["ssl_ca_certs"] == str(ca) and parsed["password"] == "p@ss"
+    # A child process given the finished URL, and the same files, gets the same URL.
+    assert redis_config.client_url(url, env) == url
+
+
+def test_a_redis_url_is_shown_with_its_password_masked():
+    assert redis_config.masked("rediss://u:p%40ss@h:6380/0?x=1") == "rediss://u:****@h:6380/0?x=1"
+    assert redis_config.masked("redis://:secret@h/0") == "redis://:****@h/0"
+    assert redis_config.masked("redis://h:6379/0") == "redis://h:6379/0"
+    assert redis_config.where("rediss://u:p@10.0.0.5:6380/3") == "10.0.0.5:6380 (TLS, user u, db 3)"
+    assert redis_config.where("unix:///run/r.sock") == "the unix socket /run/r.sock"
 
 
 def test_data_dir_that_is_a_file_is_refused(tmp_path):

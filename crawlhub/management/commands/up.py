@@ -2,7 +2,6 @@
 
 import os
 import secrets
-import signal
 import socket
 import sys
 import time
@@ -12,7 +11,7 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from crawlhub import launcher, process_group
+from crawlhub import launcher, process_group, redis_config
 
 QUEUES = ["control", "crawls", "default"]
 # Daphne takes a few seconds to import Django and listen; a busy machine takes longer.
@@ -76,27 +75,9 @@ def child_env(environ: dict[str, str], *, redis_url: str, url: str) -> dict[str,
     return env
 
 
-class StopSignals:
-    """Ctrl-C (SIGINT) and SIGTERM ask `up` to stop: true once one came. The handler only
-    records it; the loops that wait look at it between steps."""
-
-    def __init__(self) -> None:
-        self.received: int | None = None
-
-    def install(self) -> None:
-        signal.signal(signal.SIGINT, self._receive)
-        signal.signal(signal.SIGTERM, self._receive)
-
-    def _receive(self, signum: int, frame: object) -> None:
-        self.received = signum
-
-    def __bool__(self) -> bool:
-        return self.received is not None
-
-
 def wait_until_served(
     group: process_group.ProcessGroup, name: str, url: str, *, timeout: float,
-    stopping: StopSignals | None = None,
+    stopping: process_group.StopSignals | None = None,
 ) -> bool:  # fmt: skip
     """Wait until the child `name` of `group` answers over HTTP at url (with any status).
 
@@ -140,7 +121,7 @@ class Command(BaseCommand):
         call_command("migrate", interactive=False, verbosity=0)
         login = ensure_admin()
         url = served_url(host, port)
-        signals = StopSignals()
+        signals = process_group.StopSignals()
         signals.install()
         redis_server: launcher.EmbeddedRedis | None = None
         group: process_group.ProcessGroup | None = None
@@ -182,11 +163,13 @@ class Command(BaseCommand):
         self.stdout.write(
             self.style.SUCCESS(f"crawlhub is up at {url}/")
             + f"\n  {login}"
-            + f"\n  {workers} worker(s), Redis at {self.redis_url}"
+            + f"\n  {workers} worker(s), Redis at {redis_config.masked(self.redis_url)}"
             + f"\n  data in {settings.DATA_DIR}\n  Ctrl-C stops everything."
         )
 
-    def _supervise(self, group: process_group.ProcessGroup, signals: StopSignals) -> None:
+    def _supervise(
+        self, group: process_group.ProcessGroup, signals: process_group.StopSignals
+    ) -> None:
         """Until Ctrl-C or SIGTERM: restart Redis, the workers, cron and the web server when
         they die (the log says what died and what was done)."""
         while not signals:
@@ -213,8 +196,10 @@ class Command(BaseCommand):
     def _start_redis(self) -> launcher.EmbeddedRedis | None:
         if not settings.REDIS_EMBEDDED:
             self.redis_url = settings.REDIS_URL
-            if not launcher.ping(self.redis_url, timeout=3):
-                raise CommandError(f"REDIS_URL={self.redis_url} does not answer")
+            try:
+                redis_config.check(self.redis_url, timeout=3)
+            except redis_config.RedisUnreachable as exc:
+                raise CommandError(str(exc)) from None
             return None
         server = launcher.EmbeddedRedis(settings.DATA_DIR)
         try:
