@@ -59,7 +59,8 @@ class ActionForm(forms.Form):
 class ImportForm(forms.Form):
     text = forms.CharField(
         required=False, widget=forms.Textarea(attrs={"rows": 6}), label="Paste a list",
-        help_text="One per line: host:port, scheme://host:port or scheme://user:pass@host:port",
+        help_text="One per line: host:port, scheme://host:port or scheme://user:pass@host:port; "
+        "the schemes are http, https, socks5 and socks5h",
     )  # fmt: skip
     file = forms.FileField(required=False, label="or upload a file")
     url = forms.URLField(
