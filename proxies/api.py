@@ -36,7 +36,8 @@ class ProxySerializer(serializers.ModelSerializer):
 class ImportSerializer(serializers.Serializer):
     text = serializers.CharField(
         required=False,
-        help_text="One proxy per line: host:port or scheme://[user:pass@]host:port",
+        help_text="One proxy per line: host:port or scheme://[user:pass@]host:port (http, https, "
+        "socks5 or socks5h)",
     )
     url = serializers.URLField(required=False, help_text="A plain-text list to fetch.")
 

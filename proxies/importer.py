@@ -1,4 +1,5 @@
-"""Parsing proxy lists: host:port, scheme://host:port, scheme://user:pass@host:port per line.
+"""Parsing proxy lists: host:port, scheme://host:port, scheme://user:pass@host:port per line;
+the schemes are http, https, socks5 and socks5h.
 
 Pure functions: no database, no network (services.py stores, fetching a URL is there too).
 Blank lines and lines starting with # are skipped; everything else is a proxy or an error
@@ -12,7 +13,11 @@ import re
 from dataclasses import dataclass, field
 from urllib.parse import unquote, urlsplit
 
-SCHEMES = ("http", "https")
+# socks5 resolves the target's name here; socks5h lets the proxy resolve it.
+SCHEMES = ("http", "https", "socks5", "socks5h")
+USE_SCHEMES = "use http, https, socks5 or socks5h"
+# SOCKS5 sends the user name and the password with a one-byte length each (RFC 1929).
+SOCKS_CREDENTIAL_BYTES = 255
 _SCHEME = re.compile(r"^\s*[a-z][a-z0-9+.-]*://", re.I)
 _HOSTNAME = re.compile(
     r"^(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$",
@@ -81,7 +86,7 @@ def parse_line(text: str, line: int = 1) -> Parsed | LineError:
         return LineError(line, shown, reason)
     scheme = parts.scheme.lower()
     if scheme not in SCHEMES:
-        return LineError(line, shown, f"unsupported scheme {scheme!r} (use http or https)")
+        return LineError(line, shown, f"unsupported scheme {scheme!r} ({USE_SCHEMES})")
     if parts.path not in ("", "/") or parts.query or parts.fragment:
         return LineError(line, shown, "unexpected path after host:port")
     host = parts.hostname or ""
@@ -102,6 +107,13 @@ def parse_line(text: str, line: int = 1) -> Parsed | LineError:
         # A NUL (%00) or another control character: no proxy takes one, and PostgreSQL
         # refuses to store a NUL.
         return LineError(line, shown, "credentials must not have control characters")
+    if (
+        scheme.startswith("socks")
+        and max(len(username.encode()), len(password.encode())) > SOCKS_CREDENTIAL_BYTES
+    ):
+        return LineError(
+            line, shown, f"a SOCKS5 user name or password is at most {SOCKS_CREDENTIAL_BYTES} bytes"
+        )
     return Parsed(line, scheme, host.lower(), port, username, password)
 
 

@@ -14,6 +14,10 @@ from django.urls import reverse
 class Scheme(models.TextChoices):
     HTTP = "http", "HTTP"
     HTTPS = "https", "HTTPS"
+    # Through PySocks (requests[socks]): socks5 resolves the target's name here, socks5h has
+    # the proxy resolve it.
+    SOCKS5 = "socks5", "SOCKS5"
+    SOCKS5H = "socks5h", "SOCKS5, names resolved by the proxy"
 
 
 class ProxyState(models.TextChoices):

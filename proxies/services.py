@@ -190,13 +190,21 @@ def known_ids(ids: Iterable[int]) -> tuple[list[int], list[int]]:
     return sorted(found), [pk for pk in wanted if pk not in found]
 
 
+def removed_left_out(params) -> int:
+    """How many removed proxies the list leaves out with these filters: all of them when no
+    state, search or `all` is asked for (the default list), else none."""
+    if params.get("state") or params.get("q") or params.get("all"):
+        return 0
+    return Proxy.objects.filter(state=ProxyState.REMOVED).count()
+
+
 def filter_proxies(params, query: QuerySet | None = None) -> QuerySet:
     """The list filters shared by the page (and its CLI/JSON twin): state, channel, score range,
     anonymity, source, search; plus the sort."""
     query = Proxy.objects.all() if query is None else query
     if state := params.get("state"):
         query = query.filter(state=state)
-    elif not params.get("all"):
+    elif not (params.get("all") or params.get("q")):  # a search looks at every state
         query = query.exclude(state=ProxyState.REMOVED)
     if channel := params.get("channel"):
         sets = pool.channel_members(channel=channel)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import time
+
 from django import forms
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_not_required
 from django.core.paginator import Paginator
@@ -18,6 +21,7 @@ from proxies.checks import PROXY_HEADERS
 from proxies.models import Anonymity, Proxy, ProxyJob, ProxyState
 
 PAGE_SIZE = 100
+NOTHING_TICKED = "Tick at least one proxy in the list first, then choose what to do with it."
 
 
 @login_not_required
@@ -39,7 +43,10 @@ class ActionForm(forms.Form):
             ("validate", "Validate now"),
         ]  # fmt: skip
     )
-    ids = forms.ModelMultipleChoiceField(queryset=Proxy.objects.all())
+    ids = forms.ModelMultipleChoiceField(
+        queryset=Proxy.objects.all(),
+        error_messages={"required": NOTHING_TICKED},
+    )
     why = forms.CharField(required=False, max_length=1000)
 
     def clean(self):
@@ -52,7 +59,8 @@ class ActionForm(forms.Form):
 class ImportForm(forms.Form):
     text = forms.CharField(
         required=False, widget=forms.Textarea(attrs={"rows": 6}), label="Paste a list",
-        help_text="One per line: host:port, scheme://host:port or scheme://user:pass@host:port",
+        help_text="One per line: host:port, scheme://host:port or scheme://user:pass@host:port; "
+        "the schemes are http, https, socks5 and socks5h",
     )  # fmt: skip
     file = forms.FileField(required=False, label="or upload a file")
     url = forms.URLField(
@@ -76,7 +84,20 @@ def proxy_list(request: HttpRequest) -> HttpResponse:
         "states": ProxyState.choices, "anonymities": Anonymity.choices[1:],
         "score_ranges": list(services.SCORE_RANGES), "channels": pool.channels(),
         "sorts": list(services.SORTS), "import_form": ImportForm(),
+        "removed_hidden": services.removed_left_out(request.GET), "selection": _selection(),
     })  # fmt: skip
+
+
+def _selection() -> dict:
+    """The rule a top-quality proxy meets, in the words the health panel uses."""
+    max_age = settings.PROXY_MAX_AGE
+    latency = settings.PROXY_MAX_LATENCY_MS
+    return {
+        "min_score": settings.PROXY_MIN_SCORE,
+        "max_age": f"{max_age // 60} min" if max_age % 60 == 0 else f"{max_age} s",
+        "max_latency": f"{latency // 1000} s" if latency % 1000 == 0 else f"{latency} ms",
+        "initial_score": pool.INITIAL_SCORE,
+    }
 
 
 @staff_required
@@ -156,11 +177,21 @@ def proxy_job_status(request: HttpRequest, pk: int) -> JsonResponse:
     return JsonResponse(services.job_status(job, report=request.GET.get("report") == "1"))
 
 
+def _channels(proxy: Proxy) -> dict[str, dict]:
+    """Where the proxy stands in each channel, with the seconds left on a lease or a ban."""
+    now = time.time()
+    found = pool.proxy_channels(proxy=proxy.key)
+    for place in found.values():
+        for until, left in (("leased_until", "leased_for"), ("banned_until", "banned_for")):
+            place[left] = None if place[until] is None else max(0, round(place[until] - now))
+    return found
+
+
 @staff_required
 def proxy_detail(request: HttpRequest, pk: int) -> HttpResponse:
     proxy = get_object_or_404(Proxy, pk=pk)
     return render(request, "proxies/proxy_detail.html", {
         "nav": "proxies", "proxy": proxy, "events": proxy.events.select_related("user")[:50],
-        "channels": pool.proxy_channels(proxy=proxy.key),
+        "channels": _channels(proxy),
         "live": pool.members().get(proxy.key),
     })  # fmt: skip

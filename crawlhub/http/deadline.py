@@ -21,6 +21,7 @@ import urllib3
 import urllib3.connection
 import urllib3.response
 from requests.adapters import HTTPAdapter
+from urllib3.contrib.socks import SOCKSConnection, SOCKSHTTPSConnection, SOCKSProxyManager
 
 _deadlines = threading.local()  # .value: the running fetch's deadline, in this thread
 
@@ -140,9 +141,29 @@ class _WatchedHTTPSPool(urllib3.HTTPSConnectionPool):
 _WATCHED_POOLS = {"http": _WatchedHTTPPool, "https": _WatchedHTTPSPool}
 
 
+# Through a SOCKS proxy (socks5://, socks5h://): the same, on urllib3's SOCKS connections.
+class _WatchedSOCKSConnection(_Watched, SOCKSConnection):
+    pass
+
+
+class _WatchedSOCKSHTTPSConnection(_Watched, SOCKSHTTPSConnection):
+    pass
+
+
+class _WatchedSOCKSHTTPPool(urllib3.HTTPConnectionPool):
+    ConnectionCls = _WatchedSOCKSConnection
+
+
+class _WatchedSOCKSHTTPSPool(urllib3.HTTPSConnectionPool):
+    ConnectionCls = _WatchedSOCKSHTTPSConnection
+
+
+_WATCHED_SOCKS_POOLS = {"http": _WatchedSOCKSHTTPPool, "https": _WatchedSOCKSHTTPSPool}
+
+
 class _Adapter(HTTPAdapter):
     """requests' adapter with connections that honour the whole-fetch deadline (_Watchdog),
-    direct and through proxies."""
+    direct and through proxies, HTTP or SOCKS."""
 
     def init_poolmanager(self, *args, **kwargs) -> None:
         super().init_poolmanager(*args, **kwargs)
@@ -150,5 +171,6 @@ class _Adapter(HTTPAdapter):
 
     def proxy_manager_for(self, proxy, **proxy_kwargs):
         manager = super().proxy_manager_for(proxy, **proxy_kwargs)
-        manager.pool_classes_by_scheme = _WATCHED_POOLS
+        socks = isinstance(manager, SOCKSProxyManager)
+        manager.pool_classes_by_scheme = _WATCHED_SOCKS_POOLS if socks else _WATCHED_POOLS
         return manager

@@ -13,11 +13,20 @@ import socket
 from urllib.parse import urlsplit
 
 import requests
+import socks
 import urllib3.exceptions
 
 # What a proxy's own failures read as (the kind is "proxy"); proxy checks tell them apart.
 PROXY_REFUSED = "proxy refused the connection"
 PROXY_TIMED_OUT = "proxy timed out"
+PROXY_AUTH_REFUSED = "proxy refused the user name and password (SOCKS5 authentication failed)"
+# SOCKS5 reply codes (RFC 1928) about the target, as the proxy saw it: (message, kind).
+_SOCKS_TARGET_REPLIES = {
+    0x03: ("network unreachable (reported by the SOCKS proxy)", "connection"),
+    0x04: ("host unreachable (reported by the SOCKS proxy)", "connection"),
+    0x05: ("connection refused (reported by the SOCKS proxy)", "refused"),
+    0x06: ("TTL expired (reported by the SOCKS proxy)", "connection"),
+}
 
 
 class FetchError(Exception):
@@ -47,6 +56,10 @@ def classify(
     """The FetchError for what requests raised sending to `url` with a socket timeout of
     `used` seconds."""
     chain = _causes(exc)
+    if socks_errors := [e for e in chain if isinstance(e, socks.ProxyError)]:
+        # PySocks wraps what went wrong in a GeneralProxyError("Socket error"): the innermost
+        # says what it was.
+        return _socks_error(socks_errors[-1], chain, url)
     if isinstance(exc, requests.exceptions.ProxyError):
         return FetchError(_proxy_message(chain), "proxy")
     limits = {"timeout": timeout, "total_timeout": total_timeout}
@@ -107,6 +120,32 @@ def _proxy_message(chain: list[BaseException]) -> str:
         return PROXY_TIMED_OUT
     # Tunnel failures ("Tunnel connection failed: 407 ...") carry the useful text innermost.
     return f"proxy failed: {describe(chain[-1])}"
+
+
+def _socks_error(exc: socks.ProxyError, chain: list[BaseException], url: str) -> FetchError:
+    """What PySocks raised, connecting through a SOCKS proxy: the proxy's fault (kind "proxy")
+    unless the proxy reported the target's."""
+    if isinstance(exc, socks.ProxyConnectionError):  # the SOCKS server itself was not reached
+        return FetchError(_proxy_message(chain), "proxy")
+    if isinstance(exc, socks.SOCKS5AuthError):
+        if "authentication failed" not in exc.msg:  # no method offered was acceptable
+            return FetchError(
+                "proxy turned down every login method offered (SOCKS5): does it need a user "
+                "name and password?", "proxy",
+            )  # fmt: skip
+        return FetchError(PROXY_AUTH_REFUSED, "proxy")
+    if isinstance(exc, socks.SOCKS5Error):
+        code = exc.msg.split(":", 1)[0]
+        reply = int(code, 16) if code.startswith("0x") else -1
+        if reply in _SOCKS_TARGET_REPLIES:
+            message, kind = _SOCKS_TARGET_REPLIES[reply]
+            return FetchError(message, kind)
+        return FetchError(f"proxy failed: SOCKS5 {exc.msg}", "proxy")
+    if any(isinstance(e, socket.gaierror) for e in chain):  # socks5:// resolves names here
+        return FetchError(f"DNS lookup failed for {_host(url)}", "dns")
+    if any(isinstance(e, TimeoutError) for e in chain):
+        return FetchError(PROXY_TIMED_OUT, "proxy")
+    return FetchError(f"proxy failed: {describe(exc)}", "proxy")
 
 
 def _host(url: str) -> str:

@@ -12,6 +12,11 @@ The check resolves names itself just before the fetch does, so it stops mistakes
 server-side request forgery; a DNS server that answers differently a moment later (DNS
 rebinding) is outside what it can see. A name that does not resolve is let through: the fetch
 then fails with its own DNS error.
+
+Through a proxy the target is checked the same way, before the proxy is asked. A socks5h://
+proxy resolves the name again with its own DNS: a name that is public here (or unknown here)
+and private there reaches the proxy's network, which is this one only if the operator put the
+proxy inside it.
 """
 
 from __future__ import annotations

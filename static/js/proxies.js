@@ -8,11 +8,13 @@
   function pick(obj, path) {
     return path.split(".").reduce(function (o, k) { return o == null ? undefined : o[k]; }, obj);
   }
+  // The words of proxies/templatetags/proxy_dates.py's age(): one way of showing dates.
   function age(seconds) {
     if (seconds == null) return "never";
     if (seconds < 90) return Math.round(seconds) + " s ago";
     if (seconds < 5400) return Math.round(seconds / 60) + " min ago";
-    return Math.round(seconds / 3600) + " h ago";
+    if (seconds < 172800) return Math.round(seconds / 3600) + " h ago";
+    return Math.round(seconds / 86400) + " d ago";
   }
   function cell(text, cls) {
     const td = document.createElement("td");

@@ -506,11 +506,11 @@ def test_the_cli_reads_a_proxy_file_with_a_bom_and_crlf_lines(tmp_path):
 
 def test_the_cli_reports_bad_proxy_lines_with_numbers(tmp_path):
     path = tmp_path / "list.txt"
-    path.write_text("1.2.3.4:80\nsocks5://5.6.7.8:1080\n\n:80\n")
+    path.write_text("1.2.3.4:80\nsocks4://5.6.7.8:1080\n\n:80\n")
     err = io.StringIO()
     call_command("proxies", "import", str(path), stdout=io.StringIO(), stderr=err)
     assert err.getvalue().splitlines() == [
-        "line 2: unsupported scheme 'socks5' (use http or https): socks5://5.6.7.8:1080",
+        "line 2: unsupported scheme 'socks4' (use http, https, socks5 or socks5h): socks4://5.6.7.8:1080",
         "line 4: missing host: :80",
     ]
 

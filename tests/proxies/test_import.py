@@ -10,7 +10,7 @@ from django.core.management import CommandError, call_command
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxies import services
+from proxies import importer, services
 from proxies.importer import parse
 from proxies.models import Proxy, ProxyEvent, ProxyJob, ProxyState
 from tests.support.fuzzing import PROPERTY
@@ -31,7 +31,14 @@ http://[2001:db8::1]:8080
 @pytest.mark.parametrize(
     ("line", "reason"),
     [
-        ("socks5://1.2.3.4:1080", "unsupported scheme 'socks5' (use http or https)"),
+        (
+            "socks4://1.2.3.4:1080",
+            "unsupported scheme 'socks4' (use http, https, socks5 or socks5h)",
+        ),
+        (
+            "socks5://u:" + "p" * 256 + "@h.example:1080",
+            "a SOCKS5 user name or password is at most 255 bytes",
+        ),
         ("1.2.3.4", "missing port"),
         ("1.2.3.4:0", "port must be a number from 1 to 65535"),
         ("1.2.3.4:99999", "port must be a number from 1 to 65535"),
@@ -81,7 +88,7 @@ def test_any_text_gives_proxies_and_numbered_line_errors_never_an_exception(text
     numbers = [p.line for p in result.proxies] + [e.line for e in result.errors]
     assert all(1 <= n <= len(text.splitlines()) for n in numbers)
     for proxy in result.proxies:
-        assert proxy.scheme in ("http", "https") and 1 <= proxy.port <= 65535
+        assert proxy.scheme in importer.SCHEMES and 1 <= proxy.port <= 65535
         # What is stored can be stored on PostgreSQL and sent in a request line.
         assert proxy.host.isascii() and proxy.host.isprintable()
         assert (proxy.username + proxy.password).isprintable()
@@ -263,7 +270,7 @@ def test_a_repeated_line_is_reported_with_its_password_masked():
 
 def test_no_password_appears_on_the_import_page(staff_client):
     page = import_on_the_page(staff_client, {"text": SECRET_LIST}).content.decode()
-    assert "2 added" in page and "2 duplicates" in page and "4 bad lines" in page
+    assert "3 added" in page and "2 duplicates" in page and "3 bad lines" in page
     assert "http://u:****@h.example:99999" in page and "repeats line 5" in page
     assert_no_secret(page, "the import page")
     again = import_on_the_page(staff_client, {"text": SECRET_LIST}).content.decode()
@@ -307,7 +314,7 @@ def test_no_password_appears_in_the_api_report(client, staff):
         assert response.status_code == 200, response.content
         assert_no_secret(answer.content.decode(), f"the API's answer ({attempt})")
         report = response.json()["report"]
-        assert len(report["errors"]) == 4 and {d["line"] for d in report["duplicates"]} >= {2, 6}
+        assert len(report["errors"]) == 3 and {d["line"] for d in report["duplicates"]} >= {2, 6}
         assert_no_secret(response.content.decode(), f"the API report ({attempt})")
     listed = client.get("/api/proxies/", **auth)
     assert "https://u:****@a.example:443" in listed.content.decode()
