@@ -10,6 +10,7 @@ import pytest
 
 from crawls import services
 from crawls.engine import lifecycle
+from crawls.engine.frontier import Frontier
 from crawls.engine.jobs import slice_job
 from crawls.engine.slices import run_slice
 from crawls.models import CrawlState
@@ -62,6 +63,7 @@ def test_a_site_behind_a_form_login_is_crawled_whole_logging_in_again_when_the_s
     found = statuses(crawl, site)
     assert found == {path: 200 for path in tree()}, found  # no page left at the login redirect
     assert login.logins >= 3  # 31 pages, a session serves 7: the crawl logged in again
+    assert Frontier(crawl.pk).session() == {}  # over: no live session kept in Redis
     # A new login only once a session was used up: never one per worker or thread that saw it.
     assert login.served >= (login.logins - 1) * login.expire_after
 
