@@ -68,6 +68,7 @@ def test_a_site_behind_a_form_login_is_crawled_whole_logging_in_again_when_the_s
     assert login.served >= (login.logins - 1) * login.expire_after
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_slices_running_at_once_share_one_session(user, make_site):
     # Two slices at once (two workers): each starts without a session of its own; the first
