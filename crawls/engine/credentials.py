@@ -304,7 +304,7 @@ def check_login(credentials: Credentials) -> None:
     if selector := credentials.login_check_selector:
         try:
             Selector(text="<html></html>").css(selector)
-        except (SyntaxError, ValueError) as exc:  # cssselect's errors are SyntaxErrors
+        except (SyntaxError, RuntimeError, ValueError) as exc:  # cssselect's SelectorErrors
             raise CredentialsError(
                 "login_check_selector", f"{selector[:100]!r} is not a CSS selector: {exc}"
             ) from None

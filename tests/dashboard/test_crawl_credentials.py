@@ -14,7 +14,7 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.core.management import CommandError, call_command
 
-from crawls import services
+from crawls import schedules, services
 from crawls.engine import credentials
 from crawls.models import Crawl, CrawlAuth, CrawlEvent
 from tests.support.crawling import drive
@@ -246,3 +246,17 @@ def test_the_cli_reads_credentials_from_files(tmp_path, make_site, capsys):
     with pytest.raises(CommandError, match="unknown: password"):
         call_command("crawl", "create", "--name", "cli", "--seed", site.url + "/",
                      "--auth-file", str(auth))  # fmt: skip
+
+
+def test_a_schedule_run_keeps_its_template_s_credentials_unseen(user, make_site):
+    site = make_site(LoginSite({}))
+    template = services.crawl_create(
+        user=user, name="nightly", seeds=[site.url + "/"],
+        auth={"basic_user": "bob", "basic_password": BASIC_SECRET, "cookie": f"ck={COOKIE_SECRET}"},
+    )  # fmt: skip
+    schedule = schedules.schedule_create(user=user, template=template, cron="@daily")
+    run = schedules.schedule_run(schedule=schedule)
+    assert run.pk != template.pk
+    assert run.auth.basic_password == BASIC_SECRET
+    assert run.auth.cookies == template.auth.cookies
+    assert services.credentials_shown(run) == services.credentials_shown(template)

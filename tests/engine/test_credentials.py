@@ -122,3 +122,11 @@ def test_masked_shows_names_and_never_a_secret_value():
     shown = repr(credentials.masked(found))
     assert "X-Key" in shown and "sid" in shown and "bob" in shown and "pass" in shown
     assert not [v for v in ("hdr", "ck-value", "pw-value", "u-value", "p-value") if v in shown]
+
+
+@pytest.mark.parametrize("selector", ["a[[", "a >", "a:nth-child(x)"])
+def test_a_success_selector_that_is_no_css_is_refused(selector):
+    base = {"login_url": "http://site.example:8080/login", "login_fields": "u=1"}
+    with pytest.raises(CredentialsProblems) as caught:
+        parse(SEEDS, {**base, "login_check_selector": selector})
+    assert "is not a CSS selector" in caught.value.problems["login_check_selector"]
