@@ -193,9 +193,10 @@ class SharedSession:
         return self.generation, self.cookies
 
     def start(self) -> None:
-        """Take the crawl's session, logging in when there is none yet (LoginFailed)."""
+        """Take the crawl's session, logging in when there is none yet (LoginFailed). A login
+        that failed later in the crawl, with a session before it, is left to the pages."""
         with self._lock:
-            self._load()
+            self._load(failures=False)
         if self.generation == 0:
             self.renew(0)
 
@@ -222,10 +223,11 @@ class SharedSession:
                     raise LoginFailed(f"another worker's login took over {self.wait_seconds:.0f} s")
                 time.sleep(0.1)
 
-    def _load(self) -> int:
+    def _load(self, *, failures: bool = True) -> int:
         """Read the shared session; raise a recent login failure instead of trying again."""
         found = self.frontier.session()
-        if found.get("failed") and int(found.get("failed_until") or 0) > time.time() * 1000:
+        recent = int(found.get("failed_until") or 0) > time.time() * 1000
+        if failures and found.get("failed") and recent:
             raise LoginFailed(found["failed"])
         generation = int(found.get("gen") or 0)
         if generation != self.generation:

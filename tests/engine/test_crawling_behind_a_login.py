@@ -172,3 +172,27 @@ def test_credentials_never_go_to_another_host_not_even_through_a_redirect(user, 
     assert statuses(crawl, site) == {
         "/home": 200, "/go": 302, there + "/linked": 200, there + "/moved": 200,
     }  # fmt: skip
+
+
+@pytest.mark.django_db
+def test_a_login_that_fails_mid_crawl_is_tried_once_and_the_pages_say_why(user, make_site):
+    login = LoginSite(tree(12), expire_after=4)
+
+    def handler(request):
+        if login.logins:  # the password changed after the first login
+            login.PASSWORD = "changed"
+        return login(request)
+
+    site = make_site(handler)
+    crawl = drive(start(user, site, auth=login_auth(site), threads=2))
+    assert crawl.state == CrawlState.FINISHED
+    found = statuses(crawl, site)
+    assert 1 <= list(found.values()).count(200) <= login.expire_after  # the first session's
+    failed = crawl.pages.exclude(error="")
+    assert failed.exists()
+    for page in failed:
+        assert page.error.startswith("the session expired and the login failed: the login did "
+                                     "not succeed: '#logout' is not on")  # fmt: skip
+    # The failure is shared for a while: one failed login, not one per page.
+    posts = [r for r in site.log if r.method == "POST"]
+    assert len(posts) == 2
