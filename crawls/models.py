@@ -304,6 +304,30 @@ class Crawl(CrawlOptions):
         return self.state in OVER_STATES
 
 
+class CrawlAuth(models.Model):
+    """How a crawl logs in to its sites: extra headers, cookies, HTTP basic auth and a login
+    step (crawls/engine/credentials.py says where they go and what is secret).
+
+    Kept apart from the options (CrawlOptions), so that nothing that copies, serializes or
+    exports a crawl's options carries them: the doors write it through crawls.services and
+    show only credentials.masked(). A channel's defaults never hold it: credentials belong to
+    the crawl of one site, not to every crawl of a channel.
+    """
+
+    crawl = models.OneToOneField(Crawl, on_delete=models.CASCADE, related_name="auth")
+    headers = models.JSONField(default=list, blank=True)  # [[name, value], ...]
+    cookies = models.JSONField(default=list, blank=True)  # Cookie.to_json() each
+    basic_user = models.CharField(max_length=200, blank=True)
+    basic_password = models.TextField(blank=True)
+    login_url = models.TextField(blank=True)
+    login_fields = models.JSONField(default=list, blank=True)  # [[name, value], ...]
+    login_check_selector = models.CharField(max_length=500, blank=True)
+    login_check_url = models.TextField(blank=True)
+
+    def __str__(self) -> str:
+        return f"credentials of crawl #{self.crawl_id}"
+
+
 class PageSource(models.TextChoices):
     """How a page came into its crawl."""
 

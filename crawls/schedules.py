@@ -139,6 +139,7 @@ def schedule_run(*, schedule: CrawlSchedule, now: datetime | None = None, user=N
             user=schedule.created_by, name=f"{template.name[:180]} {stamp}",
             seeds=template.seeds, channel=template.channel, **options,
         )  # fmt: skip
+        services.crawl_copy_credentials(source=template, crawl=crawl)
         crawl.schedule = schedule
         # Compared with the run before it: its pages say what changed since, and their
         # validators make this run's requests conditional.

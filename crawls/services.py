@@ -18,6 +18,7 @@ from crawlhub.connections import REDIS_ERRORS
 from crawlhub.errors import ActionRefused
 from crawlhub.http import Fetcher, OptionError, netguard
 from crawlhub.http.urls import validate_url
+from crawls.engine import credentials
 from crawls.engine.extraction import Extractor, RulesError, parse_rules, rules_to_json
 from crawls.engine.frontier import Frontier, stats_many
 from crawls.engine.jobs import enqueue_slices, stop_slices_soon
@@ -25,8 +26,16 @@ from crawls.engine.lifecycle import announce, announce_end, settle_pause
 from crawls.engine.request import VIA_SITEMAP_ROOT, Request
 from crawls.engine.scope import ScopeError, compile_patterns
 from crawls.engine.sitemap_reads import sitemap_roots
-from crawls.engine.slices import fetcher_options, settings_problems
-from crawls.models import CRAWL_OPTIONS, Channel, Crawl, CrawlEvent, CrawlState, FailedRequest
+from crawls.engine.slices import credentials_of, fetcher_options, settings_problems
+from crawls.models import (
+    CRAWL_OPTIONS,
+    Channel,
+    Crawl,
+    CrawlAuth,
+    CrawlEvent,
+    CrawlState,
+    FailedRequest,
+)
 
 
 class CrawlActionError(ActionRefused):
@@ -170,16 +179,76 @@ def crawl_clean(
     return crawl
 
 
+def clean_credentials(
+    *, seeds: list[str] | str, auth: dict[str, Any]
+) -> credentials.Credentials | None:
+    """A crawl's credentials from a door's inputs (credentials.INPUTS: headers, cookie,
+    cookies_txt, basic_user, basic_password, login_url, login_fields, login_check_selector,
+    login_check_url); None when they are all empty. ValidationError names each bad input, and
+    its line where it has lines, never repeating a secret."""
+    unknown = set(auth) - set(credentials.INPUTS)
+    if unknown:
+        raise TypeError(f"unknown credentials: {', '.join(sorted(unknown))}")
+    lines = seeds.splitlines() if isinstance(seeds, str) else [str(seed) for seed in seeds]
+    try:
+        parsed = credentials.parse([line.strip() for line in lines if line.strip()], auth)
+    except credentials.CredentialsProblems as exc:
+        raise ValidationError({k: [v] for k, v in exc.problems.items()}) from None
+    return None if credentials.is_empty(parsed) else parsed
+
+
+def credentials_shown(crawl: Crawl) -> dict:
+    """The crawl's credentials as the doors may show them: names, never secret values."""
+    return credentials.masked(credentials_of(crawl))
+
+
+def _credentials_note(found: credentials.Credentials) -> str:
+    """What the audit trail says of a crawl's credentials: which kinds, no value."""
+    shown = credentials.masked(found)
+    kinds = [f"{label} {', '.join(shown[key])}" for key, label in (
+        ("headers", "headers"), ("cookies", "cookies"), ("login_fields", "login fields"),
+    ) if shown.get(key)]  # fmt: skip
+    if found.basic_user:
+        kinds.append(f"basic auth as {found.basic_user}")
+    if found.login_url:
+        kinds.append(f"login at {found.login_url}")
+    return "credentials: " + "; ".join(kinds)
+
+
 def crawl_create(
-    *, user, name: str, seeds: list[str] | str, channel: Channel | None = None, **options: Any
-) -> Crawl:
-    """A new crawl in draft state. Raises ValidationError naming each bad field."""
-    crawl = crawl_clean(name=name, seeds=seeds, channel=channel, **options)
+    *, user, name: str, seeds: list[str] | str, channel: Channel | None = None,
+    auth: dict[str, Any] | None = None, **options: Any,
+) -> Crawl:  # fmt: skip
+    """A new crawl in draft state. Raises ValidationError naming each bad field (the
+    credentials' inputs included: clean_credentials)."""
+    errors: dict[str, list[str]] = {}
+    try:
+        crawl = crawl_clean(name=name, seeds=seeds, channel=channel, **options)
+    except ValidationError as exc:
+        errors.update(exc.message_dict)
+    found = None
+    if auth and "seeds" not in errors:
+        try:
+            found = clean_credentials(seeds=crawl.seeds if not errors else seeds, auth=auth)
+        except ValidationError as exc:
+            errors.update(exc.message_dict)
+    if errors:
+        raise ValidationError(errors)
     crawl.created_by = user
     with transaction.atomic():
         crawl.save()
-        _event(crawl, CrawlEvent.Kind.CREATED, user)
+        if found is not None:
+            CrawlAuth.objects.create(crawl=crawl, **credentials.to_row_values(found))
+        _event(crawl, CrawlEvent.Kind.CREATED, user, _credentials_note(found) if found else "")
     return crawl
+
+
+def crawl_copy_credentials(*, source: Crawl, crawl: Crawl) -> None:
+    """Give `crawl` the credentials of `source` (a schedule's run, its template's), unseen."""
+    row = CrawlAuth.objects.filter(crawl=source).first()
+    if row is not None:
+        row.pk, row.crawl = None, crawl
+        row.save(force_insert=True)
 
 
 def _frontier(crawl: Crawl) -> Frontier:

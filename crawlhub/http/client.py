@@ -173,6 +173,8 @@ class _Call:
     # a target that is not http(s) as following would.
     locate: bool = False
     guard_first: bool = True  # False only for the operator's own URL (Fetcher.get)
+    # More header names whose values are never recorded (a crawl's own credentials).
+    secret: frozenset[str] = frozenset()
 
 
 _GET = _Call()
@@ -248,11 +250,13 @@ class Fetcher:
 
     def fetch(
         self, url: str, *, proxy: str | None = None, headers: Mapping[str, str] | None = None,
-        follow_redirects: bool = True,
+        follow_redirects: bool = True, secret_headers: frozenset[str] = frozenset(),
     ) -> FetchResult:  # fmt: skip
         """A page for a crawl: GET `url` (through `proxy` if given), following redirects, with
         its title and links when it is complete HTML. `headers` are sent as well (a
-        conditional request's If-None-Match, say).
+        conditional request's If-None-Match, say); the values of those named in
+        `secret_headers` (lowercase) are masked in FetchResult.request_headers, like
+        SECRET_HEADERS.
 
         With follow_redirects=False (a crawl's own pages: crawls/engine/slices.py), a redirect
         is the answer, like any other status, and its target is in FetchResult.redirect_to: the
@@ -260,9 +264,9 @@ class Fetcher:
         is not an http(s) URL is the same error as when following.
         """
         if follow_redirects:
-            call = _Call(headers=headers) if headers else _GET
+            call = _Call(headers=headers, secret=secret_headers) if headers else _GET
         else:
-            call = _Call(headers=headers, follow=False, locate=True)
+            call = _Call(headers=headers, follow=False, locate=True, secret=secret_headers)
         return self._fetch(url, proxy=proxy, max_bytes=self.max_bytes, parse=True, call=call)
 
     def fetch_text(
@@ -358,7 +362,7 @@ class Fetcher:
             result.status = response.status_code
             result.content_type = response.headers.get("Content-Type", "").strip()
             result.headers = {k.lower(): v for k, v in response.headers.items()}
-            result.request_headers = _recorded(sent)
+            result.request_headers = _recorded(sent, call.secret)
             if proxy and response.status_code == 407:
                 response.close()
                 raise FetchError("proxy refused: 407 Proxy Authentication Required", "proxy")
@@ -466,10 +470,12 @@ class Fetcher:
         return body
 
 
-def _recorded(headers: Mapping[str, str]) -> dict[str, str]:
-    """Headers a request sent, as they may be shown: the values of SECRET_HEADERS masked."""
+def _recorded(headers: Mapping[str, str], secret: frozenset[str]) -> dict[str, str]:
+    """Headers a request sent, as they may be shown: the values of SECRET_HEADERS (and of
+    `secret`) masked."""
     return {
-        name: MASK if name.lower() in SECRET_HEADERS else value for name, value in headers.items()
+        name: MASK if name.lower() in SECRET_HEADERS or name.lower() in secret else value
+        for name, value in headers.items()
     }
 
 

@@ -73,19 +73,55 @@ class CrawlFieldsSerializer(serializers.ModelSerializer):
         return field_class, kwargs
 
 
+class AuthSerializer(serializers.Serializer):
+    """A new crawl's credentials, write-only: what the form's Authentication section takes,
+    as text (services.clean_credentials checks it). Secret values are never sent back."""
+
+    headers = serializers.CharField(
+        required=False, allow_blank=True, help_text="'Name: value' lines, sent to the seeds' hosts."
+    )
+    cookie = serializers.CharField(
+        required=False, allow_blank=True, help_text="A Cookie header's value: 'a=1; b=2'."
+    )
+    cookies_txt = serializers.CharField(
+        required=False, allow_blank=True, help_text="A Netscape cookies.txt file's text."
+    )
+    basic_user = serializers.CharField(required=False, allow_blank=True)
+    basic_password = serializers.CharField(required=False, allow_blank=True)
+    login_url = serializers.CharField(
+        required=False, allow_blank=True, help_text="The login page, on a seed's host."
+    )
+    login_fields = serializers.CharField(
+        required=False, allow_blank=True, help_text="The form's fields: 'name=value' lines."
+    )
+    login_check_selector = serializers.CharField(
+        required=False, allow_blank=True, help_text="Logged in when the page has it."
+    )
+    login_check_url = serializers.CharField(
+        required=False, allow_blank=True, help_text="Logged in when the login ends there."
+    )
+
+
 class CrawlSerializer(CrawlFieldsSerializer):
     channel = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
     stats = serializers.SerializerMethodField(help_text="Live counters; the final ones once over.")
     page_url = serializers.CharField(source="get_absolute_url", read_only=True)
+    auth = serializers.SerializerMethodField(
+        help_text="The crawl's credentials: header and cookie names, the basic auth user, the "
+        "login URL and field names; every secret value is '••••• (set)'. {} when none."
+    )
 
     class Meta:
         model = Crawl
         fields = [
-            "id", "name", "channel", "seeds", *CRAWL_OPTIONS, "state", "created_by",
+            "id", "name", "channel", "seeds", *CRAWL_OPTIONS, "auth", "state", "created_by",
             "created_at", "started_at", "finished_at", "error", "schedule", "stats", "page_url",
         ]  # fmt: skip
         read_only_fields = fields
+
+    def get_auth(self, crawl: Crawl) -> dict:
+        return services.credentials_shown(crawl)
 
     def get_stats(self, crawl: Crawl) -> dict:
         stats = self.context.get("stats")
@@ -103,10 +139,11 @@ class CrawlCreateSerializer(CrawlFieldsSerializer):
     )  # fmt: skip
     seeds = serializers.ListField(child=serializers.CharField(), allow_empty=False)
     start = serializers.BooleanField(default=False, write_only=True)
+    auth = AuthSerializer(required=False, write_only=True)
 
     class Meta:
         model = Crawl
-        fields = ["name", "channel", "seeds", *CRAWL_OPTIONS, "start"]
+        fields = ["name", "channel", "seeds", *CRAWL_OPTIONS, "auth", "start"]
 
     def create(self, validated_data: dict) -> Crawl:
         data = dict(validated_data)
@@ -114,7 +151,7 @@ class CrawlCreateSerializer(CrawlFieldsSerializer):
         user = self.context["request"].user
         crawl = services.crawl_create(
             user=user, name=data.pop("name"), seeds=data.pop("seeds"),
-            channel=data.pop("channel", None), **data,
+            channel=data.pop("channel", None), auth=data.pop("auth", None), **data,
         )  # fmt: skip
         if start:
             services.crawl_start(crawl=crawl, user=user)
@@ -254,7 +291,7 @@ class CrawlViewSet(
     lookup_value_regex = r"\d+"
 
     def get_queryset(self) -> QuerySet[Crawl]:
-        crawls = visible_crawls(self.request.user).select_related("channel", "created_by")
+        crawls = visible_crawls(self.request.user).select_related("channel", "created_by", "auth")
         if state := self.request.query_params.get("state"):
             crawls = crawls.filter(state=state)
         if channel := self.request.query_params.get("channel"):

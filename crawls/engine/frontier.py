@@ -22,6 +22,9 @@ Cluster slot):
     ch:{c<ID>}:hostq          hash  host -> requests of that host in the queue (exact)
     ch:{c<ID>}:series         list  "unix_s:responses", at most one a second, the last 10 min
     ch:{c<ID>}:publish        str   a live snapshot went out less than N ms ago (throttle)
+    ch:{c<ID>}:session        hash  gen, cookies (JSON), failed (login error), failed_until ms:
+                                    the session the login step got, shared by every worker
+    ch:{c<ID>}:loginlock      str   one worker runs the login step (a token, expires)
     ch:supervisor:lock        str   one supervisor at a time, across all crawls
 
 Counter invariant, at every moment (stats() reads it atomically):
@@ -35,6 +38,7 @@ replication, ZPOPMIN).
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 from json.encoder import encode_basestring_ascii as _json_str
 from pathlib import Path
@@ -307,6 +311,47 @@ class Frontier:
         after ttl seconds in case that worker dies."""
         key = self.key(f"robotslock:{host.lower()}")
         return bool(self.redis.set(key, "1", nx=True, px=max(1, _ms(ttl))))
+
+    # The login session (crawls/engine/sessions.py), shared by every worker of the crawl
+
+    def session(self) -> dict[str, str]:
+        """The session hash as text (empty before the first login)."""
+        found = self.redis.hgetall(self.key("session"))
+        return {k.decode(): v.decode() for k, v in found.items()}
+
+    def session_store(self, cookies_json: str) -> int:
+        """A new session from a login: its cookies, and the next generation (returned), at
+        once, so no worker reads the new generation with the old cookies."""
+        key = self.key("session")
+        with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hset(key, mapping={"cookies": cookies_json, "failed": "", "failed_until": 0})
+            pipe.hincrby(key, "gen", 1)
+            return int(pipe.execute()[1])
+
+    def session_failed(self, error: str, *, for_seconds: float) -> None:
+        """A login that failed: other workers take this error for a while instead of trying."""
+        until = int(time.time() * 1000) + _ms(for_seconds)
+        self.redis.hset(self.key("session"), mapping={"failed": error, "failed_until": until})
+
+    def session_forget(self) -> None:
+        self.redis.unlink(self.key("session"), self.key("loginlock"))
+
+    def login_lock(self, token: str, ttl: float) -> bool:
+        """True for the one worker that runs the login step; expires after ttl (it died)."""
+        return bool(self.redis.set(self.key("loginlock"), token, nx=True, px=max(1, _ms(ttl))))
+
+    def login_unlock(self, token: str) -> None:
+        """Release the lock if it is still ours (it may have expired and been taken)."""
+        key = self.key("loginlock")
+        with self.redis.pipeline(transaction=True) as pipe:
+            try:
+                pipe.watch(key)
+                if pipe.get(key) == token.encode():
+                    pipe.multi()
+                    pipe.delete(key)
+                    pipe.execute()
+            except redis.WatchError:
+                pass  # taken by another worker meanwhile: theirs now
 
 
 def stats_many(crawl_ids: list[int], client: redis.Redis | None = None) -> dict[int, dict]:

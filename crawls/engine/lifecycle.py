@@ -28,7 +28,9 @@ def announce(crawl_id: int, *, state_change: bool = True) -> None:
 
 
 def announce_end(crawl_id: int, event: str) -> None:
-    """Once committed, tell the integrations (webhooks) that the crawl ended."""
+    """Once committed, tell the integrations (webhooks) that the crawl ended. Its login session
+    (crawls/engine/sessions.py) is dropped now: a crawl that is over keeps no live session."""
+    Frontier(crawl_id).session_forget()
     transaction.on_commit(
         lambda: crawl_ended.send_robust(sender=Crawl, crawl_id=crawl_id, event=event)
     )

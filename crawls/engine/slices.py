@@ -28,7 +28,8 @@ from django.conf import settings
 from crawlhub.connections import REDIS_ERRORS
 from crawlhub.http import Fetcher, FetchResult, OptionError, refusal
 from crawlhub.http.useragents import DEFAULT_USER_AGENT
-from crawls.engine import results, retry, sitemap_reads
+from crawls.engine import credentials, results, retry, sitemap_reads
+from crawls.engine.credentials import Cookie, Credentials
 from crawls.engine.extraction import Extractor, RulesError, check_rules, parse_rules
 from crawls.engine.frontier import Frontier
 from crawls.engine.live import publish_crawl
@@ -37,7 +38,8 @@ from crawls.engine.recording import Recorder, Result
 from crawls.engine.request import VIA_SITEMAP_ROOT, Request
 from crawls.engine.robots import RobotsCache
 from crawls.engine.scope import Scope, ScopeError
-from crawls.models import Crawl, ProxyUse
+from crawls.engine.sessions import LoginFailed, SharedSession
+from crawls.models import Crawl, CrawlAuth, ProxyUse
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +53,9 @@ IDLE_EXIT_SECONDS = 2.0
 KEPT_IDLE_SECONDS = 0.5  # nothing fetched for this long: proxies kept (greedy) go back
 EMPTY_CLAIM_BACKOFF = 0.1
 REDIS_RETRY_SECONDS = 300.0
+# A page that still finds the session expired after this many renewals is kept as it is (a
+# redirect to the login page): the site ends sessions faster than the crawl can use them.
+RENEWALS_PER_PAGE = 5
 
 
 @dataclass
@@ -166,6 +171,15 @@ def extractor_of(crawl: Crawl) -> Extractor | None:
         raise ValueError("extract_rules: " + "; ".join(exc.problems)) from None
 
 
+def credentials_of(crawl: Crawl) -> Credentials | None:
+    """The crawl's credentials (crawls/engine/credentials.py); None when it has none."""
+    try:
+        row = crawl.auth
+    except CrawlAuth.DoesNotExist:
+        return None
+    return credentials.from_row(row, crawl.seeds)
+
+
 class Slice:
     def __init__(self, crawl: Crawl, slice_id: str, *, budget_seconds: float | None = None):
         self.crawl = crawl
@@ -184,6 +198,12 @@ class Slice:
             user_agent=crawl.user_agent or DEFAULT_USER_AGENT, host_delay=self.host_delay,
         )  # fmt: skip
         self.extractor = extractor_of(crawl)
+        self.credentials = credentials_of(crawl)
+        self.session: SharedSession | None = None
+        if self.credentials and self.credentials.logs_in:
+            self.session = SharedSession(
+                self.frontier, self.credentials, lambda: Fetcher(**fetcher_options(crawl))
+            )
         self.recorder = Recorder(crawl, self.scope, max_redirects=self.fetcher.max_redirects)
         self.stop = StopFlag()
         self.report = SliceReport()
@@ -346,7 +366,22 @@ class Slice:
             if request.reads_sitemap:
                 return self._read_sitemap(request)
             headers = self.recorder.conditional_headers(request)
-            return self._fetched(request, self._get(request.url, headers=headers))
+            seen, session = self.session.current() if self.session else (0, [])
+            fetch = self._get(request.url, headers=headers, session=session)
+            for _ in range(RENEWALS_PER_PAGE):
+                if not (self.session and self._logged_out(fetch)):
+                    break
+                # The session expired: renewed once for every worker (crawls/engine/sessions.py),
+                # then this page is fetched again with the new one (which other threads may
+                # use up first, on a site whose sessions last a few requests).
+                self.session.renew(seen)
+                seen, session = self.session.current()
+                fetch = self._get(request.url, headers=headers, session=session)
+            return self._fetched(request, fetch)
+        except LoginFailed as exc:
+            return Result(
+                request=request, blocked=f"the session expired and the login failed: {exc}"
+            )
         except Stopped:
             return Result(request=request, handed_back=True)
         except REDIS_ERRORS:
@@ -358,14 +393,24 @@ class Slice:
             log.exception("fetching %s failed", request.url)
             return Result(request=request, blocked=f"internal error: {type(exc).__name__}: {exc}")
 
-    def _get(self, url: str, *, headers: dict | None = None, sitemap: bool = False) -> FetchResult:
-        """One fetch, through the channel's proxy pool when it has one."""
+    def _get(
+        self, url: str, *, headers: dict | None = None, sitemap: bool = False,
+        session: list[Cookie] = (),
+    ) -> FetchResult:  # fmt: skip
+        """One fetch, through the channel's proxy pool when it has one; a page of the crawl's
+        own hosts with the crawl's credentials (and the login's session cookies)."""
         if sitemap:
             fetch = functools.partial(self.fetcher.get, max_bytes=sitemap_reads.FETCH_BYTES)
         else:
+            secret: frozenset[str] = frozenset()
+            if self.credentials and (own := self.credentials.headers_for(url, session)):
+                headers, secret = {**(headers or {}), **own}, self.credentials.secret_names
             # A redirect is a page of its own: its target goes to the frontier, through the
             # dedup set, so that each URL of a chain is fetched once (crawls/engine/recording.py).
-            fetch = functools.partial(self.fetcher.fetch, headers=headers, follow_redirects=False)
+            # Its target is asked `sends_to` again: credentials never follow a redirect away.
+            fetch = functools.partial(
+                self.fetcher.fetch, headers=headers, follow_redirects=False, secret_headers=secret
+            )
         if self.channel.proxy_use != ProxyUse.POOL:
             return fetch(url)
         return fetch_via_pool(
@@ -374,8 +419,17 @@ class Slice:
             kept=self.kept_proxies, fetch_seconds=self.fetcher.total_timeout,
         )  # fmt: skip
 
+    def _logged_out(self, fetch: FetchResult) -> bool:
+        """The page redirects to the login URL: the session it was fetched with expired."""
+        creds = self.credentials
+        return bool(
+            creds and creds.is_login_url(fetch.redirect_to) and not creds.is_login_url(fetch.url)
+        )
+
     def _fetched(self, request: Request, fetch: FetchResult) -> Result:
         """A page fetched: its digest and fields are taken while its body is here."""
+        if self.credentials and "set-cookie" in fetch.headers:
+            fetch.headers["set-cookie"] = credentials.MASK  # a session the site renews, say
         result = Result(request=request, fetch=fetch)
         if fetch.status is not None and fetch.status != 304:
             result.digest = results.body_digest(fetch.body)
@@ -428,7 +482,7 @@ def run_slice(crawl_id: int, slice_id: str, *, budget_seconds: float | None = No
     """The step an RQ slice job runs; tests call it directly. CannotStart when the crawl's
     settings cannot be used (the job then fails the crawl)."""
     try:
-        crawl = Crawl.objects.select_related("channel").get(pk=crawl_id)
+        crawl = Crawl.objects.select_related("channel", "auth").get(pk=crawl_id)
     except Crawl.DoesNotExist:
         return {"reason": "crawl deleted"}
     if not crawl.is_active():
@@ -437,6 +491,12 @@ def run_slice(crawl_id: int, slice_id: str, *, budget_seconds: float | None = No
         work = Slice(crawl, slice_id, budget_seconds=budget_seconds)
     except ValueError as exc:  # what the Scope and the Fetcher raise for settings
         raise CannotStart(f"a slice cannot start with this crawl's settings: {exc}") from exc
+    if work.session:
+        try:
+            work.session.start()  # the crawl's session, logging in if no worker has yet
+        except LoginFailed as exc:
+            work.fetcher.close()
+            raise CannotStart(f"the login step failed: {exc}") from exc
     stop_on_sigterm(work.stop)
     work.frontier.slice_beat(slice_id)
     try:

@@ -105,14 +105,15 @@ def crawl_demo(request: HttpRequest) -> HttpResponse:
 
 
 def crawl_new(request: HttpRequest) -> HttpResponse:
-    form = CrawlForm(request.POST or None)
+    form = CrawlForm(request.POST or None, request.FILES or None)
     if request.method == "POST" and form.is_valid():
+        auth = form.auth()
         data = dict(form.cleaned_data)
         start_now = data.pop("start_now")
         name, seeds, channel = data.pop("name"), data.pop("seeds"), data.pop("channel")
         try:
             crawl = services.crawl_create(
-                user=request.user, name=name, seeds=seeds, channel=channel, **data
+                user=request.user, name=name, seeds=seeds, channel=channel, auth=auth, **data
             )
         except ValidationError as exc:
             for field, errors in exc.message_dict.items():
@@ -128,7 +129,7 @@ def crawl_new(request: HttpRequest) -> HttpResponse:
 
 def crawl_detail(request: HttpRequest, pk: int) -> HttpResponse:
     crawl = get_object_or_404(
-        visible_crawls(request.user).select_related("channel", "created_by"), pk=pk
+        visible_crawls(request.user).select_related("channel", "created_by", "auth"), pk=pk
     )
     snapshot = live.snapshot(crawl)
     return render(
@@ -137,6 +138,7 @@ def crawl_detail(request: HttpRequest, pk: int) -> HttpResponse:
         {
             "nav": "crawls",
             "crawl": crawl,
+            "credentials": services.credentials_shown(crawl),
             "snapshot": snapshot,
             "stats": snapshot["stats"],
             "change_counts": changes.change_counts(crawl) if crawl.is_over() else None,

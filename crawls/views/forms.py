@@ -12,6 +12,7 @@ from django.db import models
 from django.utils.text import capfirst
 
 from crawls import schedules
+from crawls.engine.credentials import INPUTS as AUTH_INPUTS
 from crawls.models import CRAWL_OPTIONS, Channel, Crawl, LinesField, RulesField, WebhookEvent
 from crawls.services import visible_crawls
 
@@ -71,6 +72,82 @@ def crawl_formfield(model_field: models.Field, **kwargs) -> forms.Field | None:
     return model_field.formfield(**kwargs)
 
 
+class SecretTextarea(forms.Textarea):
+    """A textarea that never renders its value: a secret typed once is not shown again, not
+    even on the page that says another field was wrong."""
+
+    def format_value(self, value) -> None:
+        return None
+
+
+MAX_COOKIES_TXT_BYTES = 1024 * 1024
+_CODE = {"rows": 2, "spellcheck": "false", "autocomplete": "off"}
+
+
+class AuthFields(forms.Form):
+    """The crawl form's Authentication section: the inputs of services.clean_credentials
+    (credentials.INPUTS), which parses and checks them. Secrets are write-only fields."""
+
+    headers = forms.CharField(
+        required=False, label="Extra headers",
+        widget=SecretTextarea(attrs={**_CODE, "placeholder": "X-Api-Key: ..."}),
+        help_text="One 'Name: value' a line. Values are secret: not shown again.",
+    )  # fmt: skip
+    cookie = forms.CharField(
+        required=False, label="Cookie",
+        widget=SecretTextarea(attrs={**_CODE, "placeholder": "session=...; theme=dark"}),
+        help_text="A Cookie header's value, name=value pairs separated by ';'. Secret.",
+    )  # fmt: skip
+    cookies_txt = forms.FileField(
+        required=False, label="cookies.txt",
+        help_text="A Netscape cookies.txt (what browser extensions and curl export); only the "
+        "cookies of the seeds' hosts are kept. Secret.",
+    )  # fmt: skip
+    basic_user = forms.CharField(required=False, label="Basic auth user", max_length=200)
+    basic_password = forms.CharField(
+        required=False, label="Basic auth password", widget=forms.PasswordInput(render_value=False),
+        help_text="Secret: not shown again.",
+    )  # fmt: skip
+    login_url = forms.CharField(
+        required=False, label="Login page URL",
+        help_text="On a seed's host. Its form is sent before the crawl, and again when a page "
+        "redirects to this URL (the session expired).",
+    )  # fmt: skip
+    login_fields = forms.CharField(
+        required=False, label="Login form fields",
+        widget=SecretTextarea(attrs={**_CODE, "placeholder": "username=alice\npassword=..."}),
+        help_text="One name=value a line, as the form's inputs are named; hidden inputs (a CSRF "
+        "token) are taken from the page. Values are secret.",
+    )  # fmt: skip
+    login_check_selector = forms.CharField(
+        required=False, label="Logged in when this CSS selector is on the page",
+        help_text="E.g. a.logout; checked on the page the login ends on.",
+    )  # fmt: skip
+    login_check_url = forms.CharField(
+        required=False, label="Logged in when the login ends on this URL",
+        help_text="Empty with no selector either: any answer below 400 that is not the login page.",
+    )  # fmt: skip
+
+    def clean_cookies_txt(self) -> str:
+        upload = self.cleaned_data.get("cookies_txt")
+        if not upload:
+            return ""
+        if upload.size > MAX_COOKIES_TXT_BYTES:
+            raise ValidationError(
+                f"cookies.txt is {upload.size:,} bytes; at most {MAX_COOKIES_TXT_BYTES:,}."
+            )
+        try:
+            return upload.read().decode("utf-8-sig")
+        except UnicodeDecodeError as exc:
+            raise ValidationError(
+                f"cookies.txt is not UTF-8 text (byte {exc.start + 1} is not): is it the right "
+                "file?"
+            ) from None
+
+
+SECRET_INPUTS = ("headers", "cookie", "cookies_txt", "basic_password", "login_fields")
+
+
 # The options templates/crawls/crawl_new.html places in its sections by hand.
 LAID_OUT = frozenset({
     "allowed_domains", "include_patterns", "exclude_patterns", "max_depth", "max_pages",
@@ -80,9 +157,10 @@ LAID_OUT = frozenset({
 })  # fmt: skip
 
 
-class CrawlForm(forms.ModelForm):
+class CrawlForm(forms.ModelForm, AuthFields):
     """Parses input only; crawl_create validates seeds and patterns and says what is wrong.
-    Its option fields come from the model (CRAWL_OPTIONS, through crawl_formfield)."""
+    Its option fields come from the model (CRAWL_OPTIONS, through crawl_formfield); its
+    Authentication section from AuthFields (the crawl's credentials, kept apart)."""
 
     seeds = forms.CharField(
         widget=forms.Textarea(attrs={"rows": 3, "placeholder": "https://example.com/"}),
@@ -102,6 +180,19 @@ class CrawlForm(forms.ModelForm):
 
     def _post_clean(self) -> None:
         """Model validation happens in crawl_create, the one place every door goes through."""
+
+    def auth(self) -> dict[str, str]:
+        """The Authentication section's inputs, taken out of cleaned_data."""
+        return {name: self.cleaned_data.pop(name) or "" for name in AUTH_INPUTS}
+
+    def secrets_to_retype(self) -> bool:
+        """A refused form that held secrets: they are not shown again, so say to retype them."""
+        return self.is_bound and bool(self.errors) and any(
+            self.data.get(name) or self.files.get(name) for name in SECRET_INPUTS
+        )  # fmt: skip
+
+    def auth_fields(self) -> list[forms.BoundField]:
+        return [self[name] for name in AUTH_INPUTS]
 
     def more_options(self) -> list[forms.BoundField]:
         """Options the new-crawl page does not lay out by hand: shown under "More options",

@@ -8,6 +8,7 @@ streaming() is one that sends gigabytes, or a compression bomb, without holding 
 
 from __future__ import annotations
 
+import base64
 import socket
 import threading
 import time
@@ -124,6 +125,85 @@ def pages_site(pages: dict[str, str | Response]) -> Handler:
         if page is None:
             return Response(status=404, body="<h1>Not found</h1>")
         return page if isinstance(page, Response) else Response(body=page)
+
+    return handler
+
+
+class LoginSite:
+    """A site behind a form login. GET /login is a form with a CSRF token in a hidden input
+    (and a cookie that must come back with it); POST /login with the right user and password
+    sets a session cookie and redirects to /home. Every other page needs a live session and
+    redirects to /login?next=... without one; a session expires after `expire_after` requests.
+    Pages are `pages` (path -> HTML); logged-in pages show <a id="logout">, the success mark."""
+
+    USER, PASSWORD = "alice", "s3cret-pass-XYZ"
+
+    def __init__(self, pages: dict[str, str], *, expire_after: int = 1_000_000) -> None:
+        self.pages = pages
+        self.expire_after = expire_after
+        self.sessions: dict[str, int] = {}  # session id -> requests served
+        self.logins = 0
+        self.served = 0  # pages served to a live session
+        self._lock = threading.Lock()
+        self._n = 0
+
+    def _cookie(self, request: Request, name: str) -> str:
+        for part in request.headers.get("Cookie", "").split(";"):
+            key, _, value = part.strip().partition("=")
+            if key == name:
+                return value
+        return ""
+
+    def __call__(self, request: Request) -> Response:
+        if request.path.split("?")[0] == "/login":
+            return self._login(request)
+        sid = self._cookie(request, "sid")
+        with self._lock:
+            alive = sid in self.sessions and self.sessions[sid] < self.expire_after
+            if alive:
+                self.sessions[sid] += 1
+                self.served += 1
+        if not alive:
+            return Response(status=302, headers={"Location": f"/login?next={request.path}"})
+        page = self.pages.get(request.path)
+        if page is None:
+            return Response(status=404, body="<h1>Not found</h1>")
+        return Response(body=f'<a id="logout" href="/logout">out</a>{page}')
+
+    def _login(self, request: Request) -> Response:
+        if request.method == "GET":
+            return Response(
+                body='<form method="post" action="/login"><input type="hidden" name="csrf" '
+                'value="tok-123"><input name="username"><input type="password" name="password">'
+                '<input type="submit" value="Log in"></form>',
+                headers={"Set-Cookie": "csrftoken=tok-123; Path=/"},
+            )  # fmt: skip
+        form = dict(pair.split("=", 1) for pair in request.body.decode().split("&") if "=" in pair)
+        good = (
+            form.get("csrf") == "tok-123" and self._cookie(request, "csrftoken") == "tok-123"
+            and form.get("username") == self.USER and form.get("password") == self.PASSWORD
+        )  # fmt: skip
+        if not good:
+            return Response(status=200, body="<p>Wrong user or password</p>")
+        with self._lock:
+            self._n += 1
+            self.logins += 1
+            sid = f"session-{self._n}-value"
+            self.sessions[sid] = 0
+        return Response(
+            status=302, headers={"Location": "/home", "Set-Cookie": f"sid={sid}; Path=/; HttpOnly"}
+        )
+
+
+def basic_auth_site(pages: dict[str, str], *, user: str, password: str) -> Handler:
+    """pages_site behind HTTP basic auth: 401 without the right Authorization."""
+    expected = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+    inner = pages_site(pages)
+
+    def handler(request: Request) -> Response:
+        if request.headers.get("Authorization") != expected:
+            return Response(status=401, headers={"WWW-Authenticate": 'Basic realm="test"'})
+        return inner(request)
 
     return handler
 

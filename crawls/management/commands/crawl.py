@@ -14,6 +14,7 @@ from django.db import models
 from django.utils import timezone
 
 from crawls import exports, services
+from crawls.engine import credentials
 from crawls.models import CRAWL_OPTIONS, Channel, Crawl, CrawlState, LinesField, RulesField
 
 # Older, shorter names a flag also answers to. A new option needs no line here: its flag is
@@ -82,8 +83,41 @@ def _add_create_options(parser: ArgumentParser) -> None:
     parser.add_argument("--channel", default="default", help="channel slug")
     for name in CRAWL_OPTIONS:
         _add_option(parser, Crawl._meta.get_field(name))
+    parser.add_argument(
+        "--auth-file", metavar="FILE",
+        help="the crawl's credentials, a JSON object with any of: "
+        f"{', '.join(credentials.INPUTS)} (text, as the form takes them); in a file, so that "
+        "no secret is on the command line",
+    )  # fmt: skip
+    parser.add_argument(
+        "--cookies-file", metavar="FILE", help="a Netscape cookies.txt of the seeds' hosts"
+    )
     parser.add_argument("--user", help="username recorded as the creator")
     parser.add_argument("--start", action="store_true", help="start it at once")
+
+
+def _read_auth(auth_file: str | None, cookies_file: str | None) -> dict[str, str]:
+    """The credentials' inputs from --auth-file and --cookies-file; CommandError naming the
+    file and what is wrong with it."""
+    auth: dict[str, str] = {}
+    if auth_file:
+        try:
+            auth = json.loads(Path(auth_file).read_text(encoding="utf-8"))
+        except (OSError, UnicodeError) as exc:
+            raise CommandError(f"--auth-file: cannot read {auth_file}: {exc}") from None
+        except ValueError as exc:
+            raise CommandError(f"--auth-file: {auth_file} is not valid JSON: {exc}") from None
+        if not isinstance(auth, dict) or (unknown := set(auth) - set(credentials.INPUTS)):
+            raise CommandError(
+                f"--auth-file: a JSON object with any of {', '.join(credentials.INPUTS)}"
+                + (f"; unknown: {', '.join(sorted(unknown))}" if isinstance(auth, dict) else "")
+            )
+    if cookies_file:
+        try:
+            auth["cookies_txt"] = Path(cookies_file).read_text(encoding="utf-8-sig")
+        except (OSError, UnicodeError) as exc:
+            raise CommandError(f"--cookies-file: cannot read {cookies_file}: {exc}") from None
+    return auth
 
 
 class Command(BaseCommand):
@@ -142,7 +176,9 @@ class Command(BaseCommand):
         except get_user_model().DoesNotExist:
             raise CommandError(f"no user named {username!r}") from None
 
-    def do_create(self, *, name, seed, channel, user, start, **options) -> None:
+    def do_create(
+        self, *, name, seed, channel, user, start, auth_file, cookies_file, **options
+    ) -> None:
         try:
             channel_obj = Channel.objects.get(slug=channel)
         except Channel.DoesNotExist:
@@ -151,8 +187,9 @@ class Command(BaseCommand):
             channel_obj = Channel.default()
         fields = {k: v for k, v in options.items() if k in CRAWL_OPTIONS and v is not None}
         creator = self._user(user)
+        auth = _read_auth(auth_file, cookies_file)
         crawl = services.crawl_create(
-            user=creator, name=name, seeds=seed, channel=channel_obj, **fields
+            user=creator, name=name, seeds=seed, channel=channel_obj, auth=auth, **fields
         )
         if start:
             services.crawl_start(crawl=crawl, user=creator)

@@ -1,0 +1,453 @@
+"""A crawl's credentials: extra headers, cookies, HTTP basic auth and a login step, as people
+give them, checked, and applied to the requests that may carry them.
+
+Where they go: only to the crawl's own origins, the scheme, host and port of its seeds (an
+https URL on the host and default port of an http seed too). Not to the other hosts
+allowed_domains lets the crawl visit, and never through a redirect to another host: a crawl's
+fetch does not follow redirects (crawls/engine/slices.py), each hop is a request of its own and
+is asked `sends_to` again.
+
+What is secret: every header value, every cookie value, the basic auth password and every
+login field value. They are never shown again (`masked()` is what the doors show), never
+recorded with a page (Page.request_headers masks them) and never logged.
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+from parsel import Selector
+
+from crawlhub.http.urls import ascii_host, validate_url
+
+MASK = "••••• (set)"
+MAX_LINES = 200
+# Headers the client decides (framing, the host), or that another field gives.
+FORBIDDEN_HEADERS = frozenset({
+    "host", "content-length", "transfer-encoding", "connection", "keep-alive", "upgrade",
+    "te", "trailer", "cookie", "proxy-authorization",
+})  # fmt: skip
+_TOKEN = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+class CredentialsError(ValueError):
+    """Input that cannot be used: `field` names the input, the message what and where (the line)
+    without repeating a secret value."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Cookie:
+    name: str
+    value: str
+    domain: str = ""  # "" : every origin of the crawl
+    subdomains: bool = False
+    path: str = "/"
+    secure: bool = False
+
+    def to_json(self) -> dict:
+        return {
+            "name": self.name, "value": self.value, "domain": self.domain,
+            "subdomains": self.subdomains, "path": self.path, "secure": self.secure,
+        }  # fmt: skip
+
+    @classmethod
+    def from_json(cls, data: dict) -> Cookie:
+        return cls(**{k: data[k] for k in ("name", "value", "domain", "subdomains", "path",
+                                           "secure") if k in data})  # fmt: skip
+
+    def matches(self, scheme: str, host: str, path: str) -> bool:
+        if self.secure and scheme != "https":
+            return False
+        on_subdomain = self.subdomains and host.endswith("." + self.domain)
+        if self.domain and host != self.domain and not on_subdomain:
+            return False
+        return path.startswith(self.path) or self.path in ("", "/")
+
+
+def _check_header_text(text: str, what: str) -> str:
+    """What is wrong with a value sent in a header (a line break, a non-Latin-1 character)."""
+    if "\r" in text or "\n" in text or "\x00" in text:
+        return f"{what} must be a single line"
+    if any(ord(char) > 255 for char in text):
+        return f"{what} cannot be sent in an HTTP header (Latin-1 only)"
+    return ""
+
+
+def parse_headers(text: str) -> list[tuple[str, str]]:
+    """'Name: value' lines (blank lines skipped) as (name, value) pairs; CredentialsError naming
+    the line. A header the client decides, or that another field gives, is refused."""
+    pairs = []
+    lines = text.splitlines()
+    if len(lines) > MAX_LINES:
+        raise CredentialsError("headers", f"{len(lines)} lines; at most {MAX_LINES}")
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        name, colon, value = line.partition(":")
+        name, value = name.strip(), value.strip()
+        if not colon or not name:
+            raise CredentialsError(
+                "headers", f"line {number}: not a header; write 'Name: value' (found no name "
+                "before a colon)" if colon else f"line {number}: not a header; write "
+                "'Name: value' (found no colon)",
+            )  # fmt: skip
+        if not set(name) <= _TOKEN:
+            raise CredentialsError(
+                "headers", f"line {number}: {name[:60]!r} is not a header name (letters, digits "
+                "and -_.!#$%&'*+^`|~ only)",
+            )  # fmt: skip
+        if name.lower() in FORBIDDEN_HEADERS:
+            other = " (give cookies in the Cookie field)" if name.lower() == "cookie" else ""
+            raise CredentialsError(
+                "headers", f"line {number}: {name} is set by crawlhub, not here{other}"
+            )
+        if problem := _check_header_text(value, f"line {number}: the value of {name}"):
+            raise CredentialsError("headers", problem)
+        pairs.append((name, value))
+    return pairs
+
+
+def parse_cookie_header(text: str) -> list[Cookie]:
+    """A Cookie header's value, 'name=value; other=value', as cookies for every crawl origin."""
+    text = text.strip()
+    if not text:
+        return []
+    if problem := _check_header_text(text, "the cookie"):
+        raise CredentialsError("cookie", problem)
+    cookies = []
+    for number, part in enumerate(text.split(";"), start=1):
+        if not part.strip():
+            continue
+        name, equals, value = part.strip().partition("=")
+        if not equals or not name.strip() or not set(name.strip()) <= _TOKEN:
+            raise CredentialsError(
+                "cookie", f"part {number} ({name.strip()[:40]!r}...) is not name=value; write "
+                "'name=value; other=value', as a Cookie header",
+            )  # fmt: skip
+        cookies.append(Cookie(name=name.strip(), value=value.strip()))
+    return cookies
+
+
+def parse_cookies_txt(text: str) -> list[Cookie]:
+    """A Netscape cookies.txt (what browser extensions and curl -c write): one cookie a line,
+    seven fields separated by tabs: domain, include subdomains (TRUE/FALSE), path, secure
+    (TRUE/FALSE), expiry (Unix time, 0 for a session cookie), name, value. Lines starting with
+    '#' are comments, except '#HttpOnly_' before a domain. CredentialsError names the line."""
+    cookies = []
+    lines = text.splitlines()
+    if len(lines) > 10 * MAX_LINES:
+        raise CredentialsError("cookies_txt", f"{len(lines)} lines; at most {10 * MAX_LINES}")
+    for number, raw in enumerate(lines, start=1):
+        line = raw.strip("\r\n")
+        if line.startswith("#HttpOnly_"):
+            line = line.removeprefix("#HttpOnly_")
+        elif not line.strip() or line.lstrip().startswith("#"):
+            continue
+        where = f"cookies.txt line {number}"
+        fields = line.split("\t")
+        if len(fields) != 7:
+            raise CredentialsError(
+                "cookies_txt", f"{where}: 7 fields separated by tabs expected (domain, "
+                f"subdomains, path, secure, expiry, name, value), found {len(fields)}",
+            )  # fmt: skip
+        domain, subdomains, path, secure, expiry, name, value = fields
+        for label, flag in (("subdomains", subdomains), ("secure", secure)):
+            if flag.upper() not in ("TRUE", "FALSE"):
+                raise CredentialsError(
+                    "cookies_txt", f"{where}: the {label} field is TRUE or FALSE, not {flag[:20]!r}"
+                )
+        if not expiry.strip().lstrip("-").isdigit():
+            raise CredentialsError(
+                "cookies_txt", f"{where}: the expiry field is a Unix time, not {expiry[:20]!r}"
+            )
+        host = ascii_host(domain.strip().lstrip("."))
+        if not host:
+            raise CredentialsError("cookies_txt", f"{where}: {domain[:60]!r} is not a domain")
+        if not name or not set(name) <= _TOKEN:
+            raise CredentialsError("cookies_txt", f"{where}: {name[:40]!r} is not a cookie name")
+        if problem := _check_header_text(value, f"{where}: the value"):
+            raise CredentialsError("cookies_txt", problem)
+        cookies.append(Cookie(
+            name=name, value=value, domain=host, subdomains=subdomains.upper() == "TRUE",
+            path=path or "/", secure=secure.upper() == "TRUE",
+        ))  # fmt: skip
+    return cookies
+
+
+def parse_fields(text: str) -> list[tuple[str, str]]:
+    """Login form fields, 'name=value' a line; the value is everything after the first '='."""
+    pairs = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        name, equals, value = line.partition("=")
+        if not equals or not name.strip():
+            raise CredentialsError(
+                "login_fields", f"line {number}: not a field; write 'name=value' (the form "
+                "field's name, as in its HTML)",
+            )  # fmt: skip
+        pairs.append((name.strip(), value))
+    return pairs
+
+
+def origin(url: str) -> tuple[str, str, int] | None:
+    """(scheme, ASCII host, port) of an http(s) URL; None for anything else."""
+    try:
+        parts = urlsplit(url)
+        scheme = parts.scheme.lower()
+        if scheme not in _DEFAULT_PORTS:
+            return None
+        host = ascii_host(parts.hostname or "")
+        return (scheme, host, parts.port or _DEFAULT_PORTS[scheme]) if host else None
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """What a crawl sends to its own origins, and how it logs in (all optional)."""
+
+    origins: frozenset[tuple[str, str, int]]
+    headers: tuple[tuple[str, str], ...] = ()
+    cookies: tuple[Cookie, ...] = ()
+    basic_user: str = ""
+    basic_password: str = ""
+    login_url: str = ""
+    login_fields: tuple[tuple[str, str], ...] = ()
+    login_check_selector: str = ""
+    login_check_url: str = ""
+    secret_names: frozenset[str] = field(default=frozenset())
+
+    def __post_init__(self) -> None:
+        names = {name.lower() for name, _ in self.headers} | {"authorization", "cookie"}
+        object.__setattr__(self, "secret_names", frozenset(names))
+
+    @property
+    def logs_in(self) -> bool:
+        return bool(self.login_url)
+
+    def sends_to(self, url: str) -> bool:
+        """True when `url` is on one of the crawl's origins (or its https twin)."""
+        found = origin(url)
+        if found is None:
+            return False
+        if found in self.origins:
+            return True
+        scheme, host, port = found
+        return scheme == "https" and port == 443 and ("http", host, 80) in self.origins
+
+    def headers_for(self, url: str, session: list[Cookie] = ()) -> dict[str, str]:
+        """The headers a request to `url` carries: none off the crawl's origins."""
+        if not self.sends_to(url):
+            return {}
+        headers = dict(self.headers)
+        if self.basic_user or self.basic_password:
+            token = f"{self.basic_user}:{self.basic_password}".encode("latin-1")
+            headers["Authorization"] = "Basic " + base64.b64encode(token).decode("ascii")
+        if cookie := self.cookie_header(url, session):
+            headers["Cookie"] = cookie
+        return headers
+
+    def cookie_header(self, url: str, session: list[Cookie] = ()) -> str:
+        parts = urlsplit(url)
+        scheme, host, path = parts.scheme.lower(), ascii_host(parts.hostname or ""), parts.path
+        jar: dict[str, str] = {}
+        for cookie in (*self.cookies, *session):  # the login's cookies win over given ones
+            if cookie.matches(scheme, host, path or "/"):
+                jar[cookie.name] = cookie.value
+        return "; ".join(f"{name}={value}" for name, value in jar.items())
+
+    def is_login_url(self, url: str) -> bool:
+        """`url` is the login page (same origin and path; query and fragment aside)."""
+        if not (self.login_url and url):
+            return False
+        mine, theirs = urlsplit(self.login_url), urlsplit(url)
+        return origin(self.login_url) == origin(url) and (mine.path or "/") == (theirs.path or "/")
+
+
+def seed_origins(seeds: list[str]) -> frozenset[tuple[str, str, int]]:
+    return frozenset(found for found in map(origin, seeds) if found)
+
+
+def check_login(credentials: Credentials) -> None:
+    """CredentialsError for a login step that could not run: its URL off the crawl's origins
+    (it would get the credentials), fields without a URL, a success check that is no URL."""
+    if not credentials.login_url:
+        given = [name for name, value in (
+            ("login_fields", credentials.login_fields),
+            ("login_check_selector", credentials.login_check_selector),
+            ("login_check_url", credentials.login_check_url),
+        ) if value]  # fmt: skip
+        if given:
+            raise CredentialsError(given[0], "give the login URL too (the login step needs it)")
+        return
+    try:
+        validate_url(credentials.login_url, field="login URL")
+    except ValueError as exc:
+        raise CredentialsError("login_url", str(exc)) from None
+    if not credentials.sends_to(credentials.login_url):
+        hosts = ", ".join(sorted(f"{s}://{h}:{p}" for s, h, p in credentials.origins))
+        raise CredentialsError(
+            "login_url", f"{credentials.login_url[:200]} is not on the crawl's own hosts "
+            f"({hosts}): the login step and the credentials stay on the seeds' hosts",
+        )  # fmt: skip
+    if not credentials.login_fields:
+        raise CredentialsError("login_fields", "give the form's fields, 'name=value' a line")
+    if selector := credentials.login_check_selector:
+        try:
+            Selector(text="<html></html>").css(selector)
+        except (SyntaxError, RuntimeError, ValueError) as exc:  # cssselect's SelectorErrors
+            raise CredentialsError(
+                "login_check_selector", f"{selector[:100]!r} is not a CSS selector: {exc}"
+            ) from None
+    if url := credentials.login_check_url:
+        try:
+            validate_url(url, field="success URL")
+        except ValueError as exc:
+            raise CredentialsError("login_check_url", str(exc)) from None
+
+
+def masked(credentials: Credentials | None) -> dict:
+    """What the doors may show: names and the user name; every secret as MASK."""
+    if credentials is None:
+        return {}
+    shown: dict = {}
+    if credentials.headers:
+        shown["headers"] = {name: MASK for name, _ in credentials.headers}
+    if credentials.cookies:
+        shown["cookies"] = {cookie.name: MASK for cookie in credentials.cookies}
+    if credentials.basic_user or credentials.basic_password:
+        shown["basic_user"] = credentials.basic_user
+        shown["basic_password"] = MASK if credentials.basic_password else ""
+    if credentials.login_url:
+        shown["login_url"] = credentials.login_url
+        shown["login_fields"] = {name: MASK for name, _ in credentials.login_fields}
+        shown["login_check_selector"] = credentials.login_check_selector
+        shown["login_check_url"] = credentials.login_check_url
+    return shown
+
+
+def from_row(row, seeds: list[str]) -> Credentials:
+    """The Credentials a crawls.models.CrawlAuth row holds, for a crawl of these seeds."""
+    return Credentials(
+        origins=seed_origins(seeds),
+        headers=tuple((name, value) for name, value in row.headers),
+        cookies=tuple(Cookie.from_json(cookie) for cookie in row.cookies),
+        basic_user=row.basic_user, basic_password=row.basic_password,
+        login_url=row.login_url,
+        login_fields=tuple((name, value) for name, value in row.login_fields),
+        login_check_selector=row.login_check_selector, login_check_url=row.login_check_url,
+    )  # fmt: skip
+
+
+# The inputs a door takes, by the name it gives them (the form's fields, the API's "auth"
+# object, the CLI's flags): text, except login_fields and headers which may be lists of lines.
+INPUTS: tuple[str, ...] = (
+    "headers", "cookie", "cookies_txt", "basic_user", "basic_password", "login_url",
+    "login_fields", "login_check_selector", "login_check_url",
+)  # fmt: skip
+
+
+def parse(seeds: list[str], values: dict[str, object]) -> Credentials:
+    """Credentials from a door's inputs (INPUTS) for a crawl of these seeds; CredentialsProblems
+    with every bad input at once, each message naming its line where it has lines."""
+    problems: dict[str, str] = {}
+
+    def text(name: str) -> str:
+        value = values.get(name) or ""
+        if isinstance(value, list | tuple):
+            value = "\n".join(str(line) for line in value)
+        if not isinstance(value, str):
+            problems[name] = f"expected text, got {type(value).__name__}"
+            return ""
+        return value
+
+    parsed: dict = {}
+    steps = {
+        "headers": lambda: tuple(parse_headers(text("headers"))),
+        "cookie": lambda: tuple(parse_cookie_header(text("cookie"))),
+        "cookies_txt": lambda: tuple(parse_cookies_txt(text("cookies_txt"))),
+        "login_fields": lambda: tuple(parse_fields(text("login_fields"))),
+    }
+    for name, step in steps.items():
+        try:
+            parsed[name] = step()
+        except CredentialsError as exc:
+            problems[exc.field] = exc.message
+    user, password = text("basic_user"), text("basic_password")
+    for name, value in (("basic_user", user), ("basic_password", password)):
+        if problem := _check_header_text(value, "it"):
+            problems[name] = problem
+    if ":" in user:
+        problems["basic_user"] = "a basic auth user name cannot hold a colon"
+    if password and not user:
+        problems["basic_user"] = "give the user name with the password"
+    if any(name.lower() == "authorization" for name, _ in parsed.get("headers", ())) and user:
+        problems["headers"] = "an Authorization header and basic auth both set it: give one"
+    credentials = Credentials(
+        origins=seed_origins(seeds),
+        headers=parsed.get("headers", ()),
+        cookies=parsed.get("cookie", ()) + _on_origins(parsed.get("cookies_txt", ()), seeds),
+        basic_user=user.strip(), basic_password=password,
+        login_url=text("login_url").strip(), login_fields=parsed.get("login_fields", ()),
+        login_check_selector=text("login_check_selector").strip(),
+        login_check_url=text("login_check_url").strip(),
+    )  # fmt: skip
+    if parsed.get("cookies_txt") and not any(c.domain for c in credentials.cookies):
+        hosts = ", ".join(sorted({h for _, h, _ in credentials.origins}))
+        problems["cookies_txt"] = f"no cookie in cookies.txt is for the seeds' hosts ({hosts})"
+    if not problems:
+        try:
+            check_login(credentials)
+        except CredentialsError as exc:
+            problems[exc.field] = exc.message
+    if problems:
+        raise CredentialsProblems(problems)
+    return credentials
+
+
+class CredentialsProblems(ValueError):
+    """Every input that could not be used: field -> message."""
+
+    def __init__(self, problems: dict[str, str]) -> None:
+        super().__init__("; ".join(f"{k}: {v}" for k, v in problems.items()))
+        self.problems = problems
+
+
+def _on_origins(cookies: tuple[Cookie, ...], seeds: list[str]) -> tuple[Cookie, ...]:
+    """The cookies of a cookies.txt that a crawl of these seeds could send (a browser's file
+    holds every site's cookies: the others are dropped, never stored)."""
+    hosts = {host for _, host, _ in seed_origins(seeds)}
+    return tuple(
+        cookie for cookie in cookies
+        if cookie.domain in hosts
+        or (cookie.subdomains and any(h.endswith("." + cookie.domain) for h in hosts))
+    )  # fmt: skip
+
+
+def is_empty(credentials: Credentials) -> bool:
+    return not (
+        credentials.headers or credentials.cookies or credentials.basic_user
+        or credentials.basic_password or credentials.login_url
+    )  # fmt: skip
+
+
+def to_row_values(credentials: Credentials) -> dict:
+    """The crawls.models.CrawlAuth fields holding these credentials."""
+    return {
+        "headers": [list(pair) for pair in credentials.headers],
+        "cookies": [cookie.to_json() for cookie in credentials.cookies],
+        "basic_user": credentials.basic_user, "basic_password": credentials.basic_password,
+        "login_url": credentials.login_url,
+        "login_fields": [list(pair) for pair in credentials.login_fields],
+        "login_check_selector": credentials.login_check_selector,
+        "login_check_url": credentials.login_check_url,
+    }  # fmt: skip
