@@ -14,8 +14,11 @@ Cluster slot):
     ch:{c<ID>}:stats          hash  counters, only ever HINCRBY
     ch:{c<ID>}:state          str   running / paused / cancelled
     ch:{c<ID>}:config         hash  max_pages, max_depth, host_delay_ms
-    ch:{c<ID>}:hosts          hash  host -> next allowed time ms
+    ch:{c<ID>}:hosts          hash  host -> next allowed time ms (last send + delay, or push-back)
     ch:{c<ID>}:hostdelay      hash  host -> delay ms overriding the default (robots Crawl-delay)
+    ch:{c<ID>}:hostclaim      hash  host -> fp of its request claimed, not yet sent (send.lua)
+    ch:{c<ID>}:hostslow       hash  host -> delay ms while it pushes back (429, 503), easing
+    ch:{c<ID>}:hostwhy        hash  host -> "<ms> <why>" of its last push-back
     ch:{c<ID>}:robots         hash  host -> robots.txt text
     ch:{c<ID>}:robotslock:<host>    str   one worker fetches a host's robots.txt
     ch:{c<ID>}:slices         zset  slice id -> alive-until ms (queued or running slice jobs)
@@ -78,7 +81,7 @@ COUNTERS = (
 _LUA_DIR = Path(__file__).resolve().parent / "lua"
 _SCRIPTS = (
     "add", "claim", "complete", "release", "requeue_expired", "retry_failed", "pending", "cancel",
-    "slice_beat", "live_slices", "series", "renew", "release_claimed",
+    "slice_beat", "live_slices", "series", "renew", "release_claimed", "send", "push_back",
 )  # fmt: skip
 
 # The pages/s chart: one point a second at most, kept for 10 minutes.
@@ -119,6 +122,7 @@ class Frontier:
             for name in (
                 "queue", "delayed", "backup", "leases", "stats",
                 "state", "config", "hosts", "hostdelay", "seq", "slices", "hostq", "series",
+                "hostclaim", "hostslow", "hostwhy",
             )
         ]  # fmt: skip
         self._scripts = {name: self.redis.register_script(src) for name, src in _SOURCES.items()}
@@ -181,6 +185,22 @@ class Frontier:
             return []
         members = self._run("claim", [n, _ms(lease_seconds), n * SCAN_FACTOR])
         return [Request.from_json(member) for member in members]
+
+    def send(self, request: Request) -> float | None:
+        """May the claimed request go to its host now (a page, a sitemap, or the host's
+        robots.txt on its behalf)? If so the host's delay runs from now, and the host, reserved
+        since the request was claimed, may be claimed again once the delay has passed; the
+        host's delay in seconds (0 for none) is returned. None: the host became slower since
+        the claim (it pushed back), and the request is to be handed back unsent."""
+        delay = int(self._run("send", [request.host, request.fp]))
+        return None if delay < 0 else delay / 1000
+
+    def pushed_back(self, host: str, *, wait: float | None, why: str) -> float:
+        """The host answered 429 or 503 (`wait`: its Retry-After in seconds, if any): every
+        worker slows down on it, and eases back as it answers normally again. Returns the
+        host's delay in seconds now."""
+        wait_ms = "" if wait is None else _ms(wait)
+        return int(self._run("push_back", [host.lower(), wait_ms, why[:200]])) / 1000
 
     def renew(self, requests: list[Request], *, lease_seconds: float) -> None:
         """Extend the leases of requests this worker still holds (a slow site must not make

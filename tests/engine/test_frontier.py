@@ -180,6 +180,8 @@ def test_host_delay_gives_one_request_per_host_per_delay(frontier):
     frontier.add_seeds(urls("a.test", 3) + urls("b.test", 3))
     first = claim_all(frontier)
     assert sorted(request.host for request in first) == ["a.test", "b.test"]
+    for request in first:
+        assert frontier.send(request) == 1.0
     assert claim_all(frontier) == []
     frontier.add_seeds(["http://c.test/"])
     assert [request.host for request in claim_all(frontier)] == ["c.test"]
@@ -189,6 +191,27 @@ def test_host_delay_gives_one_request_per_host_per_delay(frontier):
         "http://b.test/page/1",
     ]
     assert frontier.stats()["queued"] == 2
+
+
+@pytest.mark.slow
+def test_the_delay_runs_from_when_a_request_is_sent_not_claimed(frontier):
+    frontier.configure(max_pages=100, max_depth=5, host_delay=0.5)
+    frontier.add_seeds(urls("a.test", 3))
+    [first] = claim_all(frontier)
+    # Claimed, not sent: the host is reserved however long the request waits in its worker.
+    time.sleep(0.6)
+    assert claim_all(frontier) == []
+    assert frontier.send(first) == 0.5
+    assert claim_all(frontier) == []
+    time.sleep(0.55)
+    [second] = claim_all(frontier)
+    # A request that goes back unsent frees its host at once: nothing reached the host.
+    assert frontier.release([second]) == 1
+    [third] = claim_all(frontier)
+    assert third.url == "http://a.test/page/2"  # the released one went behind its peer
+    # So does one completed without being sent (blocked by the guard or robots.txt).
+    frontier.complete([Outcome(request=third, kind="done")])
+    assert [r.url for r in claim_all(frontier)] == [second.url]
 
 
 def test_host_delay_override_for_one_host(frontier):

@@ -4,6 +4,7 @@
 local K_QUEUE, K_DELAYED, K_BACKUP, K_LEASES, K_STATS = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local K_STATE, K_CONFIG, K_HOSTS, K_HOSTDELAY, K_SEQ = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local K_SLICES, K_HOSTQ, K_SERIES = KEYS[11], KEYS[12], KEYS[13]
+local K_HOSTCLAIM, K_HOSTSLOW, K_HOSTWHY = KEYS[14], KEYS[15], KEYS[16]
 
 -- Queue score = (-priority) * 2^44 + depth * 2^32 + seq. Every term stays below 2^53, so the
 -- double holds it exactly; priority is clamped to +-255, depth to 4095, seq wraps at 2^32.
@@ -45,6 +46,30 @@ local function enqueue(member, req)
   return added
 end
 
+-- The fingerprint of a request JSON: Request.to_json writes "f" first.
+local function fp_of(member)
+  return string.match(member, '^{"f":"(%d+)"') or cjson.decode(member).f
+end
+
+-- A host's own delay in ms: its robots.txt Crawl-delay, else the crawl's (`default`).
+local function base_delay(host, default)
+  return tonumber(redis.call('HGET', K_HOSTDELAY, host)) or default
+end
+
+-- The delay a host gets now: its own, or longer while it pushes back (429, 503).
+local function host_delay(host, default)
+  local delay = base_delay(host, default)
+  local slowed = tonumber(redis.call('HGET', K_HOSTSLOW, host))
+  if slowed and slowed > delay then return slowed end
+  return delay
+end
+
+-- A host with a delay is reserved by the one request claimed for it until that request is
+-- sent (send.lua); one that goes back or ends unsent frees it, its next allowed time untouched.
+local function unreserve(host, fp)
+  if redis.call('HGET', K_HOSTCLAIM, host) == fp then redis.call('HDEL', K_HOSTCLAIM, host) end
+end
+
 -- A request left the queue (claimed): one fewer queued for its host; a host at 0 is dropped so
 -- the hash holds only hosts with work (and heals if it ever lagged behind the queue).
 local function dequeued(host)
@@ -72,6 +97,7 @@ local function unclaim(fp, crash)
   end
   redis.call('HDEL', K_BACKUP, fp)
   redis.call('ZREM', K_LEASES, fp)
+  unreserve(host_of(member), fp)
   if crash then member = crashed(member) end
   enqueue(member)
   return 1
@@ -117,4 +143,33 @@ local function admit(limits, counts, seen_key, fp, member, req)
   bump(counts, 'requests')
   enqueue(member, req)
   return 1
+end
+
+-- Push-back (429, 503): a host's delay at least doubles, to no less than SLOWED_MIN_MS and
+-- no more than SLOWED_MAX_MS. It eases back by a quarter of the extra delay per answer that is
+-- not a push-back, at most once per current delay (answers to requests already on their way
+-- when the push-back came do not count), and within EASED_MS of its own delay the host is back
+-- to normal. K_HOSTWHY keeps "<ms of the last change> <why>".
+local SLOWED_MIN_MS, SLOWED_MAX_MS, EASED_MS = 1000, 60000, 50
+
+local function slowed_since(host)
+  local why = redis.call('HGET', K_HOSTWHY, host) or ''
+  local ms, text = string.match(why, '^(%d+) (.*)$')
+  return tonumber(ms) or 0, text or ''
+end
+
+local function recover(host, default, now)
+  local slowed = tonumber(redis.call('HGET', K_HOSTSLOW, host))
+  if not slowed then return end
+  local since, why = slowed_since(host)
+  if now - since < slowed then return end
+  local base = base_delay(host, default)
+  local eased = base + math.floor((slowed - base) * 3 / 4)
+  if eased - base < EASED_MS then
+    redis.call('HDEL', K_HOSTSLOW, host)
+    redis.call('HDEL', K_HOSTWHY, host)
+  else
+    redis.call('HSET', K_HOSTSLOW, host, eased)
+    redis.call('HSET', K_HOSTWHY, host, now .. ' ' .. why)
+  end
 end

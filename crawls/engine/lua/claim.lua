@@ -22,28 +22,30 @@ local function pop_fast()
   return members
 end
 
--- A host with a delay gives at most one request per call, and only once its next-allowed time
--- has passed; skipped requests keep their place. Only the first `scan` entries are looked at,
--- so a one-host crawl with a delay costs O(n) per call, not O(queue).
+-- A host with a delay gives one request at a time: it is ready once its next-allowed time has
+-- passed and no request claimed for it is still unsent (K_HOSTCLAIM). The claimed request
+-- reserves the host; its next-allowed time is set when it is sent (send.lua), so the delay
+-- runs from the moment the host was asked, however long the request waited in the worker.
+-- Skipped requests keep their place. Only the first `scan` entries are looked at, so a
+-- one-host crawl with a delay costs O(n) per call, not O(queue).
 local function pop_polite(default_delay)
   local window = redis.call('ZRANGE', K_QUEUE, 0, scan - 1)
   local delays, ready, members = {}, {}, {}
   for _, member in ipairs(window) do
-    local host = cjson.decode(member).h
+    local host = host_of(member)
     if delays[host] == nil then
-      delays[host] = tonumber(redis.call('HGET', K_HOSTDELAY, host)) or default_delay
+      delays[host] = host_delay(host, default_delay)
+      ready[host] = delays[host] <= 0 or (
+        redis.call('HEXISTS', K_HOSTCLAIM, host) == 0
+        and (tonumber(redis.call('HGET', K_HOSTS, host)) or 0) <= now)
     end
-    local delay = delays[host]
-    if delay > 0 and ready[host] == nil then
-      ready[host] = tonumber(redis.call('HGET', K_HOSTS, host)) or 0
-    end
-    if delay <= 0 or ready[host] <= now then
+    if ready[host] then
       members[#members + 1] = member
       redis.call('ZREM', K_QUEUE, member)
       dequeued(host)
-      if delay > 0 then
-        ready[host] = now + delay
-        redis.call('HSET', K_HOSTS, host, ready[host])
+      if delays[host] > 0 then
+        ready[host] = false
+        redis.call('HSET', K_HOSTCLAIM, host, fp_of(member))
       end
       if #members >= n then break end
     end
@@ -53,7 +55,8 @@ end
 
 local default_delay = tonumber(redis.call('HGET', K_CONFIG, 'host_delay_ms')) or 0
 local members
-if default_delay <= 0 and redis.call('HLEN', K_HOSTDELAY) == 0 then
+if default_delay <= 0 and redis.call('HLEN', K_HOSTDELAY) == 0
+  and redis.call('HLEN', K_HOSTSLOW) == 0 then
   members = pop_fast()
 else
   members = pop_polite(default_delay)
@@ -61,7 +64,7 @@ end
 
 local deadline = now + lease_ms
 for _, member in ipairs(members) do
-  local fp = cjson.decode(member).f
+  local fp = fp_of(member)
   redis.call('HSET', K_BACKUP, fp, member)
   redis.call('ZADD', K_LEASES, deadline, fp)
 end

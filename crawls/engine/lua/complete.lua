@@ -8,6 +8,10 @@
 local prefix = ARGV[1]
 local limits, counts = read_limits(), {}
 local now = nil
+-- Hosts come into it only while one is reserved or slowed: each outcome frees its host's
+-- reservation if it was never sent, and an answer from a slowed host eases its delay.
+local by_host = redis.call('HLEN', K_HOSTCLAIM) > 0 or redis.call('HLEN', K_HOSTSLOW) > 0
+local default_delay = tonumber(redis.call('HGET', K_CONFIG, 'host_delay_ms')) or 0
 
 local function record_done(status, priority, child_depth, first, last, listed)
   if not status then
@@ -40,6 +44,15 @@ while i <= #ARGV do
   local first = i + 10
   i = first + 3 * nlinks
   -- Not in backup: the lease expired and the request went back, or it was already completed.
+  local member = by_host and redis.call('HGET', K_BACKUP, fp)
+  if member then
+    local host = host_of(member)
+    unreserve(host, fp)
+    if kind == 'done' and status and status ~= 429 and status ~= 503 then
+      now = now or now_ms()
+      recover(host, default_delay, now)
+    end
+  end
   if redis.call('HDEL', K_BACKUP, fp) == 1 then
     redis.call('ZREM', K_LEASES, fp)
     bump(counts, 'bytes', nbytes)
