@@ -16,7 +16,7 @@ Cluster slot):
     ch:{c<ID>}:config         hash  max_pages, max_depth, host_delay_ms
     ch:{c<ID>}:hosts          hash  host -> next allowed time ms (last send + delay, or push-back)
     ch:{c<ID>}:hostdelay      hash  host -> delay ms overriding the default (robots Crawl-delay)
-    ch:{c<ID>}:hostclaim      hash  host -> fp of its request claimed, not yet sent (send.lua)
+    ch:{c<ID>}:hostclaim      hash  host -> fp of its request claimed and not yet answered
     ch:{c<ID>}:hostslow       hash  host -> delay ms while it pushes back (429, 503), easing
     ch:{c<ID>}:hostwhy        hash  host -> "<ms> <why>" of its last push-back
     ch:{c<ID>}:robots         hash  host -> robots.txt text
@@ -81,7 +81,8 @@ COUNTERS = (
 _LUA_DIR = Path(__file__).resolve().parent / "lua"
 _SCRIPTS = (
     "add", "claim", "complete", "release", "requeue_expired", "retry_failed", "pending", "cancel",
-    "slice_beat", "live_slices", "series", "renew", "release_claimed", "send", "push_back",
+    "slice_beat", "live_slices", "series", "renew", "release_claimed", "send", "answered",
+    "push_back",
 )  # fmt: skip
 
 # The pages/s chart: one point a second at most, kept for 10 minutes.
@@ -188,12 +189,19 @@ class Frontier:
 
     def send(self, request: Request) -> float | None:
         """May the claimed request go to its host now (a page, a sitemap, or the host's
-        robots.txt on its behalf)? If so the host's delay runs from now, and the host, reserved
-        since the request was claimed, may be claimed again once the delay has passed; the
-        host's delay in seconds (0 for none) is returned. None: the host became slower since
-        the claim (it pushed back), and the request is to be handed back unsent."""
+        robots.txt on its behalf)? If so the host's delay runs from now, and the host stays
+        reserved for the request until answered(); the host's delay in seconds (0 for none)
+        is returned. None: the host became slower since the claim (it pushed back), and the
+        request is to be handed back unsent."""
         delay = int(self._run("send", [request.host, request.fp]))
         return None if delay < 0 else delay / 1000
+
+    def answered(self, request: Request) -> None:
+        """The host answered what send() let through (or the fetch gave up): the host is free
+        for its next request once its delay has passed from now. Counting from the answer
+        too keeps the delay between arrivals at the host, however long a request took to
+        reach it (a new connection, a busy worker)."""
+        self._run("answered", [request.host, request.fp])
 
     def pushed_back(self, host: str, *, wait: float | None, why: str) -> float:
         """The host answered 429 or 503 (`wait`: its Retry-After in seconds, if any): every

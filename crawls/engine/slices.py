@@ -352,21 +352,29 @@ class Slice:
                 return Result(request=request, blocked=refused)
             if self.crawl.obey_robots:
                 turn = Turn(self.frontier, request)
-                if not self.robots.allows(request, before_fetch=turn.take):
+                try:
+                    allowed = self.robots.allows(request, before_fetch=turn.take)
+                finally:
+                    if turn.delay is not None:  # robots.txt went to the host in this turn
+                        self.frontier.answered(request)
+                if not allowed:
                     return Result(request=request, blocked="blocked by robots.txt")
-                if turn.delay:
-                    # robots.txt was this turn's request to the host: the page goes back to
-                    # the queue and waits for the host's next turn.
+                if turn.delay:  # the page waits in the queue for the host's next turn
                     return Result(request=request, handed_back=True)
             if self.frontier.send(request) is None:  # the host pushed back since the claim
                 return Result(request=request, handed_back=True)
-            if request.reads_sitemap:
-                result = self._read_sitemap(request)
-            else:
+            try:
+                if request.reads_sitemap:
+                    result = self._read_sitemap(request)
+                    self._heed_push_back(request, result.fetch)
+                    return result
                 headers = self.recorder.conditional_headers(request)
-                result = self._fetched(request, self._get(request.url, headers=headers))
-            self._heed_push_back(request, result.fetch)
-            return result
+                fetch = self._get(request.url, headers=headers)
+                # At once, before the page is parsed: other requests to the host wait on it.
+                self._heed_push_back(request, fetch)
+            finally:
+                self.frontier.answered(request)
+            return self._fetched(request, fetch)
         except (Stopped, HostBusy):
             return Result(request=request, handed_back=True)
         except REDIS_ERRORS:

@@ -182,6 +182,7 @@ def test_host_delay_gives_one_request_per_host_per_delay(frontier):
     assert sorted(request.host for request in first) == ["a.test", "b.test"]
     for request in first:
         assert frontier.send(request) == 1.0
+        frontier.answered(request)
     assert claim_all(frontier) == []
     frontier.add_seeds(["http://c.test/"])
     assert [request.host for request in claim_all(frontier)] == ["c.test"]
@@ -194,7 +195,7 @@ def test_host_delay_gives_one_request_per_host_per_delay(frontier):
 
 
 @pytest.mark.slow
-def test_the_delay_runs_from_when_a_request_is_sent_not_claimed(frontier):
+def test_the_delay_runs_from_when_a_request_is_sent_and_answered_not_claimed(frontier):
     frontier.configure(max_pages=100, max_depth=5, host_delay=0.5)
     frontier.add_seeds(urls("a.test", 3))
     [first] = claim_all(frontier)
@@ -202,6 +203,10 @@ def test_the_delay_runs_from_when_a_request_is_sent_not_claimed(frontier):
     time.sleep(0.6)
     assert claim_all(frontier) == []
     assert frontier.send(first) == 0.5
+    # Sent and not answered, for longer than the delay: still reserved.
+    time.sleep(0.6)
+    assert claim_all(frontier) == []
+    frontier.answered(first)
     assert claim_all(frontier) == []
     time.sleep(0.55)
     [second] = claim_all(frontier)

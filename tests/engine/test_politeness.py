@@ -80,6 +80,7 @@ def test_answers_ease_a_slowed_host_back_once_per_delay(frontier):
         [request] = frontier.claim(1, lease_seconds=30) or [None]
         if request is not None:
             assert frontier.send(request) is not None
+            frontier.answered(request)
             frontier.complete([Outcome(request=request, kind="done", status=200)])
             steps.append(int(frontier.redis.hget(slowed, "a.test") or 0))
     assert steps[:3] == [750, 562, 421]
@@ -146,13 +147,14 @@ def test_a_host_answering_429_slows_down_for_every_worker_and_recovers(user, mak
     log = sorted(site.log, key=lambda r: r.at)
     assert crawl.stats["responses"] == 61
     first_429 = log[7].at
-    # Requests already sent when the 429 came back may still arrive; after that, one request a
-    # second or slower (the delay doubles on a later 429, eases by a quarter per answer),
-    # whichever of the 8 threads on 2 workers asks.
-    after = [r.at for r in log if r.at >= first_429 + 0.5]
-    shown = [(round(r.at - first_429, 2), r.path) for r in log]
-    assert len([at for at in after if at <= first_429 + 2.5]) <= 3, shown
-    assert min(gaps(after[:3])) >= 0.6, shown  # unslowed, they come 0.02 s apart
+    # Requests on their way when the 429 came back still arrive (a slice's first pages can
+    # take a worker well over half a second to get through); after that, one request a second
+    # or slower (the delay doubles on a later 429, eases by a quarter per answer), whichever of
+    # the 8 threads on 2 workers asks. Unslowed, they come 0.02 s apart.
+    after = [r.at for r in log if r.at >= first_429 + 1.0]
+    shown = str([(round(r.at - first_429, 2), r.path) for r in log])[:3000]
+    assert len([at for at in after if at <= first_429 + 3.0]) <= 3, shown
+    assert min(gaps(after[:3])) >= 0.6, shown
     # Then it eases back: the crawl ends at full speed again (10 requests in well under the
     # ~7 s they would take slowed).
     assert log[-1].at - log[-10].at < 3.0, [round(r.at - first_429, 2) for r in log]

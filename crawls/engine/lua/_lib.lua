@@ -64,8 +64,8 @@ local function host_delay(host, default)
   return delay
 end
 
--- A host with a delay is reserved by the one request claimed for it until that request is
--- sent (send.lua); one that goes back or ends unsent frees it, its next allowed time untouched.
+-- A host with a delay is reserved by the one request claimed for it until the host answered it
+-- (answered.lua); one that goes back or ends unsent frees it, its next allowed time untouched.
 local function unreserve(host, fp)
   if redis.call('HGET', K_HOSTCLAIM, host) == fp then redis.call('HDEL', K_HOSTCLAIM, host) end
 end

@@ -23,9 +23,10 @@ local function pop_fast()
 end
 
 -- A host with a delay gives one request at a time: it is ready once its next-allowed time has
--- passed and no request claimed for it is still unsent (K_HOSTCLAIM). The claimed request
--- reserves the host; its next-allowed time is set when it is sent (send.lua), so the delay
--- runs from the moment the host was asked, however long the request waited in the worker.
+-- passed and no request claimed for it is still unanswered (K_HOSTCLAIM). The claimed request
+-- reserves the host; its next-allowed time is set when it is sent (send.lua) and again when the
+-- host answers (answered.lua), so the delay runs from the moment the host was asked, however
+-- long the request waited in the worker or took to arrive.
 -- Skipped requests keep their place. Only the first `scan` entries are looked at, so a
 -- one-host crawl with a delay costs O(n) per call, not O(queue).
 local function pop_polite(default_delay)
