@@ -167,6 +167,11 @@ class CrawlOptions(models.Model):
         null=True, blank=True, validators=[MinValueValidator(0.0), MaxValueValidator(3600.0)],
         help_text="Seconds between two requests to one host; empty: the channel's.",
     )  # fmt: skip
+    host_concurrency = models.PositiveIntegerField(
+        default=0, validators=[MaxValueValidator(128)],
+        help_text="Requests one host is asked at once, over all workers; 0: no cap. With a "
+        "host delay, a host is asked one request at a time.",
+    )  # fmt: skip
     obey_robots = models.BooleanField(
         default=True,
         help_text="Skip the URLs a site's robots.txt disallows, and honour its Crawl-delay.",

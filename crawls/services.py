@@ -203,6 +203,7 @@ def crawl_start(*, crawl: Crawl, user=None) -> None:
         max_pages=crawl.max_pages,
         max_depth=crawl.max_depth,
         host_delay=crawl.effective_host_delay(),
+        host_concurrency=crawl.host_concurrency,
     )
     frontier.set_state("running")
     # A start that failed half-way (Redis done, row not saved) must not count seeds twice.

@@ -227,12 +227,22 @@ def test_host_delay_override_for_one_host(frontier):
     assert claim_all(frontier) == []
 
 
+def test_hosts_take_turns_in_the_queue(frontier):
+    frontier.add_seeds(urls("a.test", 3))
+    frontier.add_seeds(urls("b.test", 3))
+    turns = [(r.host, r.url[-1]) for r in claim_all(frontier)]
+    # Each host's first, then each one's second...; in its host, discovery order.
+    assert sorted(turns[:2]) == [("a.test", "0"), ("b.test", "0")]
+    assert sorted(turns[2:4]) == [("a.test", "1"), ("b.test", "1")]
+    assert sorted(turns[4:]) == [("a.test", "2"), ("b.test", "2")]
+
+
 def test_claim_scans_a_bounded_window(frontier):
     frontier.configure(max_pages=100, max_depth=5, host_delay=30)
     frontier.add_seeds(urls("a.test", 50))
-    frontier.add_seeds(["http://b.test/"])
+    frontier.add_seeds(["http://b.test/"], depth=1)  # behind every a.test request
     assert [r.url for r in frontier.claim(1, lease_seconds=30)] == ["http://a.test/page/0"]
-    # 10 entries scanned, all for a.test: b.test (51st) is not reached.
+    # 10 entries scanned, all for a.test: b.test (50th) is not reached.
     assert frontier.claim(1, lease_seconds=30) == []
     # 50 entries scanned: b.test is the 50th of what is left.
     assert [r.url for r in frontier.claim(5, lease_seconds=30)] == ["http://b.test/"]

@@ -47,8 +47,9 @@ def start_crawl(user, seeds: list[str], **options):
 
 @pytest.mark.once
 def test_a_push_back_slows_the_host_down_for_every_worker(frontier):
-    frontier.add_seeds([f"http://a.test/{n}" for n in range(20)] + ["http://b.test/"])
+    frontier.add_seeds([f"http://a.test/{n}" for n in range(20)])
     held = frontier.claim(3, lease_seconds=30)  # no delay: a.test three times
+    frontier.add_seeds(["http://b.test/"])
     assert frontier.send(held[0]) == 0
     assert frontier.pushed_back("a.test", wait=None, why="HTTP 429") == 1.0
     # Answers to requests already on their way do not slow it more.
@@ -163,3 +164,117 @@ def test_a_host_answering_429_slows_down_for_every_worker_and_recovers(user, mak
 
 def site_host(site) -> str:
     return site.url.split("://", 1)[1]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.slow
+def test_the_per_host_cap_holds_over_every_worker(user, make_site, fleet):
+    pages = linked_site(40)
+    lock = threading.Lock()
+    at_once = [0, 0]  # now, most
+
+    def handler(request):
+        with lock:
+            at_once[0] += 1
+            at_once[1] = max(at_once[1], at_once[0])
+        try:
+            time.sleep(0.1)
+            return pages_site(pages)(request)
+        finally:
+            with lock:
+                at_once[0] -= 1
+
+    site = make_site(handler)
+    crawl = start_crawl(
+        user, [site.url + "/"], host_delay=0, host_concurrency=2, threads=8, slices=2,
+        obey_robots=False,
+    )  # fmt: skip
+    fleet.start_worker()
+    fleet.start_worker()
+    crawl = wait_for_state(crawl, {CrawlState.FINISHED}, timeout=120, fleet=fleet)
+    assert crawl.stats["responses"] == 41
+    # 16 threads on 2 workers, and the site never saw more than 2 requests at once.
+    assert at_once[1] == 2
+    frontier = Frontier(crawl.pk)
+    assert frontier.redis.hlen(frontier.key("hostflight")) == 0
+    assert frontier.redis.hlen(frontier.key("flying")) == 0
+
+
+@pytest.mark.once
+def test_requests_in_flight_per_host_are_counted_until_answered(frontier):
+    frontier.configure(max_pages=100, max_depth=5, host_delay=0, host_concurrency=2)
+    frontier.add_seeds([f"http://a.test/{n}" for n in range(5)] + ["http://b.test/"])
+    held = frontier.claim(10, lease_seconds=30)
+    assert sorted(r.host for r in held) == ["a.test", "a.test", "b.test"]
+    flight = frontier.key("hostflight")
+    assert frontier.redis.hgetall(flight) == {b"a.test": b"2", b"b.test": b"1"}
+    a_one = next(r for r in held if r.host == "a.test")
+    frontier.send(a_one)
+    frontier.answered(a_one)
+    assert frontier.redis.hget(flight, "a.test") == b"1"
+    [more] = frontier.claim(10, lease_seconds=30)
+    assert more.host == "a.test"
+    # Completed (unanswered ones too), released or requeued: counted out once each.
+    frontier.complete([Outcome(request=r, kind="done", status=200) for r in held])
+    frontier.release([more])
+    assert frontier.redis.hgetall(flight) == {}
+    assert frontier.redis.hlen(frontier.key("flying")) == 0
+
+
+# An operator's hold, release and drop (the frontier; the doors: tests/dashboard/test_hosts.py)
+
+
+@pytest.mark.once
+def test_a_held_host_gives_nothing_until_released(frontier):
+    frontier.add_seeds([f"http://a.test/{n}" for n in range(3)] + ["http://b.test/"])
+    frontier.host_hold("A.test", until_ms=frontier.now_ms() + 60_000)
+    assert [r.host for r in frontier.claim(10, lease_seconds=30)] == ["b.test"]
+    frontier.host_release("a.test")
+    assert [r.host for r in frontier.claim(10, lease_seconds=30)] == ["a.test"] * 3
+
+
+@pytest.mark.once
+def test_a_hold_ends_by_itself(frontier):
+    frontier.add_seeds(["http://a.test/"])
+    frontier.host_hold("a.test", until_ms=frontier.now_ms() + 300)
+    assert frontier.claim(10, lease_seconds=30) == []
+    time.sleep(0.35)
+    assert len(frontier.claim(10, lease_seconds=30)) == 1
+
+
+@pytest.mark.once
+def test_dropping_a_host_drops_its_queue_and_retries_and_counts_them(frontier):
+    frontier.add_seeds([f"http://a.test/{n}" for n in range(4)] + ["http://b.test/"])
+    [first] = [r for r in frontier.claim(1, lease_seconds=30)]
+    frontier.complete([Outcome(request=first, kind="retry", retry_delay=60)])
+    assert frontier.host_drop(first.host) == (4 if first.host == "a.test" else 1)
+    stats = frontier.stats()
+    unfinished = stats["queued"] + stats["delayed"] + stats["in_flight"] + stats["cancelled"]
+    assert stats["requests"] == stats["responses"] + stats["errors"] + unfinished
+    assert {r.host for r in frontier.claim(10, lease_seconds=30)} == {"a.test", "b.test"} - {
+        first.host
+    }
+
+
+@pytest.mark.once
+def test_host_rows_say_what_each_host_is_doing(frontier):
+    frontier.configure(max_pages=100, max_depth=5, host_delay=0.5)
+    frontier.add_seeds([f"http://a.test/{n}" for n in range(3)] + ["http://b.test/"])
+    held = frontier.claim(10, lease_seconds=30)
+    a = next(r for r in held if r.host == "a.test")
+    b = next(r for r in held if r.host == "b.test")
+    frontier.send(a)
+    frontier.answered(a)
+    frontier.pushed_back("a.test", wait=None, why="HTTP 503")
+    frontier.complete([
+        Outcome(request=a, kind="retry", retry_delay=1),
+        Outcome(request=b, kind="done", status=200),
+    ])  # fmt: skip
+    rows = {row["host"]: row for row in frontier.host_rows()}
+    assert rows["a.test"]["queued"] == 2 and rows["a.test"]["errors"] == 1
+    assert rows["a.test"]["delay"] == 1.0 and rows["a.test"]["why"] == "HTTP 503"
+    assert rows["a.test"]["next_at"] > frontier.now_ms()
+    assert rows["b.test"] == {
+        "host": "b.test", "queued": 0, "in_flight": 0, "done": 1, "errors": 0, "delay": 0.5,
+        "next_at": 0, "held_until": 0, "why": "",
+    }  # fmt: skip

@@ -2,12 +2,18 @@
 -- KEYS is always the crawl's fixed keys in this order (see Frontier._keys); seen buckets are
 -- built from a prefix argument. All keys share the crawl's hash tag, so they live on one slot.
 local K_QUEUE, K_DELAYED, K_BACKUP, K_LEASES, K_STATS = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local K_STATE, K_CONFIG, K_HOSTS, K_HOSTDELAY, K_SEQ = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
+local K_STATE, K_CONFIG, K_HOSTS, K_HOSTDELAY, K_HOSTSEQ = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local K_SLICES, K_HOSTQ, K_SERIES = KEYS[11], KEYS[12], KEYS[13]
 local K_HOSTCLAIM, K_HOSTSLOW, K_HOSTWHY = KEYS[14], KEYS[15], KEYS[16]
+local K_FLYING, K_HOSTFLIGHT = KEYS[17], KEYS[18]
+local K_HOSTDONE, K_HOSTERRORS, K_HOSTHELD = KEYS[19], KEYS[20], KEYS[21]
 
 -- Queue score = (-priority) * 2^44 + depth * 2^32 + seq. Every term stays below 2^53, so the
 -- double holds it exactly; priority is clamped to +-255, depth to 4095, seq wraps at 2^32.
+-- seq is the request's turn among its host's requests (K_HOSTSEQ): at one priority and depth,
+-- hosts take turns (each host's first request, then each one's second...), so that the window
+-- a claim looks at holds many hosts, not the many pages of a few; ties between hosts break on
+-- the request JSON (its fingerprint, first).
 local PRIORITY_UNIT = 17592186044416
 local DEPTH_UNIT = 4294967296
 
@@ -36,13 +42,14 @@ local function host_of(member)
   return string.match(member, '"h":"([^"]*)"') or cjson.decode(member).h or ''
 end
 
--- Queue `member` (request JSON) behind its peers of equal priority and depth. `req` may carry
--- the already known priority (p) and depth (d); otherwise the JSON is decoded for them.
+-- Queue `member` (request JSON) behind its host's peers of equal priority and depth. `req` may
+-- carry the already known priority (p) and depth (d); otherwise the JSON is decoded for them.
 local function enqueue(member, req)
   req = req or cjson.decode(member)
-  local seq = redis.call('INCR', K_SEQ)
+  local host = req.h or host_of(member)
+  local seq = redis.call('HINCRBY', K_HOSTSEQ, host, 1)
   local added = redis.call('ZADD', K_QUEUE, 'NX', score(req.p, req.d, seq), member)
-  if added == 1 then redis.call('HINCRBY', K_HOSTQ, req.h or host_of(member), 1) end
+  if added == 1 then redis.call('HINCRBY', K_HOSTQ, host, 1) end
   return added
 end
 
@@ -68,6 +75,22 @@ end
 -- (answered.lua); one that goes back or ends unsent frees it, its next allowed time untouched.
 local function unreserve(host, fp)
   if redis.call('HGET', K_HOSTCLAIM, host) == fp then redis.call('HDEL', K_HOSTCLAIM, host) end
+end
+
+-- A claimed request counts in its host's requests in flight (the per-host cap, the host view)
+-- from the claim until the host answered it, or it went back or ended unsent.
+local function took_off(host, fp)
+  redis.call('HSET', K_FLYING, fp, host)
+  redis.call('HINCRBY', K_HOSTFLIGHT, host, 1)
+end
+
+local function landed(fp)
+  local host = redis.call('HGET', K_FLYING, fp)
+  if not host then return end
+  redis.call('HDEL', K_FLYING, fp)
+  if redis.call('HINCRBY', K_HOSTFLIGHT, host, -1) <= 0 then
+    redis.call('HDEL', K_HOSTFLIGHT, host)
+  end
 end
 
 -- A request left the queue (claimed): one fewer queued for its host; a host at 0 is dropped so
@@ -98,6 +121,7 @@ local function unclaim(fp, crash)
   redis.call('HDEL', K_BACKUP, fp)
   redis.call('ZREM', K_LEASES, fp)
   unreserve(host_of(member), fp)
+  landed(fp)
   if crash then member = crashed(member) end
   enqueue(member)
   return 1
