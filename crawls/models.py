@@ -467,6 +467,9 @@ class CrawlEvent(models.Model):
         RETRIED = "retried"
         SEEDS_ADDED = "seeds_added"
         SITEMAP = "sitemap"  # a sitemap could not be read whole: detail says why
+        HOST_HELD = "host_held"  # detail: the host and until when
+        HOST_RELEASED = "host_released"
+        HOST_DROPPED = "host_dropped"  # detail: the host and how many requests
 
     crawl = models.ForeignKey(Crawl, on_delete=models.CASCADE, related_name="events")
     kind = models.CharField(max_length=20, choices=Kind)
