@@ -23,7 +23,9 @@ Cluster slot):
     ch:{c<ID>}:hostflight     hash  host -> how many of those (exact; 0 is no field)
     ch:{c<ID>}:hostdone       hash  host -> requests it answered
     ch:{c<ID>}:hosterrors     hash  host -> requests it did not answer (errors, retries, failures)
-    ch:{c<ID>}:hostheld       hash  host -> held until ms (an operator's hold)
+    ch:{c<ID>}:hostheld       hash  host -> held until ms (an operator's hold, or parked)
+    ch:{c<ID>}:hostfail       hash  host -> "<ms> <n>": its requests failing in a row since
+    ch:{c<ID>}:hostparked     hash  host -> why it was parked (held for failing too long)
     ch:{c<ID>}:robots         hash  host -> robots.txt text
     ch:{c<ID>}:robotslock:<host>    str   one worker fetches a host's robots.txt
     ch:{c<ID>}:slices         zset  slice id -> alive-until ms (queued or running slice jobs)
@@ -70,6 +72,10 @@ SEEN_BUCKET_BITS = 12
 
 # A claim looks at most this many queue entries per request asked for when a host delay applies.
 SCAN_FACTOR = 10
+
+# A host whose requests all fail for this long is parked (held) this long, with the reason.
+PARK_AFTER_SECONDS = 120.0
+PARK_SECONDS = 600.0
 
 # A running slice beats several times a second; without a beat for this long its worker is dead.
 SLICE_BEAT_TTL = 10.0
@@ -129,7 +135,7 @@ class Frontier:
                 "queue", "delayed", "backup", "leases", "stats",
                 "state", "config", "hosts", "hostdelay", "hostseq", "slices", "hostq", "series",
                 "hostclaim", "hostslow", "hostwhy", "flying", "hostflight", "hostdone",
-                "hosterrors", "hostheld",
+                "hosterrors", "hostheld", "hostfail", "hostparked",
             )
         ]  # fmt: skip
         self._scripts = {name: self.redis.register_script(src) for name, src in _SOURCES.items()}
@@ -146,10 +152,13 @@ class Frontier:
     # Configuration and state
 
     def configure(
-        self, *, max_pages: int, max_depth: int, host_delay: float, host_concurrency: int = 0
-    ) -> None:
+        self, *, max_pages: int, max_depth: int, host_delay: float, host_concurrency: int = 0,
+        park_after: float = PARK_AFTER_SECONDS, park_for: float = PARK_SECONDS,
+    ) -> None:  # fmt: skip
         """max_pages <= 0 means no cap on requests; max_depth < 0 means no depth limit;
-        host_concurrency 0 means no cap on the requests one host is asked at once."""
+        host_concurrency 0 means no cap on the requests one host is asked at once. A host none
+        of whose requests (5 at least) got an answer for park_after seconds is held for
+        park_for seconds, with the reason (0: never)."""
         self.redis.hset(
             self.key("config"),
             mapping={
@@ -157,6 +166,8 @@ class Frontier:
                 "max_depth": max_depth,
                 "host_delay_ms": _ms(host_delay),
                 "host_concurrency": host_concurrency,
+                "park_after_ms": _ms(park_after),
+                "park_ms": _ms(park_for),
             },
         )
 
@@ -355,9 +366,9 @@ class Frontier:
         """Per host the crawl knows of (queued, in flight, answered or erred): "host",
         "queued", "in_flight", "done", "errors", "delay" (seconds now, a push-back's
         included), "next_at" and "held_until" (Redis ms, 0 for none) and "why" (why it is
-        slowed, "" when it is not), read in one MULTI."""
+        parked or slowed, "" when it is not), read in one MULTI."""
         names = ("hostq", "hostflight", "hostdone", "hosterrors", "hostdelay", "hostslow",
-                 "hosts", "hostheld", "hostwhy")  # fmt: skip
+                 "hosts", "hostheld", "hostwhy", "hostparked")  # fmt: skip
         with self.redis.pipeline(transaction=True) as pipe:
             pipe.hget(self.key("config"), "host_delay_ms")
             for name in names:
@@ -374,6 +385,7 @@ class Frontier:
             base = int(by["hostdelay"].get(host, default or 0))
             delay = max(base, int(by["hostslow"].get(host, 0)))
             why = by["hostwhy"].get(host, "").partition(" ")[2] if host in by["hostslow"] else ""
+            why = "; ".join(filter(None, (by["hostparked"].get(host, ""), why)))
             rows.append({
                 "host": host,
                 "queued": int(by["hostq"].get(host, 0)),

@@ -278,3 +278,36 @@ def test_host_rows_say_what_each_host_is_doing(frontier):
         "host": "b.test", "queued": 0, "in_flight": 0, "done": 1, "errors": 0, "delay": 0.5,
         "next_at": 0, "held_until": 0, "why": "",
     }  # fmt: skip
+
+
+# Parking: a host whose every request fails for a while
+
+
+@pytest.mark.once
+def test_a_host_whose_every_request_fails_for_a_while_is_parked_with_the_reason(frontier):
+    frontier.configure(max_pages=100, max_depth=5, host_delay=0, park_after=0.3, park_for=60)
+    frontier.add_seeds([f"http://a.test/{n}" for n in range(20)] + ["http://b.test/"])
+
+    def finish(count: int, kind: str = "failed", status: int | None = None) -> None:
+        """`count` a.test requests end as `kind`; whatever else was claimed goes back."""
+        claimed = frontier.claim(30, lease_seconds=30)
+        ending = [r for r in claimed if r.host == "a.test"][:count]
+        frontier.complete([Outcome(request=r, kind=kind, status=status) for r in ending])
+        frontier.release([r for r in claimed if r not in ending])
+
+    def fail(count: int) -> None:
+        finish(count)
+
+    fail(3)
+    finish(1, "done", 200)  # an answer ends the run of failures
+    time.sleep(0.35)
+    fail(4)
+    assert frontier.redis.hget(frontier.key("hostheld"), "a.test") is None  # 4 in no time
+    time.sleep(0.35)
+    fail(1)  # 5 failures in a row over 0.35 s: parked
+    rows = {row["host"]: row for row in frontier.host_rows()}
+    assert rows["a.test"]["held_until"] > frontier.now_ms() + 50_000
+    assert rows["a.test"]["why"] == "parked: none of its last 5 requests got an answer in 0 s"
+    assert {r.host for r in frontier.claim(20, lease_seconds=30)} == {"b.test"}
+    frontier.host_release("a.test")
+    assert {row["host"]: row for row in frontier.host_rows()}["a.test"]["why"] == ""

@@ -7,6 +7,7 @@ local K_SLICES, K_HOSTQ, K_SERIES = KEYS[11], KEYS[12], KEYS[13]
 local K_HOSTCLAIM, K_HOSTSLOW, K_HOSTWHY = KEYS[14], KEYS[15], KEYS[16]
 local K_FLYING, K_HOSTFLIGHT = KEYS[17], KEYS[18]
 local K_HOSTDONE, K_HOSTERRORS, K_HOSTHELD = KEYS[19], KEYS[20], KEYS[21]
+local K_HOSTFAIL, K_HOSTPARKED = KEYS[22], KEYS[23]
 
 -- Queue score = (-priority) * 2^44 + depth * 2^32 + seq. Every term stays below 2^53, so the
 -- double holds it exactly; priority is clamped to +-255, depth to 4095, seq wraps at 2^32.
@@ -195,5 +196,30 @@ local function recover(host, default, now)
   else
     redis.call('HSET', K_HOSTSLOW, host, eased)
     redis.call('HSET', K_HOSTWHY, host, now .. ' ' .. why)
+  end
+end
+
+-- Parking: a host none of whose requests got an answer for park_after_ms, and at least
+-- PARK_MIN_FAILS of them, is held for park_ms (K_HOSTHELD) with the reason in K_HOSTPARKED.
+-- K_HOSTFAIL keeps "<ms of the first failure in a row> <failures in a row>"; an answer ends it.
+local PARK_MIN_FAILS = 5
+
+local function count_failures(host, answered, failed, now)
+  if answered > 0 then
+    redis.call('HDEL', K_HOSTFAIL, host)
+    return
+  end
+  local since, count = string.match(redis.call('HGET', K_HOSTFAIL, host) or '', '^(%d+) (%d+)$')
+  since, count = tonumber(since) or now, (tonumber(count) or 0) + failed
+  local cfg = redis.call('HMGET', K_CONFIG, 'park_after_ms', 'park_ms')
+  local after, park = tonumber(cfg[1]) or 0, tonumber(cfg[2]) or 0
+  if after > 0 and count >= PARK_MIN_FAILS and now - since >= after then
+    redis.call('HSET', K_HOSTHELD, host, now + park)
+    redis.call('HSET', K_HOSTPARKED, host, string.format(
+      'parked: none of its last %d requests got an answer in %d s', count,
+      math.floor((now - since) / 1000)))
+    redis.call('HDEL', K_HOSTFAIL, host)
+  else
+    redis.call('HSET', K_HOSTFAIL, host, since .. ' ' .. count)
   end
 end

@@ -77,6 +77,8 @@ end
 for host, tally in pairs(per_host) do
   if tally[1] > 0 then redis.call('HINCRBY', K_HOSTDONE, host, tally[1]) end
   if tally[2] > 0 then redis.call('HINCRBY', K_HOSTERRORS, host, tally[2]) end
+  now = now or now_ms()
+  count_failures(host, tally[1], tally[2], now)
 end
 flush(counts)
 return 0

@@ -7,4 +7,5 @@ if until_ms then
 else
   redis.call('HDEL', K_HOSTHELD, host)
 end
+redis.call('HDEL', K_HOSTPARKED, host)  -- an operator's word replaces a parking's
 return 0
