@@ -167,6 +167,11 @@ class CrawlOptions(models.Model):
         null=True, blank=True, validators=[MinValueValidator(0.0), MaxValueValidator(3600.0)],
         help_text="Seconds between two requests to one host; empty: the channel's.",
     )  # fmt: skip
+    host_concurrency = models.PositiveIntegerField(
+        default=0, validators=[MaxValueValidator(128)],
+        help_text="Requests one host is asked at once, over all workers; 0: no cap. With a "
+        "host delay, a host is asked one request at a time.",
+    )  # fmt: skip
     obey_robots = models.BooleanField(
         default=True,
         help_text="Skip the URLs a site's robots.txt disallows, and honour its Crawl-delay.",
@@ -486,6 +491,9 @@ class CrawlEvent(models.Model):
         RETRIED = "retried"
         SEEDS_ADDED = "seeds_added"
         SITEMAP = "sitemap"  # a sitemap could not be read whole: detail says why
+        HOST_HELD = "host_held"  # detail: the host and until when
+        HOST_RELEASED = "host_released"
+        HOST_DROPPED = "host_dropped"  # detail: the host and how many requests
 
     crawl = models.ForeignKey(Crawl, on_delete=models.CASCADE, related_name="events")
     kind = models.CharField(max_length=20, choices=Kind)

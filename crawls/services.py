@@ -8,6 +8,7 @@ the row, and enqueues slices only after the row is committed.
 from __future__ import annotations
 
 import math
+from datetime import UTC, datetime
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -272,6 +273,7 @@ def crawl_start(*, crawl: Crawl, user=None) -> None:
         max_pages=crawl.max_pages,
         max_depth=crawl.max_depth,
         host_delay=crawl.effective_host_delay(),
+        host_concurrency=crawl.host_concurrency,
     )
     frontier.set_state("running")
     # A start that failed half-way (Redis done, row not saved) must not count seeds twice.
@@ -353,6 +355,81 @@ def crawl_add_seeds(*, crawl: Crawl, urls: list[str] | str, user=None) -> tuple[
         _event(crawl, CrawlEvent.Kind.SEEDS_ADDED, user, f"{added} added, {repeats} already seen")
         announce(crawl.pk, state_change=False)
     return added, repeats
+
+
+# One host of a crawl: what the crawl page's host view shows, and an operator's hold, release
+# and drop. Any crawl its owner or staff can see (visible_crawls), while it is not over.
+
+HOLD_MAX_MINUTES = 7 * 24 * 60
+_HOST_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789.-_:[]")
+
+
+def crawl_hosts(crawl: Crawl) -> list[dict]:
+    """Every host the crawl knows of, as Frontier.host_rows() reads them, busiest first, with
+    "next_at" and "held_until" as datetimes (None for none or past)."""
+    frontier = _frontier(crawl)
+    now_ms = frontier.now_ms()
+    rows = frontier.host_rows()
+    for row in rows:
+        for name in ("next_at", "held_until"):
+            ms = row[name]
+            row[name] = _datetime_of(ms) if ms > now_ms else None
+    rows.sort(key=lambda row: (-(row["queued"] + row["in_flight"]), row["host"]))
+    return rows
+
+
+def _datetime_of(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, tz=UTC)
+
+
+def _host_arg(crawl: Crawl, host: str) -> str:
+    """The host as the frontier names it (lowercased hostname[:port]), for a crawl that is
+    not over; CrawlActionError saying what is wrong otherwise."""
+    if crawl.is_over() or crawl.state == CrawlState.DRAFT:
+        raise CrawlActionError(
+            f"A {crawl.get_state_display().lower()} crawl has no hosts to hold, release or drop."
+        )
+    host = (host or "").strip().lower()
+    if not host:
+        raise CrawlActionError("host: say which host (as the host view shows it).")
+    if len(host) > 260 or not set(host) <= _HOST_CHARS:
+        raise CrawlActionError(f"host: {host[:80]!r} is not a host name (hostname[:port]).")
+    return host
+
+
+def crawl_host_hold(*, crawl: Crawl, host: str, minutes: Any, user=None) -> datetime:
+    """Ask the host nothing for `minutes` (1 to a week); requests already being fetched
+    finish. Returns until when (a datetime)."""
+    host = _host_arg(crawl, host)
+    try:
+        minutes = float(minutes)
+    except (TypeError, ValueError):
+        raise CrawlActionError(f"minutes: {str(minutes)[:40]!r} is not a number.") from None
+    if not (math.isfinite(minutes) and 1 <= minutes <= HOLD_MAX_MINUTES):
+        raise CrawlActionError(f"minutes: hold a host from 1 to {HOLD_MAX_MINUTES} minutes.")
+    frontier = _frontier(crawl)
+    until_ms = frontier.now_ms() + round(minutes * 60_000)
+    frontier.host_hold(host, until_ms=until_ms)
+    until = _datetime_of(until_ms)
+    _event(crawl, CrawlEvent.Kind.HOST_HELD, user, f"{host} until {until:%Y-%m-%d %H:%M:%S} UTC")
+    return until
+
+
+def crawl_host_release(*, crawl: Crawl, host: str, user=None) -> None:
+    """End a hold: the host is asked again as its delay allows."""
+    host = _host_arg(crawl, host)
+    _frontier(crawl).host_release(host)
+    _event(crawl, CrawlEvent.Kind.HOST_RELEASED, user, host)
+
+
+def crawl_host_drop(*, crawl: Crawl, host: str, user=None) -> int:
+    """Drop the host's queued requests and retries (counted in "cancelled"); what is being
+    fetched finishes, and links found later are queued as usual. Returns how many."""
+    host = _host_arg(crawl, host)
+    dropped = _frontier(crawl).host_drop(host)
+    _event(crawl, CrawlEvent.Kind.HOST_DROPPED, user, f"{host}: {dropped} request(s) dropped")
+    announce(crawl.pk, state_change=False)
+    return dropped
 
 
 def crawl_retry_failed(*, crawl: Crawl, user=None, ids: list[int] | None = None) -> int:

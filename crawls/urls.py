@@ -10,6 +10,7 @@ urlpatterns = [
     path("crawls/<int:pk>/", crawls.crawl_detail, name="crawl_detail"),
     path("crawls/<int:pk>/snapshot.json", crawls.crawl_snapshot, name="crawl_snapshot"),
     path("crawls/<int:pk>/activity", crawls.crawl_activity, name="crawl_activity"),
+    path("crawls/<int:pk>/hosts/", crawls.crawl_hosts, name="crawl_hosts"),
     path("crawls/demo/", crawls.crawl_demo, name="crawl_demo"),
     path("crawls/<int:pk>/export.<str:fmt>", exports.crawl_export, name="crawl_export"),
     path("crawls/<int:pk>/pages/", pages.page_list, name="page_list"),

@@ -5,17 +5,27 @@ them; no other module builds these key names. What it stores (Request, Outcome, 
 is in crawls/engine/request.py. Keys (hash tag {c<ID>}, so a crawl lives on one Redis
 Cluster slot):
 
-    ch:{c<ID>}:queue          zset  request JSON -> score (priority, then depth, then seq)
-    ch:{c<ID>}:seq            str   discovery order for the score
+    ch:{c<ID>}:queue          zset  request JSON -> score (priority, then depth, then turn)
+    ch:{c<ID>}:hostseq        hash  host -> requests it queued: a request's turn for the score
     ch:{c<ID>}:delayed        zset  request JSON -> ready time ms (retries waiting)
     ch:{c<ID>}:seen:<bucket>  set   64-bit fingerprints, 4096 buckets (intset encoded)
     ch:{c<ID>}:backup         hash  fp -> request JSON, for every claimed unfinished request
     ch:{c<ID>}:leases         zset  fp -> lease deadline ms
     ch:{c<ID>}:stats          hash  counters, only ever HINCRBY
     ch:{c<ID>}:state          str   running / paused / cancelled
-    ch:{c<ID>}:config         hash  max_pages, max_depth, host_delay_ms
-    ch:{c<ID>}:hosts          hash  host -> next allowed time ms
+    ch:{c<ID>}:config         hash  max_pages, max_depth, host_delay_ms, host_concurrency
+    ch:{c<ID>}:hosts          hash  host -> next allowed time ms (last send + delay, or push-back)
     ch:{c<ID>}:hostdelay      hash  host -> delay ms overriding the default (robots Crawl-delay)
+    ch:{c<ID>}:hostclaim      hash  host -> fp of its request claimed and not yet answered
+    ch:{c<ID>}:hostslow       hash  host -> delay ms while it pushes back (429, 503), easing
+    ch:{c<ID>}:hostwhy        hash  host -> "<ms> <why>" of its last push-back
+    ch:{c<ID>}:flying         hash  fp -> host, for every claimed request not yet answered
+    ch:{c<ID>}:hostflight     hash  host -> how many of those (exact; 0 is no field)
+    ch:{c<ID>}:hostdone       hash  host -> requests it answered
+    ch:{c<ID>}:hosterrors     hash  host -> requests it did not answer (errors, retries, failures)
+    ch:{c<ID>}:hostheld       hash  host -> held until ms (an operator's hold, or parked)
+    ch:{c<ID>}:hostfail       hash  host -> "<ms> <n>": its requests failing in a row since
+    ch:{c<ID>}:hostparked     hash  host -> why it was parked (held for failing too long)
     ch:{c<ID>}:robots         hash  host -> robots.txt text
     ch:{c<ID>}:robotslock:<host>    str   one worker fetches a host's robots.txt
     ch:{c<ID>}:slices         zset  slice id -> alive-until ms (queued or running slice jobs)
@@ -67,6 +77,10 @@ SEEN_BUCKET_BITS = 12
 # A claim looks at most this many queue entries per request asked for when a host delay applies.
 SCAN_FACTOR = 10
 
+# A host whose requests all fail for this long is parked (held) this long, with the reason.
+PARK_AFTER_SECONDS = 120.0
+PARK_SECONDS = 600.0
+
 # A running slice beats several times a second; without a beat for this long its worker is dead.
 SLICE_BEAT_TTL = 10.0
 
@@ -82,7 +96,8 @@ COUNTERS = (
 _LUA_DIR = Path(__file__).resolve().parent / "lua"
 _SCRIPTS = (
     "add", "claim", "complete", "release", "requeue_expired", "retry_failed", "pending", "cancel",
-    "slice_beat", "live_slices", "series", "renew", "release_claimed",
+    "slice_beat", "live_slices", "series", "renew", "release_claimed", "send", "answered",
+    "push_back", "host_hold", "host_drop",
 )  # fmt: skip
 
 # The pages/s chart: one point a second at most, kept for 10 minutes.
@@ -122,7 +137,9 @@ class Frontier:
             self.key(name)
             for name in (
                 "queue", "delayed", "backup", "leases", "stats",
-                "state", "config", "hosts", "hostdelay", "seq", "slices", "hostq", "series",
+                "state", "config", "hosts", "hostdelay", "hostseq", "slices", "hostq", "series",
+                "hostclaim", "hostslow", "hostwhy", "flying", "hostflight", "hostdone",
+                "hosterrors", "hostheld", "hostfail", "hostparked",
             )
         ]  # fmt: skip
         self._scripts = {name: self.redis.register_script(src) for name, src in _SOURCES.items()}
@@ -138,14 +155,23 @@ class Frontier:
 
     # Configuration and state
 
-    def configure(self, *, max_pages: int, max_depth: int, host_delay: float) -> None:
-        """max_pages <= 0 means no cap on requests; max_depth < 0 means no depth limit."""
+    def configure(
+        self, *, max_pages: int, max_depth: int, host_delay: float, host_concurrency: int = 0,
+        park_after: float = PARK_AFTER_SECONDS, park_for: float = PARK_SECONDS,
+    ) -> None:  # fmt: skip
+        """max_pages <= 0 means no cap on requests; max_depth < 0 means no depth limit;
+        host_concurrency 0 means no cap on the requests one host is asked at once. A host none
+        of whose requests (5 at least) got an answer for park_after seconds is held for
+        park_for seconds, with the reason (0: never)."""
         self.redis.hset(
             self.key("config"),
             mapping={
                 "max_pages": max_pages,
                 "max_depth": max_depth,
                 "host_delay_ms": _ms(host_delay),
+                "host_concurrency": host_concurrency,
+                "park_after_ms": _ms(park_after),
+                "park_ms": _ms(park_for),
             },
         )
 
@@ -185,6 +211,29 @@ class Frontier:
             return []
         members = self._run("claim", [n, _ms(lease_seconds), n * SCAN_FACTOR])
         return [Request.from_json(member) for member in members]
+
+    def send(self, request: Request) -> float | None:
+        """May the claimed request go to its host now (a page, a sitemap, or the host's
+        robots.txt on its behalf)? If so the host's delay runs from now, and the host stays
+        reserved for the request until answered(); the host's delay in seconds (0 for none)
+        is returned. None: the host became slower since the claim (it pushed back), and the
+        request is to be handed back unsent."""
+        delay = int(self._run("send", [request.host, request.fp]))
+        return None if delay < 0 else delay / 1000
+
+    def answered(self, request: Request) -> None:
+        """The host answered what send() let through (or the fetch gave up): the host is free
+        for its next request once its delay has passed from now. Counting from the answer
+        too keeps the delay between arrivals at the host, however long a request took to
+        reach it (a new connection, a busy worker)."""
+        self._run("answered", [request.host, request.fp])
+
+    def pushed_back(self, host: str, *, wait: float | None, why: str) -> float:
+        """The host answered 429 or 503 (`wait`: its Retry-After in seconds, if any): every
+        worker slows down on it, and eases back as it answers normally again. Returns the
+        host's delay in seconds now."""
+        wait_ms = "" if wait is None else _ms(wait)
+        return int(self._run("push_back", [host.lower(), wait_ms, why[:200]])) / 1000
 
     def renew(self, requests: list[Request], *, lease_seconds: float) -> None:
         """Extend the leases of requests this worker still holds (a slow site must not make
@@ -296,6 +345,63 @@ class Frontier:
         return live_views([self.crawl_id], points=points, record=record, client=self.redis)[
             self.crawl_id
         ]
+
+    # Hosts: what each one is doing, and an operator's hold, release and drop
+
+    def host_hold(self, host: str, *, until_ms: int) -> None:
+        """Give the host no request until until_ms (Redis time, ms); claimed ones go on."""
+        self._run("host_hold", [host.lower(), int(until_ms)])
+
+    def host_release(self, host: str) -> None:
+        """End a hold: the host may be asked again as its delay allows."""
+        self._run("host_hold", [host.lower(), ""])
+
+    def host_drop(self, host: str) -> int:
+        """Drop the host's queued requests and retries (counted in "cancelled"). Returns how
+        many."""
+        return int(self._run("host_drop", [host.lower()]))
+
+    def now_ms(self) -> int:
+        """Redis' clock, which every time in these keys is measured by."""
+        seconds, micros = self.redis.time()
+        return seconds * 1000 + micros // 1000
+
+    def host_rows(self) -> list[dict]:
+        """Per host the crawl knows of (queued, in flight, answered or erred): "host",
+        "queued", "in_flight", "done", "errors", "delay" (seconds now, a push-back's
+        included), "next_at" and "held_until" (Redis ms, 0 for none) and "why" (why it is
+        parked or slowed, "" when it is not), read in one MULTI."""
+        names = ("hostq", "hostflight", "hostdone", "hosterrors", "hostdelay", "hostslow",
+                 "hosts", "hostheld", "hostwhy", "hostparked")  # fmt: skip
+        with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hget(self.key("config"), "host_delay_ms")
+            for name in names:
+                pipe.hgetall(self.key(name))
+            default, *maps = pipe.execute()
+        by = {
+            name: {host.decode(): value.decode() for host, value in found.items()}
+            for name, found in zip(names, maps, strict=True)
+        }
+        hosts = set(by["hostq"]) | set(by["hostflight"]) | set(by["hostdone"])
+        hosts |= set(by["hosterrors"]) | set(by["hostheld"])
+        rows = []
+        for host in sorted(hosts):
+            base = int(by["hostdelay"].get(host, default or 0))
+            delay = max(base, int(by["hostslow"].get(host, 0)))
+            why = by["hostwhy"].get(host, "").partition(" ")[2] if host in by["hostslow"] else ""
+            why = "; ".join(filter(None, (by["hostparked"].get(host, ""), why)))
+            rows.append({
+                "host": host,
+                "queued": int(by["hostq"].get(host, 0)),
+                "in_flight": int(by["hostflight"].get(host, 0)),
+                "done": int(by["hostdone"].get(host, 0)),
+                "errors": int(by["hosterrors"].get(host, 0)),
+                "delay": delay / 1000,
+                "next_at": int(by["hosts"].get(host, 0)),
+                "held_until": int(by["hostheld"].get(host, 0)),
+                "why": why,
+            })  # fmt: skip
+        return rows
 
     # robots.txt, cached per host for the crawl
 
@@ -434,8 +540,8 @@ def _outcome_args(outcome: Outcome) -> list:
         links += _link_args(outcome.sitemaps, request, child_depth, VIA_SITEMAP)
     status = "" if outcome.status is None else outcome.status
     return [
-        request.fp, outcome.kind, status, outcome.nbytes, request.priority, child_depth,
-        retry_json, _ms(outcome.retry_delay), len(links) // 3, listed, *links,
+        request.fp, request.host, outcome.kind, status, outcome.nbytes, request.priority,
+        child_depth, retry_json, _ms(outcome.retry_delay), len(links) // 3, listed, *links,
     ]  # fmt: skip
 
 

@@ -45,7 +45,9 @@ class Result:
     request: Request
     fetch: FetchResult | None = None
     blocked: str = ""  # why the request was not fetched (the guard, robots.txt)
-    handed_back: bool = False  # not fetched because the slice is stopping: back to the queue
+    # Not fetched, back to the queue: the slice is stopping, or the host's robots.txt was
+    # asked for in this request's turn.
+    handed_back: bool = False
     given_up: bool = False  # not fetched: it crashed too many slices (retry.gave_up)
     digest: str = ""  # of the body (results.body_digest), taken before the body is dropped
     extracted: results.Extracted | None = None

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections.abc import Callable
 from urllib.parse import urlsplit
 
 from protego import Protego
@@ -17,6 +18,11 @@ from crawls.engine.sitemaps import usable_sitemaps
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
 UNREACHABLE_ROBOTS_SECONDS = 60.0
+
+
+class HostBusy(Exception):
+    """robots.txt was to be fetched, but the host may not be asked now (its politeness turn
+    was refused): the request that needed it goes back to the queue."""
 
 
 class RobotsPolicy:
@@ -127,28 +133,37 @@ class RobotsCache:
         self._policies: dict[str, tuple[RobotsPolicy, float]] = {}  # host -> (policy, until)
         self._lock = threading.Lock()
 
-    def allows(self, request: Request) -> bool:
-        """May the crawl fetch this request? Loads the host's robots.txt the first time."""
-        return self._policy(request).allowed(request.url, self.user_agent)
+    def allows(self, request: Request, *, before_fetch: Callable[[], bool] | None = None) -> bool:
+        """May the crawl fetch this request? Loads the host's robots.txt the first time.
+        before_fetch, when given, is asked right before robots.txt is fetched from the site
+        (the host's politeness turn); False raises HostBusy and nothing is fetched."""
+        return self._policy(request, before_fetch).allowed(request.url, self.user_agent)
 
     def sitemaps(self, request: Request) -> list[str]:
         """The sitemaps the robots.txt of the request's host lists (loaded as for allows)."""
         return self._policy(request).sitemaps()
 
-    def _policy(self, request: Request) -> RobotsPolicy:
+    def _policy(
+        self, request: Request, before_fetch: Callable[[], bool] | None = None
+    ) -> RobotsPolicy:
         host = request.host
         cached = self._policies.get(host)
         if cached is None or cached[1] < time.monotonic():
             with self._lock:
                 cached = self._policies.get(host)
                 if cached is None or cached[1] < time.monotonic():
-                    cached = self._policies[host] = self._load(request.url, host)
+                    cached = self._load(request.url, host, before_fetch)
+                    self._policies[host] = cached
         return cached[0]
 
-    def _load(self, url: str, host: str) -> tuple[RobotsPolicy, float]:
+    def _load(
+        self, url: str, host: str, before_fetch: Callable[[], bool] | None
+    ) -> tuple[RobotsPolicy, float]:
         """The host's policy and until when (monotonic) it holds."""
         stored = self._stored_text(host)
         if stored is None:
+            if before_fetch is not None and not before_fetch():
+                raise HostBusy(host)
             status, text = self.fetcher.fetch_text(robots_url(url))
             if status is None:
                 until = time.monotonic() + UNREACHABLE_ROBOTS_SECONDS

@@ -36,7 +36,7 @@ from crawls.engine.live import publish_crawl
 from crawls.engine.proxying import KeptProxies, Stopped, fetch_via_pool
 from crawls.engine.recording import Recorder, Result
 from crawls.engine.request import VIA_SITEMAP_ROOT, Request
-from crawls.engine.robots import RobotsCache
+from crawls.engine.robots import HostBusy, RobotsCache
 from crawls.engine.scope import Scope, ScopeError
 from crawls.engine.sessions import LoginFailed, SharedSession
 from crawls.models import Crawl, CrawlAuth, ProxyUse
@@ -56,6 +56,8 @@ REDIS_RETRY_SECONDS = 300.0
 # A page that still finds the session expired after this many renewals is kept as it is (a
 # redirect to the login page): the site ends sessions faster than the crawl can use them.
 RENEWALS_PER_PAGE = 5
+# Answers by which a host asks to be asked less often.
+PUSH_BACK_STATUSES = frozenset({429, 503})
 
 
 @dataclass
@@ -305,6 +307,13 @@ class Slice:
             self.done_bytes += result.held_bytes
 
     def _flush_when_due(self) -> None:
+        if self.unstarted and not self.stop:
+            # Handed back while the slice goes on (a page whose host just had its robots.txt
+            # asked for): back in the queue now, for the host's next turn.
+            self.report.handed_back += with_redis_retry(
+                lambda: self.frontier.release(self.unstarted)
+            )
+            self.unstarted = []
         if (
             len(self.done) >= FLUSH_AT_OUTCOMES
             or self.done_bytes >= FLUSH_AT_BYTES
@@ -324,7 +333,7 @@ class Slice:
         self._release_kept_proxies()
         self._flush(self.done)
         if self.unstarted:
-            self.report.handed_back = with_redis_retry(
+            self.report.handed_back += with_redis_retry(
                 lambda: self.frontier.release(self.unstarted)
             )
         self.fetcher.close()
@@ -361,28 +370,47 @@ class Slice:
         try:
             if refused := refusal(request.url):  # before robots.txt, which is on the same host
                 return Result(request=request, blocked=refused)
-            if self.crawl.obey_robots and not self.robots.allows(request):
-                return Result(request=request, blocked="blocked by robots.txt")
-            if request.reads_sitemap:
-                return self._read_sitemap(request)
-            headers = self.recorder.conditional_headers(request)
-            seen, session = self.session.current() if self.session else (0, [])
-            fetch = self._get(request.url, headers=headers, session=session)
-            for _ in range(RENEWALS_PER_PAGE):
-                if not (self.session and self._logged_out(fetch)):
-                    break
-                # The session expired: renewed once for every worker (crawls/engine/sessions.py),
-                # then this page is fetched again with the new one (which other threads may
-                # use up first, on a site whose sessions last a few requests).
-                self.session.renew(seen)
-                seen, session = self.session.current()
+            if self.crawl.obey_robots:
+                turn = Turn(self.frontier, request)
+                try:
+                    allowed = self.robots.allows(request, before_fetch=turn.take)
+                finally:
+                    if turn.delay is not None:  # robots.txt went to the host in this turn
+                        self.frontier.answered(request)
+                if not allowed:
+                    return Result(request=request, blocked="blocked by robots.txt")
+                if turn.delay:  # the page waits in the queue for the host's next turn
+                    return Result(request=request, handed_back=True)
+            if self.frontier.send(request) is None:  # the host pushed back since the claim
+                return Result(request=request, handed_back=True)
+            try:
+                if request.reads_sitemap:
+                    result = self._read_sitemap(request)
+                    self._heed_push_back(request, result.fetch)
+                    return result
+                headers = self.recorder.conditional_headers(request)
+                seen, session = self.session.current() if self.session else (0, [])
                 fetch = self._get(request.url, headers=headers, session=session)
+                for _ in range(RENEWALS_PER_PAGE):
+                    if not (self.session and self._logged_out(fetch)):
+                        break
+                    # The session expired: renewed once for every worker
+                    # (crawls/engine/sessions.py), then this page is fetched again with the new
+                    # one (which other threads may use up first, on a site whose sessions last a
+                    # few requests). The host stays this page's until it answers.
+                    self.session.renew(seen)
+                    seen, session = self.session.current()
+                    fetch = self._get(request.url, headers=headers, session=session)
+                # At once, before the page is parsed: other requests to the host wait on it.
+                self._heed_push_back(request, fetch)
+            finally:
+                self.frontier.answered(request)
             return self._fetched(request, fetch)
         except LoginFailed as exc:
             return Result(
                 request=request, blocked=f"the session expired and the login failed: {exc}"
             )
-        except Stopped:
+        except (Stopped, HostBusy):
             return Result(request=request, handed_back=True)
         except REDIS_ERRORS:
             # Redis went away mid-fetch (the proxy pool, the robots.txt cache): the page is
@@ -392,6 +420,15 @@ class Slice:
         except Exception as exc:  # a bug in one page must not lose the others
             log.exception("fetching %s failed", request.url)
             return Result(request=request, blocked=f"internal error: {type(exc).__name__}: {exc}")
+
+    def _heed_push_back(self, request: Request, fetch: FetchResult | None) -> None:
+        """A 429 or 503 slows the host down for every worker at once (the frontier keeps how
+        much, and eases it back), not only this page's retry."""
+        if fetch is None or fetch.status not in PUSH_BACK_STATUSES:
+            return
+        wait = fetch.retry_after
+        why = f"HTTP {fetch.status}" + ("" if wait is None else f", Retry-After {wait:g} s")
+        self.frontier.pushed_back(request.host, wait=wait, why=why)
 
     def _get(
         self, url: str, *, headers: dict | None = None, sitemap: bool = False,
@@ -469,6 +506,20 @@ class Slice:
         outcomes = [r.outcome for r in results]
         with_redis_retry(lambda: self.frontier.complete(outcomes))
         publish_crawl(self.crawl.pk)
+
+
+class Turn:
+    """A claimed request's one turn at its host (Frontier.send), taken right before something
+    is sent: the page, or the host's robots.txt on its behalf."""
+
+    def __init__(self, frontier: Frontier, request: Request) -> None:
+        self.frontier = frontier
+        self.request = request
+        self.delay: float | None = None  # the host's delay, once the turn is taken
+
+    def take(self) -> bool:
+        self.delay = self.frontier.send(self.request)
+        return self.delay is not None
 
 
 def stop_on_sigterm(flag: StopFlag) -> None:

@@ -192,6 +192,30 @@ ACTIONS = {
 }
 
 
+# The host view's buttons (crawl_hosts): the host comes as a form field.
+HOST_ACTIONS = {
+    "host-hold": (services.crawl_host_hold, "{host} held until {result:%H:%M:%S} UTC."),
+    "host-release": (services.crawl_host_release, "{host} released."),
+    "host-drop": (services.crawl_host_drop, "{host}: {result} queued request(s) dropped."),
+}
+
+
+def crawl_hosts(request: HttpRequest, pk: int) -> HttpResponse:
+    """Every host of the crawl: queued, in flight, done, errors, its delay now, when it may be
+    asked next and why it is slowed; hold, release and drop buttons while the crawl runs."""
+    crawl = get_object_or_404(visible_crawls(request.user), pk=pk)
+    try:
+        hosts, problem = services.crawl_hosts(crawl), ""
+    except services.REDIS_ERRORS as exc:
+        hosts, problem = [], f"Redis is not reachable: {exc}"
+    return render(
+        request,
+        "crawls/crawl_hosts.html",
+        {"nav": "crawls", "crawl": crawl, "hosts": hosts, "problem": problem,
+         "can_act": not crawl.is_over() and crawl.state != CrawlState.DRAFT},
+    )  # fmt: skip
+
+
 def _ids(values: list[str]) -> list[int]:
     """The values that are whole numbers; others ('²', 5,000 digits) are skipped."""
     ids = []
@@ -216,6 +240,12 @@ def crawl_action(request: HttpRequest, pk: int, action: str) -> HttpResponse:
         ids = _ids(request.POST.getlist("id")) or None
         ok, text = _act(request, services.crawl_retry_failed, crawl,
                         "{result} request(s) back in the queue.", ids=ids)  # fmt: skip
+    elif action in HOST_ACTIONS:
+        fn, done = HOST_ACTIONS[action]
+        fields = {"host": request.POST.get("host", "")}
+        if action == "host-hold":
+            fields["minutes"] = request.POST.get("minutes", "")
+        ok, text = _act(request, fn, crawl, done.replace("{host}", fields["host"]), **fields)
     elif action in ACTIONS:
         fn, done = ACTIONS[action]
         ok, text = _act(request, fn, crawl, done)

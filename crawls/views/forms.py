@@ -151,7 +151,8 @@ SECRET_INPUTS = ("headers", "cookie", "cookies_txt", "basic_password", "login_fi
 # The options templates/crawls/crawl_new.html places in its sections by hand.
 LAID_OUT = frozenset({
     "allowed_domains", "include_patterns", "exclude_patterns", "max_depth", "max_pages",
-    "priority", "threads", "slices", "host_delay", "timeout", "max_bytes", "max_retries",
+    "priority", "threads", "slices", "host_delay", "host_concurrency", "timeout", "max_bytes",
+    "max_retries",
     "user_agent_mode", "user_agent", "obey_robots", "keep_bodies", "extract_rules",
     "keep_structured_data", "follow_sitemaps",
 })  # fmt: skip

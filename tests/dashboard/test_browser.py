@@ -399,3 +399,25 @@ def test_a_user_who_is_not_staff_gets_neither_the_proxies_page_nor_its_websocket
            })"""
     )
     assert health == "health"
+
+
+def test_the_host_view_holds_and_releases_a_host(page, dashboard, user):
+    seeds = [f"http://127.0.0.1:{port}/" for port in (9, 19)]  # nobody answers: errors
+    crawl = services.crawl_create(
+        user=user, name="hosts", seeds=seeds, host_delay=30, obey_robots=False, max_depth=0
+    )
+    services.crawl_start(crawl=crawl, user=user)
+    services.crawl_add_seeds(crawl=crawl, urls=[s + "more" for s in seeds], user=user)
+    log_in(page, dashboard, "alice")
+    page.goto(f"{dashboard}/crawls/{crawl.pk}/")
+    page.get_by_role("link", name="Every host").click()
+    page.wait_for_url(re.compile(rf"/crawls/{crawl.pk}/hosts/$"))
+    assert page.locator("td.url", has_text="127.0.0.1:19").is_visible()
+    page.get_by_label("Minutes to hold 127.0.0.1:19").fill("15")
+    page.get_by_role("button", name="Hold 127.0.0.1:19").click()
+    assert page.get_by_text("127.0.0.1:19 held until").is_visible()
+    shoot(page, "crawl-hosts")
+    page.get_by_role("button", name="Release 127.0.0.1:19").click()
+    assert page.get_by_text("127.0.0.1:19 released.").is_visible()
+    kinds = list(crawl.events.values_list("kind", flat=True))
+    assert "host_held" in kinds and "host_released" in kinds

@@ -86,7 +86,8 @@ def test_the_form_says_what_is_wrong_next_to_each_field(user_client):
         "/crawls/new/",
         {"name": "x", "seeds": "ftp://nope", "max_pages": "0", "threads": "1", "slices": "1",
          "max_depth": "3", "priority": "0", "timeout": "15", "max_bytes": "100000",
-         "max_retries": "2", "include_patterns": "a(b", "channel": Channel.default().pk},
+         "max_retries": "2", "include_patterns": "a(b", "channel": Channel.default().pk,
+         "host_concurrency": "0"},
     )  # fmt: skip
     assert response.status_code == 200
     page = response.content.decode()
@@ -100,7 +101,8 @@ def test_the_form_creates_and_starts_a_crawl(user_client):
         "/crawls/new/",
         {"name": "site", "seeds": "http://127.0.0.1:9/", "max_pages": "10", "threads": "2",
          "slices": "1", "max_depth": "3", "priority": "0", "timeout": "15", "max_bytes": "100000",
-         "max_retries": "2", "channel": Channel.default().pk, "start_now": "on"},
+         "max_retries": "2", "channel": Channel.default().pk, "start_now": "on",
+         "host_concurrency": "0"},
     )  # fmt: skip
     crawl = Crawl.objects.get()
     assert response["Location"] == f"/crawls/{crawl.pk}/"

@@ -409,7 +409,9 @@ def test_queue_size_per_host_matches_the_queue_with_a_host_delay(db):
     urls = [f"http://h{n % 3}.test/{n}" for n in range(30)]
     frontier.add_seeds(urls)
     for _ in range(5):
-        frontier.claim(5, lease_seconds=30)
+        for request in frontier.claim(5, lease_seconds=30):  # one per host: each is reserved
+            frontier.send(request)  # until the host answered, as a worker says
+            frontier.answered(request)
         time.sleep(0.06)
     queue = queued_per_host(frontier)
     assert sum(queue.values()) == frontier.stats()["queued"] == 30 - 15

@@ -74,7 +74,8 @@ def test_the_flags_scripts_and_the_readme_use_keep_working():
     assert {name: getattr(given, name) for name in CRAWL_OPTIONS} == {
         "allowed_domains": ["a.test", "b.test"], "include_patterns": ["/docs/"],
         "exclude_patterns": [r"\.pdf$"], "max_depth": 2, "max_pages": 5, "priority": 1,
-        "threads": 4, "slices": 1, "host_delay": 0.5, "obey_robots": False,
+        "host_concurrency": None, "threads": 4, "slices": 1, "host_delay": 0.5,
+        "obey_robots": False,
         "user_agent_mode": "fixed", "user_agent": "bot/1", "timeout": 3.0, "max_bytes": 2048,
         "max_retries": 0, "keep_bodies": True, "follow_sitemaps": True,
         "extract_rules": [{"name": "h", "kind": "css", "expr": "h1"}],

@@ -216,8 +216,9 @@ def test_link_arguments_equal_those_of_link_requests():
         for url in links:
             link = Request(url, parent.depth + 1, referrer=parent.url, priority=parent.priority)
             expected += [frontier._bucket(link.fp), link.fp, reference_json(link)]
-        assert args[10:] == expected
-        assert args[8] == len(links) and args[9] == 0  # none a sitemap listed
+        assert args[1] == parent.host
+        assert args[11:] == expected
+        assert args[9] == len(links) and args[10] == 0  # none a sitemap listed
 
 
 def test_a_redirects_argument_equals_that_of_its_target_request():
@@ -233,8 +234,8 @@ def test_a_redirects_argument_equals_that_of_its_target_request():
             urls[n + 3], parent.depth, referrer=parent.url, priority=parent.priority,
             via=VIA_REDIRECT, redirects=(*chain, parent.url),
         )  # fmt: skip
-        assert args[5] == parent.depth  # the child depth: a redirect is no step deeper
-        assert args[10:] == [frontier._bucket(target.fp), target.fp, reference_json(target)]
+        assert args[6] == parent.depth  # the child depth: a redirect is no step deeper
+        assert args[11:] == [frontier._bucket(target.fp), target.fp, reference_json(target)]
 
 
 def test_bucket_names_are_the_top_bits_in_hex():

@@ -261,7 +261,7 @@ def test_the_admin_creates_and_starts_crawls_through_the_services(staff_client, 
             "include_patterns": '["("]', "exclude_patterns": "[]", "max_depth": 2,
             "max_pages": 10, "priority": 0, "threads": 2, "slices": 1, "timeout": 5,
             "max_bytes": 100000, "max_retries": 1, "user_agent_mode": "", "user_agent": "",
-            "events-TOTAL_FORMS": 0, "events-INITIAL_FORMS": 0,
+            "host_concurrency": 0, "events-TOTAL_FORMS": 0, "events-INITIAL_FORMS": 0,
         },
     )  # fmt: skip
     assert response.status_code == 200  # the bad regex is refused

@@ -180,6 +180,9 @@ def test_host_delay_gives_one_request_per_host_per_delay(frontier):
     frontier.add_seeds(urls("a.test", 3) + urls("b.test", 3))
     first = claim_all(frontier)
     assert sorted(request.host for request in first) == ["a.test", "b.test"]
+    for request in first:
+        assert frontier.send(request) == 1.0
+        frontier.answered(request)
     assert claim_all(frontier) == []
     frontier.add_seeds(["http://c.test/"])
     assert [request.host for request in claim_all(frontier)] == ["c.test"]
@@ -191,6 +194,31 @@ def test_host_delay_gives_one_request_per_host_per_delay(frontier):
     assert frontier.stats()["queued"] == 2
 
 
+@pytest.mark.slow
+def test_the_delay_runs_from_when_a_request_is_sent_and_answered_not_claimed(frontier):
+    frontier.configure(max_pages=100, max_depth=5, host_delay=0.5)
+    frontier.add_seeds(urls("a.test", 3))
+    [first] = claim_all(frontier)
+    # Claimed, not sent: the host is reserved however long the request waits in its worker.
+    time.sleep(0.6)
+    assert claim_all(frontier) == []
+    assert frontier.send(first) == 0.5
+    # Sent and not answered, for longer than the delay: still reserved.
+    time.sleep(0.6)
+    assert claim_all(frontier) == []
+    frontier.answered(first)
+    assert claim_all(frontier) == []
+    time.sleep(0.55)
+    [second] = claim_all(frontier)
+    # A request that goes back unsent frees its host at once: nothing reached the host.
+    assert frontier.release([second]) == 1
+    [third] = claim_all(frontier)
+    assert third.url == "http://a.test/page/2"  # the released one went behind its peer
+    # So does one completed without being sent (blocked by the guard or robots.txt).
+    frontier.complete([Outcome(request=third, kind="done")])
+    assert [r.url for r in claim_all(frontier)] == [second.url]
+
+
 def test_host_delay_override_for_one_host(frontier):
     frontier.add_seeds(urls("slow.test", 3) + urls("fast.test", 3))
     frontier.set_host_delay("SLOW.test", 30)
@@ -199,12 +227,22 @@ def test_host_delay_override_for_one_host(frontier):
     assert claim_all(frontier) == []
 
 
+def test_hosts_take_turns_in_the_queue(frontier):
+    frontier.add_seeds(urls("a.test", 3))
+    frontier.add_seeds(urls("b.test", 3))
+    turns = [(r.host, r.url[-1]) for r in claim_all(frontier)]
+    # Each host's first, then each one's second...; in its host, discovery order.
+    assert sorted(turns[:2]) == [("a.test", "0"), ("b.test", "0")]
+    assert sorted(turns[2:4]) == [("a.test", "1"), ("b.test", "1")]
+    assert sorted(turns[4:]) == [("a.test", "2"), ("b.test", "2")]
+
+
 def test_claim_scans_a_bounded_window(frontier):
     frontier.configure(max_pages=100, max_depth=5, host_delay=30)
     frontier.add_seeds(urls("a.test", 50))
-    frontier.add_seeds(["http://b.test/"])
+    frontier.add_seeds(["http://b.test/"], depth=1)  # behind every a.test request
     assert [r.url for r in frontier.claim(1, lease_seconds=30)] == ["http://a.test/page/0"]
-    # 10 entries scanned, all for a.test: b.test (51st) is not reached.
+    # 10 entries scanned, all for a.test: b.test (50th) is not reached.
     assert frontier.claim(1, lease_seconds=30) == []
     # 50 entries scanned: b.test is the 50th of what is left.
     assert [r.url for r in frontier.claim(5, lease_seconds=30)] == ["http://b.test/"]

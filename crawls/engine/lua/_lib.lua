@@ -2,11 +2,19 @@
 -- KEYS is always the crawl's fixed keys in this order (see Frontier._keys); seen buckets are
 -- built from a prefix argument. All keys share the crawl's hash tag, so they live on one slot.
 local K_QUEUE, K_DELAYED, K_BACKUP, K_LEASES, K_STATS = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local K_STATE, K_CONFIG, K_HOSTS, K_HOSTDELAY, K_SEQ = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
+local K_STATE, K_CONFIG, K_HOSTS, K_HOSTDELAY, K_HOSTSEQ = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local K_SLICES, K_HOSTQ, K_SERIES = KEYS[11], KEYS[12], KEYS[13]
+local K_HOSTCLAIM, K_HOSTSLOW, K_HOSTWHY = KEYS[14], KEYS[15], KEYS[16]
+local K_FLYING, K_HOSTFLIGHT = KEYS[17], KEYS[18]
+local K_HOSTDONE, K_HOSTERRORS, K_HOSTHELD = KEYS[19], KEYS[20], KEYS[21]
+local K_HOSTFAIL, K_HOSTPARKED = KEYS[22], KEYS[23]
 
 -- Queue score = (-priority) * 2^44 + depth * 2^32 + seq. Every term stays below 2^53, so the
 -- double holds it exactly; priority is clamped to +-255, depth to 4095, seq wraps at 2^32.
+-- seq is the request's turn among its host's requests (K_HOSTSEQ): at one priority and depth,
+-- hosts take turns (each host's first request, then each one's second...), so that the window
+-- a claim looks at holds many hosts, not the many pages of a few; ties between hosts break on
+-- the request JSON (its fingerprint, first).
 local PRIORITY_UNIT = 17592186044416
 local DEPTH_UNIT = 4294967296
 
@@ -35,14 +43,55 @@ local function host_of(member)
   return string.match(member, '"h":"([^"]*)"') or cjson.decode(member).h or ''
 end
 
--- Queue `member` (request JSON) behind its peers of equal priority and depth. `req` may carry
--- the already known priority (p) and depth (d); otherwise the JSON is decoded for them.
+-- Queue `member` (request JSON) behind its host's peers of equal priority and depth. `req` may
+-- carry the already known priority (p) and depth (d); otherwise the JSON is decoded for them.
 local function enqueue(member, req)
   req = req or cjson.decode(member)
-  local seq = redis.call('INCR', K_SEQ)
+  local host = req.h or host_of(member)
+  local seq = redis.call('HINCRBY', K_HOSTSEQ, host, 1)
   local added = redis.call('ZADD', K_QUEUE, 'NX', score(req.p, req.d, seq), member)
-  if added == 1 then redis.call('HINCRBY', K_HOSTQ, req.h or host_of(member), 1) end
+  if added == 1 then redis.call('HINCRBY', K_HOSTQ, host, 1) end
   return added
+end
+
+-- The fingerprint of a request JSON: Request.to_json writes "f" first.
+local function fp_of(member)
+  return string.match(member, '^{"f":"(%d+)"') or cjson.decode(member).f
+end
+
+-- A host's own delay in ms: its robots.txt Crawl-delay, else the crawl's (`default`).
+local function base_delay(host, default)
+  return tonumber(redis.call('HGET', K_HOSTDELAY, host)) or default
+end
+
+-- The delay a host gets now: its own, or longer while it pushes back (429, 503).
+local function host_delay(host, default)
+  local delay = base_delay(host, default)
+  local slowed = tonumber(redis.call('HGET', K_HOSTSLOW, host))
+  if slowed and slowed > delay then return slowed end
+  return delay
+end
+
+-- A host with a delay is reserved by the one request claimed for it until the host answered it
+-- (answered.lua); one that goes back or ends unsent frees it, its next allowed time untouched.
+local function unreserve(host, fp)
+  if redis.call('HGET', K_HOSTCLAIM, host) == fp then redis.call('HDEL', K_HOSTCLAIM, host) end
+end
+
+-- A claimed request counts in its host's requests in flight (the per-host cap, the host view)
+-- from the claim until the host answered it, or it went back or ended unsent.
+local function took_off(host, fp)
+  redis.call('HSET', K_FLYING, fp, host)
+  redis.call('HINCRBY', K_HOSTFLIGHT, host, 1)
+end
+
+local function landed(fp)
+  local host = redis.call('HGET', K_FLYING, fp)
+  if not host then return end
+  redis.call('HDEL', K_FLYING, fp)
+  if redis.call('HINCRBY', K_HOSTFLIGHT, host, -1) <= 0 then
+    redis.call('HDEL', K_HOSTFLIGHT, host)
+  end
 end
 
 -- A request left the queue (claimed): one fewer queued for its host; a host at 0 is dropped so
@@ -72,6 +121,8 @@ local function unclaim(fp, crash)
   end
   redis.call('HDEL', K_BACKUP, fp)
   redis.call('ZREM', K_LEASES, fp)
+  unreserve(host_of(member), fp)
+  landed(fp)
   if crash then member = crashed(member) end
   enqueue(member)
   return 1
@@ -117,4 +168,58 @@ local function admit(limits, counts, seen_key, fp, member, req)
   bump(counts, 'requests')
   enqueue(member, req)
   return 1
+end
+
+-- Push-back (429, 503): a host's delay at least doubles, to no less than SLOWED_MIN_MS and
+-- no more than SLOWED_MAX_MS. It eases back by a quarter of the extra delay per answer that is
+-- not a push-back, at most once per current delay (answers to requests already on their way
+-- when the push-back came do not count), and within EASED_MS of its own delay the host is back
+-- to normal. K_HOSTWHY keeps "<ms of the last change> <why>".
+local SLOWED_MIN_MS, SLOWED_MAX_MS, EASED_MS = 1000, 60000, 50
+
+local function slowed_since(host)
+  local why = redis.call('HGET', K_HOSTWHY, host) or ''
+  local ms, text = string.match(why, '^(%d+) (.*)$')
+  return tonumber(ms) or 0, text or ''
+end
+
+local function recover(host, default, now)
+  local slowed = tonumber(redis.call('HGET', K_HOSTSLOW, host))
+  if not slowed then return end
+  local since, why = slowed_since(host)
+  if now - since < slowed then return end
+  local base = base_delay(host, default)
+  local eased = base + math.floor((slowed - base) * 3 / 4)
+  if eased - base < EASED_MS then
+    redis.call('HDEL', K_HOSTSLOW, host)
+    redis.call('HDEL', K_HOSTWHY, host)
+  else
+    redis.call('HSET', K_HOSTSLOW, host, eased)
+    redis.call('HSET', K_HOSTWHY, host, now .. ' ' .. why)
+  end
+end
+
+-- Parking: a host none of whose requests got an answer for park_after_ms, and at least
+-- PARK_MIN_FAILS of them, is held for park_ms (K_HOSTHELD) with the reason in K_HOSTPARKED.
+-- K_HOSTFAIL keeps "<ms of the first failure in a row> <failures in a row>"; an answer ends it.
+local PARK_MIN_FAILS = 5
+
+local function count_failures(host, answered, failed, now)
+  if answered > 0 then
+    redis.call('HDEL', K_HOSTFAIL, host)
+    return
+  end
+  local since, count = string.match(redis.call('HGET', K_HOSTFAIL, host) or '', '^(%d+) (%d+)$')
+  since, count = tonumber(since) or now, (tonumber(count) or 0) + failed
+  local cfg = redis.call('HMGET', K_CONFIG, 'park_after_ms', 'park_ms')
+  local after, park = tonumber(cfg[1]) or 0, tonumber(cfg[2]) or 0
+  if after > 0 and count >= PARK_MIN_FAILS and now - since >= after then
+    redis.call('HSET', K_HOSTHELD, host, now + park)
+    redis.call('HSET', K_HOSTPARKED, host, string.format(
+      'parked: none of its last %d requests got an answer in %d s', count,
+      math.floor((now - since) / 1000)))
+    redis.call('HDEL', K_HOSTFAIL, host)
+  else
+    redis.call('HSET', K_HOSTFAIL, host, since .. ' ' .. count)
+  end
 end

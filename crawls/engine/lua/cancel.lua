@@ -4,6 +4,7 @@
 redis.call('SET', K_STATE, 'cancelled')
 local dropped = redis.call('ZCARD', K_QUEUE) + redis.call('ZCARD', K_DELAYED)
   + redis.call('HLEN', K_BACKUP)
-redis.call('DEL', K_QUEUE, K_DELAYED, K_BACKUP, K_LEASES, K_HOSTQ)
+redis.call('DEL', K_QUEUE, K_DELAYED, K_BACKUP, K_LEASES, K_HOSTQ, K_HOSTCLAIM,
+  K_FLYING, K_HOSTFLIGHT)
 if dropped > 0 then redis.call('HINCRBY', K_STATS, 'cancelled', dropped) end
 return dropped

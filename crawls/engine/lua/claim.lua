@@ -11,7 +11,7 @@ for _, member in ipairs(due) do
   enqueue(member)
 end
 
--- No delay anywhere: plain pops, no per-host bookkeeping.
+-- No delay and no cap anywhere: plain pops.
 local function pop_fast()
   local popped = redis.call('ZPOPMIN', K_QUEUE, n)
   local members = {}
@@ -22,47 +22,62 @@ local function pop_fast()
   return members
 end
 
--- A host with a delay gives at most one request per call, and only once its next-allowed time
--- has passed; skipped requests keep their place. Only the first `scan` entries are looked at,
--- so a one-host crawl with a delay costs O(n) per call, not O(queue).
-local function pop_polite(default_delay)
+-- A host with a delay gives one request at a time: it is ready once its next-allowed time has
+-- passed and no request claimed for it is still unanswered (K_HOSTCLAIM). The claimed request
+-- reserves the host; its next-allowed time is set when it is sent (send.lua) and again when the
+-- host answers (answered.lua), so the delay runs from the moment the host was asked, however
+-- long the request waited in the worker or took to arrive. With a cap, a host gives requests
+-- while fewer than `cap` of its requests are in flight (K_HOSTFLIGHT). A host an operator
+-- holds (K_HOSTHELD) gives nothing until then.
+-- Skipped requests keep their place. Only the first `scan` entries are looked at, so a
+-- one-host crawl with a delay costs O(n) per call, not O(queue).
+local function pop_polite(default_delay, cap)
   local window = redis.call('ZRANGE', K_QUEUE, 0, scan - 1)
-  local delays, ready, members = {}, {}, {}
+  local delays, room, members = {}, {}, {}
   for _, member in ipairs(window) do
-    local host = cjson.decode(member).h
+    local host = host_of(member)
     if delays[host] == nil then
-      delays[host] = tonumber(redis.call('HGET', K_HOSTDELAY, host)) or default_delay
+      delays[host] = host_delay(host, default_delay)
+      local ready = (tonumber(redis.call('HGET', K_HOSTHELD, host)) or 0) <= now and (
+        delays[host] <= 0 or (
+          redis.call('HEXISTS', K_HOSTCLAIM, host) == 0
+          and (tonumber(redis.call('HGET', K_HOSTS, host)) or 0) <= now))
+      room[host] = 0
+      if ready then
+        room[host] = delays[host] > 0 and 1 or n
+        if cap > 0 then
+          local flying = tonumber(redis.call('HGET', K_HOSTFLIGHT, host)) or 0
+          room[host] = math.min(room[host], cap - flying)
+        end
+      end
     end
-    local delay = delays[host]
-    if delay > 0 and ready[host] == nil then
-      ready[host] = tonumber(redis.call('HGET', K_HOSTS, host)) or 0
-    end
-    if delay <= 0 or ready[host] <= now then
+    if room[host] > 0 then
       members[#members + 1] = member
       redis.call('ZREM', K_QUEUE, member)
       dequeued(host)
-      if delay > 0 then
-        ready[host] = now + delay
-        redis.call('HSET', K_HOSTS, host, ready[host])
-      end
+      room[host] = room[host] - 1
+      if delays[host] > 0 then redis.call('HSET', K_HOSTCLAIM, host, fp_of(member)) end
       if #members >= n then break end
     end
   end
   return members
 end
 
-local default_delay = tonumber(redis.call('HGET', K_CONFIG, 'host_delay_ms')) or 0
+local config = redis.call('HMGET', K_CONFIG, 'host_delay_ms', 'host_concurrency')
+local default_delay, cap = tonumber(config[1]) or 0, tonumber(config[2]) or 0
 local members
-if default_delay <= 0 and redis.call('HLEN', K_HOSTDELAY) == 0 then
+if default_delay <= 0 and cap <= 0 and redis.call('HLEN', K_HOSTDELAY) == 0
+  and redis.call('HLEN', K_HOSTSLOW) == 0 and redis.call('HLEN', K_HOSTHELD) == 0 then
   members = pop_fast()
 else
-  members = pop_polite(default_delay)
+  members = pop_polite(default_delay, cap)
 end
 
 local deadline = now + lease_ms
 for _, member in ipairs(members) do
-  local fp = cjson.decode(member).f
+  local fp = fp_of(member)
   redis.call('HSET', K_BACKUP, fp, member)
   redis.call('ZADD', K_LEASES, deadline, fp)
+  took_off(host_of(member), fp)
 end
 return members

@@ -1,13 +1,18 @@
 -- Record what a slice did with its claimed requests. ARGV: seen prefix, then per outcome
--- 10 fields (fp, kind, status or '', nbytes, priority, child depth, retry JSON or '', retry
--- delay ms, number of links, how many of the first links a sitemap listed) followed by
--- (bucket, fp, json) per link. Fingerprints come from Python. A 304 is also 'not_modified';
+-- 11 fields (fp, host, kind, status or '', nbytes, priority, child depth, retry JSON or '',
+-- retry delay ms, number of links, how many of the first links a sitemap listed) followed by
+-- (bucket, fp, json) per link. Per host, an answer counts in K_HOSTDONE, a request that got
+-- none (an error, a retry, a failure) in K_HOSTERRORS. Fingerprints come from Python. A 304 is also 'not_modified';
 -- listed links that are new also count in 'sitemap_urls'.
 -- A 'retry' and a 'crashed' request both wait in delayed as their retry JSON says (one more
 -- attempt, or one more crash); only a retry counts in 'retries'.
 local prefix = ARGV[1]
 local limits, counts = read_limits(), {}
 local now = nil
+-- Reservations and slowdowns are looked at only while some host has one: each outcome frees
+-- its host's reservation if it was never sent, and an answer from a slowed host eases it.
+local by_host = redis.call('HLEN', K_HOSTCLAIM) > 0 or redis.call('HLEN', K_HOSTSLOW) > 0
+local default_delay = tonumber(redis.call('HGET', K_CONFIG, 'host_delay_ms')) or 0
 
 local function record_done(status, priority, child_depth, first, last, listed)
   if not status then
@@ -31,18 +36,32 @@ local function record_done(status, priority, child_depth, first, last, listed)
   end
 end
 
+local per_host = {}  -- host -> {done, errors}
+
 local i = 2
 while i <= #ARGV do
-  local fp, kind, status = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
-  local nbytes, priority, child_depth = tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5])
-  local retry_member, delay_ms, nlinks = ARGV[i + 6], tonumber(ARGV[i + 7]), tonumber(ARGV[i + 8])
-  local listed = tonumber(ARGV[i + 9])
-  local first = i + 10
+  local fp, host, kind, status = ARGV[i], ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3])
+  local nbytes, priority = tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5])
+  local child_depth = tonumber(ARGV[i + 6])
+  local retry_member, delay_ms, nlinks = ARGV[i + 7], tonumber(ARGV[i + 8]), tonumber(ARGV[i + 9])
+  local listed = tonumber(ARGV[i + 10])
+  local first = i + 11
   i = first + 3 * nlinks
+  if by_host then
+    unreserve(host, fp)
+    if kind == 'done' and status and status ~= 429 and status ~= 503 then
+      now = now or now_ms()
+      recover(host, default_delay, now)
+    end
+  end
   -- Not in backup: the lease expired and the request went back, or it was already completed.
   if redis.call('HDEL', K_BACKUP, fp) == 1 then
     redis.call('ZREM', K_LEASES, fp)
+    landed(fp)
     bump(counts, 'bytes', nbytes)
+    local tally = per_host[host] or {0, 0}
+    per_host[host] = tally
+    if kind == 'done' and status then tally[1] = tally[1] + 1 else tally[2] = tally[2] + 1 end
     if kind == 'done' then
       record_done(status, priority, child_depth, first, i - 1, listed)
     elseif kind == 'retry' or kind == 'crashed' then
@@ -54,6 +73,12 @@ while i <= #ARGV do
       bump(counts, 'errors')
     end
   end
+end
+for host, tally in pairs(per_host) do
+  if tally[1] > 0 then redis.call('HINCRBY', K_HOSTDONE, host, tally[1]) end
+  if tally[2] > 0 then redis.call('HINCRBY', K_HOSTERRORS, host, tally[2]) end
+  now = now or now_ms()
+  count_failures(host, tally[1], tally[2], now)
 end
 flush(counts)
 return 0
