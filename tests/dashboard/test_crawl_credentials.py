@@ -44,6 +44,7 @@ def form_data(site, **changes) -> dict:
         "name": "behind a login", "channel": "", "seeds": site.url + "/home",
         "max_depth": 20, "max_pages": 100, "priority": 0, "threads": 4, "slices": 1,
         "timeout": 10, "max_bytes": 1_000_000, "max_retries": 1, "keep_bodies": "on",
+        "host_concurrency": 0,
         "exclude_patterns": "/logout", "start_now": "on",
         "headers": f"X-Api-Key: {HEADER_SECRET}", "cookie": f"theme=dark; ck={COOKIE_SECRET}",
         "basic_user": "bob", "basic_password": BASIC_SECRET,
