@@ -303,8 +303,11 @@ async def test_every_state_change_is_pushed_without_a_worker(user, user_client):
 
 def test_publishing_is_throttled_to_four_a_second_per_crawl_in_one_process(user, db):
     crawl = started_crawl(user)
+    started = time.monotonic()
     sent = [live.publish_crawl(crawl.pk) for _ in range(50)]
-    assert sent[0] is True and sent.count(True) == 1
+    # One a quarter second: the 50 calls take milliseconds, or longer on a busy machine.
+    slots = 1 + int((time.monotonic() - started) / 0.25)
+    assert sent[0] is True and 1 <= sent.count(True) <= slots < 50
     time.sleep(0.3)
     assert live.publish_crawl(crawl.pk) is True
     # Another crawl has its own slot.
