@@ -235,6 +235,16 @@ class Frontier:
         wait_ms = "" if wait is None else _ms(wait)
         return int(self._run("push_back", [host.lower(), wait_ms, why[:200]])) / 1000
 
+    def delayed_hosts(self) -> frozenset[str]:
+        """The hosts with a delay of their own (a robots.txt Crawl-delay) or slowed down for
+        pushing back. In a crawl with no delay and no cap these are the only hosts whose
+        requests must take their turn (send, answered): any other host is asked at once."""
+        with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hkeys(self.key("hostdelay"))
+            pipe.hkeys(self.key("hostslow"))
+            own, slowed = pipe.execute()
+        return frozenset(host.decode() for host in (*own, *slowed))
+
     def renew(self, requests: list[Request], *, lease_seconds: float) -> None:
         """Extend the leases of requests this worker still holds (a slow site must not make
         them expire and go to another worker while they are being fetched)."""

@@ -84,6 +84,8 @@ class BulkInsert:
 
 PAGE_ROWS = BulkInsert(Page)
 LINK_ROWS = BulkInsert(Link)
+# The columns of a Link row, in LINK_ROWS' order (link_rows makes its rows without a model).
+LINK_COLUMNS = ("crawl_id", "source_fp", "target_fp", "text")
 
 
 def url_hash(url: str) -> str:
@@ -184,11 +186,11 @@ def kept_headers(headers: dict[str, str], *, secret: frozenset[str] = frozenset(
 
 
 def link_rows(crawl: Crawl, links: OutLinks) -> list[tuple]:
-    """The Link rows of a page's in-scope links, ready for LINK_ROWS.write."""
-    return [
-        LINK_ROWS.row(Link(crawl_id=crawl.pk, source_fp=source, target_fp=target, text=text))
-        for source, target, text in links.rows
-    ]
+    """The Link rows of a page's in-scope links, ready for LINK_ROWS.write: made as they are
+    written (LINK_COLUMNS), two integers and a str, with no Link instance; ~18 instances a page
+    took longer to make than the page's own row."""
+    crawl_id = crawl.pk
+    return [(crawl_id, source, target, text) for source, target, text in links.rows]
 
 
 def failure_row(crawl: Crawl, request: Request, fetch: FetchResult, now: datetime) -> FailedRequest:

@@ -195,6 +195,12 @@ class Slice:
         self.host_delay = crawl.effective_host_delay()
         # Politeness needs fetches to start when claimed; without a delay, keep a buffer.
         self.buffer = crawl.threads * (1 if self.host_delay > 0 else 2)
+        # Without a delay or a cap, a request takes its turn at its host (Frontier.send, then
+        # answered: two Redis round trips a page) only when the host has a delay of its own or
+        # pushed back: the hosts in `delayed`, read with every claim and a few times a second,
+        # and a host that pushes back here joins it at once.
+        self.turns_always = self.host_delay > 0 or crawl.host_concurrency > 0
+        self.delayed: frozenset[str] = frozenset()
         self.robots = RobotsCache(
             self.frontier, self.fetcher,
             user_agent=crawl.user_agent or DEFAULT_USER_AGENT, host_delay=self.host_delay,
@@ -249,6 +255,7 @@ class Slice:
             self.last_state = now
             self._check_state()
             self._beat()
+            self._read_delayed()
 
     def _renew(self, now: float) -> None:
         """Extend the leases of what the slice holds (being fetched, or fetched and not yet
@@ -266,6 +273,8 @@ class Slice:
         if not ((free * 2 >= self.buffer or not self.running) and now >= self.next_claim):
             return True
         claimed = with_redis_retry(lambda: self.frontier.claim(free, lease_seconds=self.lease))
+        if claimed:
+            self._read_delayed()  # after the claim: a host it gave with a delay is in it
         self.recorder.look_up([r.fp for r in claimed])
         for request in claimed:
             if retry.gave_up(request.crashes):
@@ -356,6 +365,15 @@ class Slice:
         except REDIS_ERRORS:
             return False
 
+    def _read_delayed(self) -> None:
+        if not self.turns_always:
+            with contextlib.suppress(*REDIS_ERRORS):  # kept as it was until Redis is back
+                self.delayed = self.frontier.delayed_hosts()
+
+    def _takes_turn(self, request: Request) -> bool:
+        """Must the request take its turn at its host (send, answered)?"""
+        return self.turns_always or request.host in self.delayed
+
     def _check_state(self) -> None:
         try:
             state = self.frontier.state()
@@ -370,6 +388,7 @@ class Slice:
         try:
             if refused := refusal(request.url):  # before robots.txt, which is on the same host
                 return Result(request=request, blocked=refused)
+            takes_turn = self._takes_turn(request)
             if self.crawl.obey_robots:
                 turn = Turn(self.frontier, request)
                 try:
@@ -381,8 +400,10 @@ class Slice:
                     return Result(request=request, blocked="blocked by robots.txt")
                 if turn.delay:  # the page waits in the queue for the host's next turn
                     return Result(request=request, handed_back=True)
-            if self.frontier.send(request) is None:  # the host pushed back since the claim
-                return Result(request=request, handed_back=True)
+                # robots.txt may have given the host a Crawl-delay just now
+                takes_turn = takes_turn or turn.delay is not None
+            if takes_turn and self.frontier.send(request) is None:
+                return Result(request=request, handed_back=True)  # pushed back since the claim
             try:
                 if request.reads_sitemap:
                     result = self._read_sitemap(request)
@@ -404,7 +425,8 @@ class Slice:
                 # At once, before the page is parsed: other requests to the host wait on it.
                 self._heed_push_back(request, fetch)
             finally:
-                self.frontier.answered(request)
+                if takes_turn:
+                    self.frontier.answered(request)
             return self._fetched(request, fetch)
         except LoginFailed as exc:
             return Result(
@@ -429,6 +451,7 @@ class Slice:
         wait = fetch.retry_after
         why = f"HTTP {fetch.status}" + ("" if wait is None else f", Retry-After {wait:g} s")
         self.frontier.pushed_back(request.host, wait=wait, why=why)
+        self.delayed = self.delayed | {request.host}  # the host's next requests take turns
 
     def _get(
         self, url: str, *, headers: dict | None = None, sitemap: bool = False,

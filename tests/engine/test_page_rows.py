@@ -10,8 +10,17 @@ from django.utils import timezone
 from crawlhub.http.client import Fetcher
 from crawls import services
 from crawls.engine.request import Request
-from crawls.engine.rows import PAGE_ROWS, BulkInsert, failure_row, page_row
-from crawls.models import FailedRequest, Page
+from crawls.engine.results import OutLinks
+from crawls.engine.rows import (
+    LINK_COLUMNS,
+    LINK_ROWS,
+    PAGE_ROWS,
+    BulkInsert,
+    failure_row,
+    link_rows,
+    page_row,
+)
+from crawls.models import FailedRequest, Link, Page
 from tests.support.sites import Response
 
 pytestmark = pytest.mark.django_db
@@ -72,6 +81,21 @@ def test_conflicting_rows_are_skipped_and_the_rest_written(crawl):
         f"{1:040d}": "first",
         f"{2:040d}": "",
     }
+
+
+def test_link_rows_are_made_as_the_link_model_writes_them(crawl):
+    assert tuple(f.attname for f in LINK_ROWS.fields) == LINK_COLUMNS
+    big = 2**63 - 1
+    links = OutLinks(rows=[(big, -big, "Café ✓"), (1, 2, "")])
+    made = link_rows(crawl, links)
+    assert made == [LINK_ROWS.row(Link(crawl=crawl, source_fp=s, target_fp=t, text=x))
+                    for s, t, x in links.rows]  # fmt: skip
+    LINK_ROWS.write(made)
+    stored = Link.objects.filter(crawl=crawl).order_by("target_fp")
+    assert list(stored.values_list("source_fp", "target_fp", "text")) == [
+        (big, -big, "Café ✓"),
+        (1, 2, ""),
+    ]
 
 
 def test_no_rows_is_no_statement(crawl, django_assert_num_queries):

@@ -67,6 +67,14 @@ def test_a_push_back_slows_the_host_down_for_every_worker(frontier):
 
 
 @pytest.mark.once
+def test_delayed_hosts_are_those_with_a_delay_of_their_own_or_slowed(frontier):
+    assert frontier.delayed_hosts() == frozenset()
+    frontier.set_host_delay("A.test", 2)
+    frontier.pushed_back("b.test", wait=None, why="HTTP 429")
+    assert frontier.delayed_hosts() == {"a.test", "b.test"}
+
+
+@pytest.mark.once
 def test_answers_ease_a_slowed_host_back_once_per_delay(frontier):
     frontier.add_seeds([f"http://a.test/{n}" for n in range(20)])
     held = frontier.claim(3, lease_seconds=30)
@@ -121,6 +129,28 @@ def test_no_host_is_asked_faster_than_its_delay(user, make_site, fleet):
         shortest = min(gaps([r.at for r in site.log]))
         assert shortest >= 0.4 - 0.05, (site.url, sorted((r.at, r.path) for r in site.log))
     assert crawl.stats["responses"] == 3 * 7
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.slow
+def test_a_crawl_delay_holds_in_a_crawl_without_a_delay_of_its_own(user, make_site, fleet):
+    # Without a delay or a cap, requests skip their turn at the host (send, answered) unless
+    # the host has a delay of its own: here robots.txt gives one, to one of the two sites.
+    robots = Response(body="User-agent: *\nCrawl-delay: 0.4\n", content_type="text/plain")
+    slow = make_site(pages_site(linked_site(6, **{"/robots.txt": robots})))
+    fast = make_site(pages_site(linked_site(6)))
+    crawl = start_crawl(
+        user, [slow.url + "/", fast.url + "/"], host_delay=0, threads=4, slices=2,
+        obey_robots=True,
+    )  # fmt: skip
+    fleet.start_worker()
+    fleet.start_worker()
+    crawl = wait_for_state(crawl, {CrawlState.FINISHED}, timeout=120, fleet=fleet)
+    assert crawl.stats["responses"] == 2 * 7  # pages only: robots.txt is not one
+    pages = sorted(r.at for r in slow.log if r.path != "/robots.txt")
+    assert len(pages) == 7, slow.paths()
+    assert min(gaps(pages)) >= 0.4 - 0.05, sorted((r.at, r.path) for r in slow.log)
+    assert Frontier(crawl.pk).delayed_hosts() == {site_host(slow)}
 
 
 @pytest.mark.django_db(transaction=True)
