@@ -41,6 +41,32 @@ def pytest_configure(config: pytest.Config) -> None:
     ]
 
 
+# What opens the test database: a test that asks for none of these never touches it.
+_DATABASE_FIXTURES = {"db", "transactional_db", "django_db_reset_sequences", "live_server"}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--database-only",
+        action="store_true",
+        help="run only the tests that use the database (CI's second run, on PostgreSQL)",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not config.getoption("--database-only"):
+        return
+    keep, drop = [], []
+    for item in items:
+        uses_db = item.get_closest_marker("django_db") or _DATABASE_FIXTURES & set(
+            getattr(item, "fixturenames", ())
+        )
+        (keep if uses_db else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     os.environ[processes.MARKER] = f"{TOKEN} {item.nodeid}"
