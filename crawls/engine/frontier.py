@@ -2,8 +2,9 @@
 
 This module owns every Redis key of a crawl and the Lua scripts in crawls/engine/lua/ that change
 them; no other module builds these key names. What it stores (Request, Outcome, fingerprints)
-is in crawls/engine/request.py. Keys (hash tag {c<ID>}, so a crawl lives on one Redis
-Cluster slot):
+is in crawls/engine/request.py. Keys (every one carries the crawl's id, {c<ID>}, and no script
+touches two crawls' keys: a crawl can live wholly on one of several Redis instances, see
+docs/architecture.md, "One Redis, and the path past it"):
 
     ch:{c<ID>}:queue          zset  request JSON -> score (priority, then depth, then turn)
     ch:{c<ID>}:hostseq        hash  host -> requests it queued: a request's turn for the score
