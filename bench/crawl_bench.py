@@ -153,6 +153,12 @@ def total_calls(client: redis.Redis) -> int:
     )
 
 
+def redis_cpu(client: redis.Redis) -> float:
+    """CPU seconds the redis-server process has used (INFO cpu, user + system)."""
+    cpu = client.info("cpu")
+    return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
+
+
 def bytes_per_fingerprint(client: redis.Redis, pattern: str, count: int) -> float | None:
     used = sum(client.memory_usage(key, samples=0) or 0 for key in client.scan_iter(pattern))
     return used / count if used and count else None
@@ -322,6 +328,7 @@ def run_crawlhub(site: SampleSite, origin: str, folder: Path, args) -> Result:
                 return done.stdout
 
             before = total_calls(client)
+            cpu_before = redis_cpu(client)
             sent_before = client_totals(str(counts))
             say(f"crawlhub: {args.workers} workers, {len(expected)} URLs to fetch")
             started = time.monotonic()
@@ -341,6 +348,7 @@ def run_crawlhub(site: SampleSite, origin: str, folder: Path, args) -> Result:
             seconds = time.monotonic() - started
             sampler.stop()
             after = total_calls(client) - sampler.commands
+            cpu = redis_cpu(client) - cpu_before
             sent = [b - a for a, b in zip(sent_before, client_totals(str(counts)), strict=True)]
             status = json.loads(manage_py("crawl", "status", crawl, "--json"))
             status = {**status, **status.get("counters", {})}  # flat or nested counters
@@ -368,7 +376,9 @@ def run_crawlhub(site: SampleSite, origin: str, folder: Path, args) -> Result:
         f"crawl {crawl}: requests {status.get('requests')}, responses {responses}, repeats "
         f"{status.get('repeats')}, errors {status.get('errors')}, pages in DB {stored}, "
         f"expected {len(expected)}; start to end {crawl_seconds:.1f}s, wall from "
-        f"`crawl create` to `crawl wait` returning {seconds:.1f}s"
+        f"`crawl create` to `crawl wait` returning {seconds:.1f}s; Redis CPU "
+        f"{cpu * 1e6 / max(1, responses + int(status.get('errors') or 0)):.0f} µs a URL "
+        "(INFO cpu, the whole deployment's traffic)"
     )
     if fetched != len(expected) or fingerprints != len(expected):
         note = "MISMATCH: " + note

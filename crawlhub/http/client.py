@@ -22,8 +22,8 @@ import contextlib
 import http.client
 import json
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
@@ -175,6 +175,9 @@ class _Call:
     guard_first: bool = True  # False only for the operator's own URL (Fetcher.get)
     # More header names whose values are never recorded (a crawl's own credentials).
     secret: frozenset[str] = frozenset()
+    # Headers for each hop's own URL (a crawl's credentials: for its own hosts, and none for a
+    # redirect that leaves them), asked again at every hop.
+    headers_for: Callable[[str], Mapping[str, str]] | None = None
 
 
 _GET = _Call()
@@ -270,14 +273,17 @@ class Fetcher:
         return self._fetch(url, proxy=proxy, max_bytes=self.max_bytes, parse=True, call=call)
 
     def fetch_text(
-        self, url: str, *, limit: int = 512 * 1024, proxy: str | None = None
-    ) -> tuple[int | None, str]:
+        self, url: str, *, limit: int = 512 * 1024, proxy: str | None = None,
+        headers_for: Callable[[str], Mapping[str, str]] | None = None,
+    ) -> tuple[int | None, str]:  # fmt: skip
         """(status, text) for robots.txt; status None when the server could not be read.
+        `headers_for(url)`: more headers for each hop (see get()).
 
         A redirect that could not be followed keeps its 3xx status (RFC 9309 treats that like
         an unavailable file); any other error reads as "no response".
         """
-        result = self._fetch(url, proxy=proxy, max_bytes=limit, parse=False)
+        call = _Call(headers_for=headers_for) if headers_for else _GET
+        result = self._fetch(url, proxy=proxy, max_bytes=limit, parse=False, call=call)
         if result.error_kind == "redirects":
             return result.status, ""
         if result.error or result.status is None:
@@ -287,6 +293,8 @@ class Fetcher:
     def get(
         self, url: str, *, proxy: str | None = None, operator_url: bool = False,
         max_bytes: int | None = None,
+        headers_for: Callable[[str], Mapping[str, str]] | None = None,
+        secret_headers: frozenset[str] = frozenset(),
     ) -> FetchResult:  # fmt: skip
         """GET `url` as fetch() does, without looking for links: a proxy list, a check URL's
         JSON (FetchResult.json()), a sitemap (with its own max_bytes).
@@ -295,8 +303,14 @@ class Fetcher:
         crawlhub's own /proxies/echo on loopback), not a URL a user or a page named: the
         private-network guard lets that first URL through, and still checks every redirect
         hop. Proxy checks are the one caller that passes it.
+
+        headers_for(url), when given, adds headers to each hop's request for that hop's URL (a
+        crawl's credentials for a sitemap of its own hosts: none for a hop elsewhere); their
+        names in `secret_headers` (lowercase) are masked in FetchResult.request_headers.
         """
         call = _OPERATOR_GET if operator_url else _GET
+        if headers_for:
+            call = replace(call, headers_for=headers_for, secret=secret_headers)
         limit = self.max_bytes if max_bytes is None else max_bytes
         return self._fetch(url, proxy=proxy, max_bytes=limit, parse=False, call=call)
 
@@ -399,6 +413,8 @@ class Fetcher:
             headers["User-Agent"] = pick_user_agent(self.user_agent_mode, self.user_agent)
             if call.headers:
                 headers.update(call.headers)
+            if call.headers_for:
+                headers.update(call.headers_for(url))
             prepared.prepare(
                 method=call.method, url=url, headers=headers, data=call.body,
                 cookies=session.cookies, hooks={},

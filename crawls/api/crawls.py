@@ -238,6 +238,38 @@ class RetryResultSerializer(serializers.Serializer):
     retried = serializers.IntegerField()
 
 
+class HostSerializer(serializers.Serializer):
+    host = serializers.CharField(help_text="hostname[:port], as the crawl names it.")
+    queued = serializers.IntegerField(help_text="Requests waiting in the queue.")
+    in_flight = serializers.IntegerField(help_text="Requests claimed and not yet answered.")
+    done = serializers.IntegerField(help_text="Requests it answered.")
+    errors = serializers.IntegerField(help_text="Requests it did not answer.")
+    delay = serializers.FloatField(help_text="Seconds between requests now, push-back included.")
+    next_at = serializers.DateTimeField(
+        allow_null=True, help_text="When it may be asked next; null: now."
+    )
+    held_until = serializers.DateTimeField(allow_null=True, help_text="null: not held.")
+    why = serializers.CharField(allow_blank=True, help_text="Why it is parked or slowed.")
+
+
+class HostActionSerializer(serializers.Serializer):
+    host = serializers.CharField(max_length=300, help_text="As `hosts` lists it.")
+
+
+class HostHoldSerializer(HostActionSerializer):
+    minutes = serializers.FloatField(help_text=f"1 to {services.HOLD_MAX_MINUTES}.")
+
+
+class HostHeldSerializer(serializers.Serializer):
+    host = serializers.CharField()
+    held_until = serializers.DateTimeField()
+
+
+class HostDroppedSerializer(serializers.Serializer):
+    host = serializers.CharField()
+    dropped = serializers.IntegerField(help_text="Queued requests and retries dropped.")
+
+
 class _ExportRenderer(renderers.BaseRenderer):
     """Selects an export format (?format= or Accept); the view streams the bytes itself."""
 
@@ -365,6 +397,49 @@ class CrawlViewSet(
             crawl=crawl, user=request.user, ids=body.validated_data.get("ids")
         )
         return Response({"retried": count})
+
+    @extend_schema(summary="Every host of the crawl, busiest first (as the host view)",
+                   responses=HostSerializer(many=True))  # fmt: skip
+    @action(detail=True, methods=["get"], pagination_class=None)
+    def hosts(self, request: Request, pk=None) -> Response:
+        return Response(HostSerializer(services.crawl_hosts(self.get_object()), many=True).data)
+
+    def _host_action(self, serializer: type[serializers.Serializer], fn):
+        """Parse the body, run the service on the crawl: (host, what the service returned)."""
+        crawl = self.get_object()
+        body = serializer(data=self.request.data)
+        body.is_valid(raise_exception=True)
+        fields = dict(body.validated_data)
+        try:
+            return fields["host"], fn(crawl=crawl, user=self.request.user, **fields)
+        except services.CrawlActionError as exc:
+            # The service names a bad input's field first ("minutes: ..."): a 400 for it; the
+            # crawl's state refusing the action stays a 409.
+            field, _, message = str(exc).partition(": ")
+            if field in fields:
+                raise serializers.ValidationError({field: [message]}) from None
+            raise
+
+    @extend_schema(summary="Ask a host nothing until a time; what is being fetched finishes",
+                   request=HostHoldSerializer, responses=HostHeldSerializer)  # fmt: skip
+    @action(detail=True, methods=["post"], url_path="hosts/hold")
+    def hosts_hold(self, request: Request, pk=None) -> Response:
+        host, until = self._host_action(HostHoldSerializer, services.crawl_host_hold)
+        return Response({"host": host.strip().lower(), "held_until": until})
+
+    @extend_schema(summary="End a host's hold", request=HostActionSerializer,
+                   responses=HostActionSerializer)  # fmt: skip
+    @action(detail=True, methods=["post"], url_path="hosts/release")
+    def hosts_release(self, request: Request, pk=None) -> Response:
+        host, _ = self._host_action(HostActionSerializer, services.crawl_host_release)
+        return Response({"host": host.strip().lower()})
+
+    @extend_schema(summary="Drop a host's queued requests and retries (counted as cancelled)",
+                   request=HostActionSerializer, responses=HostDroppedSerializer)  # fmt: skip
+    @action(detail=True, methods=["post"], url_path="hosts/drop")
+    def hosts_drop(self, request: Request, pk=None) -> Response:
+        host, dropped = self._host_action(HostActionSerializer, services.crawl_host_drop)
+        return Response({"host": host.strip().lower(), "dropped": dropped})
 
     @extend_schema(
         summary="Fetched pages: filtered, sorted, a screen at a time (as the pages browser)",

@@ -2,8 +2,9 @@
 
 This module owns every Redis key of a crawl and the Lua scripts in crawls/engine/lua/ that change
 them; no other module builds these key names. What it stores (Request, Outcome, fingerprints)
-is in crawls/engine/request.py. Keys (hash tag {c<ID>}, so a crawl lives on one Redis
-Cluster slot):
+is in crawls/engine/request.py. Keys (every one carries the crawl's id, {c<ID>}, and no script
+touches two crawls' keys: a crawl can live wholly on one of several Redis instances, see
+docs/architecture.md, "One Redis, and the path past it"):
 
     ch:{c<ID>}:queue          zset  request JSON -> score (priority, then depth, then turn)
     ch:{c<ID>}:hostseq        hash  host -> requests it queued: a request's turn for the score
@@ -97,7 +98,7 @@ _LUA_DIR = Path(__file__).resolve().parent / "lua"
 _SCRIPTS = (
     "add", "claim", "complete", "release", "requeue_expired", "retry_failed", "pending", "cancel",
     "slice_beat", "live_slices", "series", "renew", "release_claimed", "send", "answered",
-    "push_back", "host_hold", "host_drop",
+    "push_back", "host_hold", "host_drop", "pace",
 )  # fmt: skip
 
 # The pages/s chart: one point a second at most, kept for 10 minutes.
@@ -227,6 +228,15 @@ class Frontier:
         too keeps the delay between arrivals at the host, however long a request took to
         reach it (a new connection, a busy worker)."""
         self._run("answered", [request.host, request.fp])
+
+    def pace(self, host: str) -> float:
+        """May a fetch made outside a page's turn (the login step) go to the host now? 0: yes,
+        and the host's delay runs from now; else the seconds to wait before asking again."""
+        return int(self._run("pace", [host.lower(), "send"])) / 1000
+
+    def paced(self, host: str) -> None:
+        """That fetch got its answer: the host's delay runs from now too (as answered())."""
+        self._run("pace", [host.lower(), "answered"])
 
     def pushed_back(self, host: str, *, wait: float | None, why: str) -> float:
         """The host answered 429 or 503 (`wait`: its Retry-After in seconds, if any): every

@@ -124,10 +124,14 @@ class RobotsCache:
     """
 
     def __init__(
-        self, frontier: Frontier, fetcher: Fetcher, *, user_agent: str, host_delay: float
-    ) -> None:
+        self, frontier: Frontier, fetcher: Fetcher, *, user_agent: str, host_delay: float,
+        headers_for: Callable[[str], dict[str, str]] | None = None,
+    ) -> None:  # fmt: skip
+        """headers_for(url): the crawl's credentials for a robots.txt (or a hop of its
+        redirects) on the crawl's own hosts, none elsewhere."""
         self.frontier = frontier
         self.fetcher = fetcher
+        self.headers_for = headers_for
         self.user_agent = user_agent
         self.host_delay = host_delay
         self._policies: dict[str, tuple[RobotsPolicy, float]] = {}  # host -> (policy, until)
@@ -164,7 +168,7 @@ class RobotsCache:
         if stored is None:
             if before_fetch is not None and not before_fetch():
                 raise HostBusy(host)
-            status, text = self.fetcher.fetch_text(robots_url(url))
+            status, text = self.fetcher.fetch_text(robots_url(url), headers_for=self.headers_for)
             if status is None:
                 until = time.monotonic() + UNREACHABLE_ROBOTS_SECONDS
                 return policy_from_response(None, ""), until

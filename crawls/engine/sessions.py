@@ -19,6 +19,12 @@ and logs in again; those that asked with the same generation wait and then take 
 session, so many workers seeing the expiry together cause one login. A failed login is kept in
 the hash for LOGIN_FAILURE_SECONDS, and workers asking meanwhile get that error rather than
 hammering the site's login form.
+
+The login step's requests take their turn at their host like the crawl's own (HostTurns): each
+waits for the host's delay, a push-back's included, and the delay runs from it again, so that a
+renewal in the middle of a crawl does not ask the host three times at once (the page, the login
+form, the post) where the crawl promised one request per delay. So does the page fetched again
+after the renewal.
 """
 
 from __future__ import annotations
@@ -28,7 +34,8 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 from urllib.parse import urlencode, urljoin, urlsplit
 
 from lxml import html as lxml_html
@@ -38,12 +45,16 @@ from crawlhub.http import Fetcher, FetchResult
 from crawlhub.http.client import REDIRECT_STATUSES
 from crawls.engine.credentials import Cookie, Credentials, origin
 from crawls.engine.frontier import Frontier
+from crawls.engine.request import request_host
 
 log = logging.getLogger(__name__)
 
 MAX_LOGIN_REDIRECTS = 10
 LOGIN_LOCK_SECONDS = 120.0
 LOGIN_FAILURE_SECONDS = 30.0
+# The longest a login request waits for its host's turn (a long push-back): well under the
+# login lock, so that the workers waiting for this login do not take it over meanwhile.
+TURN_WAIT_SECONDS = 60.0
 _FORM_TYPE = "application/x-www-form-urlencoded"
 _NOT_SENT = frozenset({"submit", "button", "image", "reset", "file"})
 
@@ -57,13 +68,45 @@ def _same_host(credentials: Credentials, url: str) -> bool:
     return bool(here and there and here[1] == there[1] and credentials.sends_to(url))
 
 
+class HostTurns:
+    """Fetches made outside a page's own turn (the login step, and the page fetched again after
+    it) keep their host's delay: wait until the host may be asked (Frontier.pace), then the
+    delay runs from the request and again from its answer (Frontier.paced)."""
+
+    def __init__(self, frontier: Frontier, *, max_wait: float = TURN_WAIT_SECONDS) -> None:
+        self.frontier = frontier
+        self.max_wait = max_wait
+
+    @contextmanager
+    def turn(self, url: str) -> Iterator[None]:
+        host = request_host(url)
+        deadline = time.monotonic() + self.max_wait
+        while (wait := self.frontier.pace(host)) > 0:
+            if time.monotonic() + wait > deadline:
+                raise LoginFailed(
+                    f"{host} asks for {wait:.0f} s more before its next request; the login "
+                    f"step waits at most {self.max_wait:.0f} s"
+                )
+            time.sleep(wait)
+        try:
+            yield
+        finally:
+            self.frontier.paced(host)
+
+
 class _Step:
     """One login step's requests: the cookies they collect, and the redirects they follow."""
 
-    def __init__(self, fetcher: Fetcher, credentials: Credentials) -> None:
+    def __init__(
+        self, fetcher: Fetcher, credentials: Credentials, turns: HostTurns | None = None
+    ) -> None:
         self.fetcher = fetcher
         self.credentials = credentials
+        self.turns = turns
         self.cookies: dict[tuple[str, str, str], Cookie] = {}
+
+    def _turn(self, url: str):
+        return self.turns.turn(url) if self.turns else nullcontext()
 
     def session(self) -> list[Cookie]:
         return list(self.cookies.values())
@@ -86,7 +129,8 @@ class _Step:
     def get(self, url: str) -> FetchResult:
         """GET `url`, following redirects on the login URL's host only."""
         for _ in range(MAX_LOGIN_REDIRECTS + 1):
-            result = self.fetcher.fetch(url, headers=self.headers(url), follow_redirects=False)
+            with self._turn(url):
+                result = self.fetcher.fetch(url, headers=self.headers(url), follow_redirects=False)
             self._keep_cookies(url)
             if result.error:
                 raise LoginFailed(f"the login step could not read {url[:200]}: {result.error}")
@@ -98,7 +142,8 @@ class _Step:
     def post(self, url: str, fields: list[tuple[str, str]]) -> FetchResult:
         body = urlencode(fields).encode()
         headers = {**self.headers(url), "Content-Type": _FORM_TYPE}
-        result = self.fetcher.post(url, body=body, headers=headers)
+        with self._turn(url):
+            result = self.fetcher.post(url, body=body, headers=headers)
         self._keep_cookies(url)
         if result.error:
             raise LoginFailed(f"the login form could not be sent to {url[:200]}: {result.error}")
@@ -157,10 +202,12 @@ def _check(result: FetchResult, credentials: Credentials) -> None:
             raise LoginFailed(f"the login did not succeed: it ended on the login page, {where}")
 
 
-def log_in(fetcher: Fetcher, credentials: Credentials) -> list[Cookie]:
-    """Run the login step with `fetcher` (its own: its cookie jar is the step's); the session's
-    cookies, or LoginFailed."""
-    step = _Step(fetcher, credentials)
+def log_in(
+    fetcher: Fetcher, credentials: Credentials, turns: HostTurns | None = None
+) -> list[Cookie]:
+    """Run the login step with `fetcher` (its own: its cookie jar is the step's), each request
+    taking its turn at its host when `turns` is given; the session's cookies, or LoginFailed."""
+    step = _Step(fetcher, credentials, turns)
     page = step.get(credentials.login_url)
     if page.status is None or page.status >= 400:
         raise LoginFailed(f"the login page {credentials.login_url[:200]} answered {page.status}")
@@ -185,6 +232,7 @@ class SharedSession:
         self.credentials = credentials
         self.new_fetcher = new_fetcher
         self.wait_seconds = wait_seconds
+        self.turns = HostTurns(frontier)
         self.generation = 0
         self.cookies: list[Cookie] = []
         self._lock = threading.Lock()
@@ -239,7 +287,7 @@ class SharedSession:
     def _log_in(self) -> None:
         with self.new_fetcher() as fetcher:
             try:
-                cookies = log_in(fetcher, self.credentials)
+                cookies = log_in(fetcher, self.credentials, self.turns)
             except LoginFailed as exc:
                 self.frontier.session_failed(str(exc), for_seconds=LOGIN_FAILURE_SECONDS)
                 log.warning("crawl %s: %s", self.frontier.crawl_id, exc)

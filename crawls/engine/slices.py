@@ -201,10 +201,6 @@ class Slice:
         # and a host that pushes back here joins it at once.
         self.turns_always = self.host_delay > 0 or crawl.host_concurrency > 0
         self.delayed: frozenset[str] = frozenset()
-        self.robots = RobotsCache(
-            self.frontier, self.fetcher,
-            user_agent=crawl.user_agent or DEFAULT_USER_AGENT, host_delay=self.host_delay,
-        )  # fmt: skip
         self.extractor = extractor_of(crawl)
         self.credentials = credentials_of(crawl)
         self.session: SharedSession | None = None
@@ -212,6 +208,12 @@ class Slice:
             self.session = SharedSession(
                 self.frontier, self.credentials, lambda: Fetcher(**fetcher_options(crawl))
             )
+        # robots.txt and sitemaps of the crawl's own hosts are asked with its credentials too.
+        self.robots = RobotsCache(
+            self.frontier, self.fetcher,
+            user_agent=crawl.user_agent or DEFAULT_USER_AGENT, host_delay=self.host_delay,
+            headers_for=self._credentials_for if self.credentials else None,
+        )  # fmt: skip
         self.recorder = Recorder(crawl, self.scope, max_redirects=self.fetcher.max_redirects)
         self.stop = StopFlag()
         self.report = SliceReport()
@@ -418,10 +420,12 @@ class Slice:
                     # The session expired: renewed once for every worker
                     # (crawls/engine/sessions.py), then this page is fetched again with the new
                     # one (which other threads may use up first, on a site whose sessions last a
-                    # few requests). The host stays this page's until it answers.
+                    # few requests). The host stays this page's until it answers, and the
+                    # login's requests and this one each wait for the host's delay.
                     self.session.renew(seen)
                     seen, session = self.session.current()
-                    fetch = self._get(request.url, headers=headers, session=session)
+                    with self.session.turns.turn(request.url):
+                        fetch = self._get(request.url, headers=headers, session=session)
                 # At once, before the page is parsed: other requests to the host wait on it.
                 self._heed_push_back(request, fetch)
             finally:
@@ -461,6 +465,11 @@ class Slice:
         own hosts with the crawl's credentials (and the login's session cookies)."""
         if sitemap:
             fetch = functools.partial(self.fetcher.get, max_bytes=sitemap_reads.FETCH_BYTES)
+            if self.credentials:
+                fetch = functools.partial(
+                    fetch, headers_for=self._credentials_for,
+                    secret_headers=self.credentials.secret_names,
+                )  # fmt: skip
         else:
             secret: frozenset[str] = frozenset()
             if self.credentials and (own := self.credentials.headers_for(url, session)):
@@ -478,6 +487,12 @@ class Slice:
             lease_seconds=self.lease, wait_seconds=self.crawl.timeout, stop=self.stop.event,
             kept=self.kept_proxies, fetch_seconds=self.fetcher.total_timeout,
         )  # fmt: skip
+
+    def _credentials_for(self, url: str) -> dict[str, str]:
+        """The crawl's credentials (and the login's session) for a URL of its own hosts, to
+        robots.txt and sitemaps and each hop of their redirects; {} for any other host."""
+        session = self.session.current()[1] if self.session else ()
+        return self.credentials.headers_for(url, session) if self.credentials else {}
 
     def _logged_out(self, fetch: FetchResult) -> bool:
         """The page redirects to the login URL: the session it was fetched with expired."""

@@ -4,6 +4,7 @@ host, even through a redirect). Real local sites play the servers; their logs ar
 
 from __future__ import annotations
 
+import itertools
 import threading
 
 import pytest
@@ -13,7 +14,7 @@ from crawls.engine import lifecycle
 from crawls.engine.frontier import Frontier
 from crawls.engine.jobs import slice_job
 from crawls.engine.slices import run_slice
-from crawls.models import CrawlState
+from crawls.models import CrawlEvent, CrawlState
 from tests.support.crawling import drive
 from tests.support.sites import LoginSite, Response, basic_auth_site, pages_site
 
@@ -196,3 +197,78 @@ def test_a_login_that_fails_mid_crawl_is_tried_once_and_the_pages_say_why(user, 
     # The failure is shared for a while: one failed login, not one per page.
     posts = [r for r in site.log if r.method == "POST"]
     assert len(posts) == 2
+
+
+@pytest.mark.django_db
+def test_a_login_renewed_mid_crawl_keeps_the_host_s_delay(user, make_site):
+    # Every request the host sees (pages, the login form, its post, the page asked again after
+    # the renewal) comes at least the crawl's delay after the one before, judged from its log.
+    login = LoginSite(tree(8), expire_after=3)
+    site = make_site(login)
+    crawl = drive(start(user, site, auth=login_auth(site), host_delay=0.4), timeout=120)
+    assert crawl.state == CrawlState.FINISHED, crawl.error
+    assert statuses(crawl, site) == {path: 200 for path in tree(8)}
+    assert login.logins >= 3  # 9 pages, a session serves 3: renewed mid-crawl
+    arrivals = sorted((r.at, r.method, r.path) for r in site.log)
+    gaps = [(b[0] - a[0], a[1:], b[1:]) for a, b in itertools.pairwise(arrivals)]
+    assert min(gap for gap, _, _ in gaps) >= 0.4 - 0.05, gaps
+
+
+@pytest.mark.django_db
+def test_robots_txt_and_sitemaps_behind_basic_auth_are_read_with_the_crawl_s_credentials(
+    user, make_site
+):
+    # Everything of the site needs the password, robots.txt and the sitemaps included: read
+    # without it, robots.txt would be a 401 (allow all: /private crawled) and the sitemaps
+    # unread (/hidden, which no page links, never found). A sitemap that redirects to another
+    # host is followed there without any credential of the crawl.
+    other = make_site(pages_site({"/moved.xml": Response(
+        body='<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9"></urlset>',
+        content_type="application/xml",
+    )}))  # fmt: skip
+    there = other.url.replace("127.0.0.1", "localhost")
+    holder = {}
+
+    def handler(request):
+        base = holder["url"]
+        index = (
+            '<sitemapindex xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">'
+            f"<sitemap><loc>{base}/listed.xml</loc></sitemap>"
+            f"<sitemap><loc>{base}/away.xml</loc></sitemap></sitemapindex>"
+        )
+        listed = ('<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">'
+                  f"<url><loc>{base}/hidden</loc></url></urlset>")  # fmt: skip
+        return basic_auth_site({
+            "/": '<a href="/private">private</a> <a href="/open">open</a>',
+            "/open": "open", "/private": "private", "/hidden": "only in the sitemap",
+            "/robots.txt": Response(body=f"User-agent: *\nDisallow: /private\n"
+                                    f"Sitemap: {base}/index.xml\n", content_type="text/plain"),
+            "/index.xml": Response(body=index, content_type="application/xml"),
+            "/listed.xml": Response(body=listed, content_type="application/xml"),
+            "/away.xml": Response(status=302, headers={"Location": there + "/moved.xml"}),
+        }, user="bob", password="rob0ts-PW")(request)  # fmt: skip
+
+    site = make_site(handler)
+    holder["url"] = site.url
+    auth = {"basic_user": "bob", "basic_password": "rob0ts-PW", "headers": "X-Token: tok-RRR",
+            "cookie": "sid=cookie-SSS"}  # fmt: skip
+    crawl = drive(start(
+        user, site, auth=auth, seed="/", obey_robots=True, follow_sitemaps=True,
+        allowed_domains=["127.0.0.1", "localhost"],
+    ))  # fmt: skip
+    assert crawl.state == CrawlState.FINISHED, crawl.error
+    paths = sorted(site.paths())
+    assert "/robots.txt" in paths and "/hidden" in paths and "/listed.xml" in paths
+    assert "/private" not in paths  # robots.txt was read, with the password
+    for request in site.log:  # every request, robots.txt and sitemaps too, had them all
+        assert request.headers["Authorization"].startswith("Basic "), request.path
+        assert request.headers["X-Token"] == "tok-RRR"
+        assert request.headers["Cookie"] == "sid=cookie-SSS"
+    assert [r.path for r in other.log] == ["/moved.xml"]  # followed, and bare
+    names = {name.lower() for name in other.log[0].headers}
+    assert not names & {"authorization", "cookie", "x-token"}, other.log[0].headers
+    sitemap = crawl.pages.get(url=site.url + "/listed.xml")
+    assert sitemap.request_headers["Authorization"] == "••••••"
+    assert sitemap.request_headers["X-Token"] == "••••••"
+    assert not crawl.events.filter(kind=CrawlEvent.Kind.SITEMAP).exclude(
+        detail__contains="away.xml").exists()  # fmt: skip

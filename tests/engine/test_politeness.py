@@ -108,6 +108,29 @@ def test_retry_after_sets_how_long_the_host_waits(frontier):
     assert frontier.claim(5, lease_seconds=30) == []
 
 
+@pytest.mark.once
+def test_a_fetch_outside_a_page_s_turn_waits_for_the_host_s_delay(frontier):
+    # The login step (crawls/engine/sessions.py: HostTurns) asks Frontier.pace before each of
+    # its requests and Frontier.paced after: the host's delay holds between them and the pages.
+    frontier.configure(max_pages=0, max_depth=-1, host_delay=2)
+    frontier.add_seeds(["http://a.test/1"])
+    [request] = frontier.claim(1, lease_seconds=30)
+    assert frontier.send(request) == 2.0
+    wait = frontier.pace("A.test")  # right after the page: not now
+    assert 1.5 < wait <= 2.0
+    frontier.answered(request)
+    frontier.redis.hset(frontier.key("hosts"), "a.test", 0)  # as if the delay had passed
+    assert frontier.pace("a.test") == 0  # may go: the delay runs from now
+    assert 1.5 < frontier.pace("a.test") <= 2.0
+    assert frontier.pace("b.test") == 0  # another host: its own turns
+    frontier.pushed_back("c.test", wait=30, why="HTTP 429, Retry-After 30 s")
+    assert 28 < frontier.pace("c.test") <= 30  # a push-back holds the login too
+    frontier.configure(max_pages=0, max_depth=-1, host_delay=0)
+    assert frontier.pace("d.test") == frontier.pace("d.test") == 0  # no delay: never waits
+    frontier.paced("d.test")
+    assert frontier.redis.hget(frontier.key("hosts"), "d.test") is None
+
+
 # Real workers, judged from the sites' own logs
 
 

@@ -192,6 +192,29 @@ def test_a_crawl_fetch_answers_with_the_redirect_and_where_it_points(make_site, 
     assert fetcher.fetch(site.url + "/old").redirect_to == ""  # followed: no target left
 
 
+def test_headers_for_each_hop_are_asked_for_that_hop_s_url(make_site, fetcher):
+    # robots.txt and sitemaps carry a crawl's credentials to its own hosts only: a redirect
+    # elsewhere is followed without them.
+    other = make_site(pages_site({"/robots.txt": "User-agent: *", "/map.xml": "<urlset/>"}))
+    there = other.url.replace("127.0.0.1", "localhost")
+    site = make_site(pages_site({
+        "/robots.txt": Response(status=301, headers={"Location": there + "/robots.txt"}),
+        "/map.xml": Response(status=302, headers={"Location": there + "/map.xml"}),
+    }))  # fmt: skip
+
+    def own(url: str) -> dict[str, str]:
+        return {"Authorization": "Basic b3du"} if url.startswith(site.url) else {}
+
+    assert fetcher.fetch_text(site.url + "/robots.txt", headers_for=own) == (200, "User-agent: *")
+    result = fetcher.get(site.url + "/map.xml", headers_for=own, secret_headers=frozenset())
+    assert (result.status, result.final_url) == (200, there + "/map.xml")
+    assert [r.headers.get("Authorization") for r in site.log] == ["Basic b3du"] * 2
+    assert [r.headers.get("Authorization") for r in other.log] == [None, None]
+    sent = fetcher.get(site.url + "/map.xml", headers_for=lambda url: {"X-Token": "t0k"},
+                       secret_headers=frozenset({"x-token"}))  # fmt: skip
+    assert sent.request_headers["X-Token"] == "••••••"  # what the last hop sent, masked
+
+
 def test_a_crawl_fetch_refuses_a_redirect_to_a_non_http_url_as_following_does(make_site, fetcher):
     site = make_site(pages_site({"/": Response(status=302, headers={"Location": "ftp://x/f"})}))
     result = fetcher.fetch(site.url + "/", follow_redirects=False)

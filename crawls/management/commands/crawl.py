@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from argparse import ArgumentParser, ArgumentTypeError
+from datetime import UTC, datetime
 from pathlib import Path
 
 from django.contrib.auth import get_user_model
@@ -143,6 +144,24 @@ class Command(BaseCommand):
         export.add_argument("id", type=int)
         export.add_argument("--format", choices=["jsonl", "csv", "warc"], default="jsonl")
         export.add_argument("--output", required=True, help="file to write, or - for stdout")
+        hosts = sub.add_parser("hosts", help="every host: queued, in flight, done, delay, held")
+        hosts.add_argument("id", type=int)
+        hosts.add_argument("--json", action="store_true")
+        for name, text in (
+            ("hold-host", "ask a host nothing until a time; what is being fetched finishes"),
+            ("release-host", "end a host's hold"),
+            ("drop-host", "drop a host's queued requests and retries (counted as cancelled)"),
+        ):
+            host_parser = sub.add_parser(name, help=text)
+            host_parser.add_argument("id", type=int)
+            host_parser.add_argument("host", help="hostname[:port], as `crawl hosts` lists it")
+            host_parser.add_argument("--user", help="username recorded in the crawl's events")
+            if name == "hold-host":
+                host_parser.add_argument(
+                    "--until", required=True, type=_until,
+                    help="how long (90s, 30m, 2h, 1d; a bare number is minutes) or until when "
+                    "(ISO 8601, UTC unless it says otherwise, e.g. 2030-01-31T18:00)",
+                )  # fmt: skip
         waiting = sub.add_parser("wait", help="wait until the crawl ends (exit 0 if finished)")
         waiting.add_argument("id", type=int)
         waiting.add_argument("--timeout", type=float, default=0, help="seconds; 0 = forever")
@@ -219,6 +238,41 @@ class Command(BaseCommand):
         count = services.crawl_retry_failed(crawl=self._crawl(id))
         self.stdout.write(f"{count} request(s) back in the queue")
 
+    def do_hosts(self, *, id, json: bool, **_) -> None:
+        rows = services.crawl_hosts(self._crawl(id))
+        if json:
+            self.stdout.write(_json(rows))
+            return
+        self.stdout.write(
+            f"{'host':<32} {'queued':>7} {'flying':>6} {'done':>7} {'errors':>6} {'delay':>6}  "
+            "held until / next allowed (UTC), why"
+        )
+        for row in rows:
+            held, next_at = row["held_until"], row["next_at"]
+            when = (f"held until {held:%Y-%m-%d %H:%M:%S}" if held
+                    else f"next {next_at:%H:%M:%S}" if next_at else "")  # fmt: skip
+            self.stdout.write(
+                f"{row['host']:<32} {row['queued']:>7} {row['in_flight']:>6} {row['done']:>7} "
+                f"{row['errors']:>6} {row['delay']:>6g}  "
+                + "  ".join(filter(None, (when, row["why"])))
+            )
+
+    def do_hold_host(self, *, id, host, until, user, **_) -> None:
+        minutes = until if isinstance(until, float) else (
+            (until - timezone.now()).total_seconds() / 60)  # fmt: skip
+        held = services.crawl_host_hold(
+            crawl=self._crawl(id), host=host, minutes=minutes, user=self._user(user)
+        )
+        self.stdout.write(f"{host.strip().lower()} held until {held:%Y-%m-%d %H:%M:%S} UTC")
+
+    def do_release_host(self, *, id, host, user, **_) -> None:
+        services.crawl_host_release(crawl=self._crawl(id), host=host, user=self._user(user))
+        self.stdout.write(f"{host.strip().lower()} released")
+
+    def do_drop_host(self, *, id, host, user, **_) -> None:
+        dropped = services.crawl_host_drop(crawl=self._crawl(id), host=host, user=self._user(user))
+        self.stdout.write(f"{host.strip().lower()}: {dropped} queued request(s) dropped")
+
     def do_export(self, *, id, format: str, output: str, **_) -> None:
         crawl = self._crawl(id)
         exports.check(crawl, format)
@@ -280,6 +334,26 @@ class Command(BaseCommand):
         self.stdout.write(_json(self._status(crawl)))
         if crawl.state != CrawlState.FINISHED:
             raise CommandError(f"crawl {id} ended {crawl.state}")
+
+
+_UNITS = {"s": 1 / 60, "m": 1.0, "h": 60.0, "d": 24 * 60.0}
+
+
+def _until(text: str) -> float | datetime:
+    """--until: a duration in minutes (float), or a time (an aware datetime, UTC if naive)."""
+    text = text.strip()
+    unit = _UNITS.get(text[-1:].lower()) if text else None
+    try:
+        return float(text[:-1] if unit else text) * (unit or 1.0)
+    except ValueError:
+        pass
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise ArgumentTypeError(
+            f"{text[:40]!r} is neither a duration (90s, 30m, 2h, 1d) nor an ISO 8601 time"
+        ) from None
+    return when if when.tzinfo else when.replace(tzinfo=UTC)
 
 
 def _json(value) -> str:
