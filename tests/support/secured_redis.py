@@ -13,6 +13,7 @@ import ipaddress
 import secrets
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import redis
@@ -42,8 +43,9 @@ def _key(path: Path) -> ec.EllipticCurvePrivateKey:
 
 
 def _certificate(
-    path: Path, *, name: str, key, issuer_key, issuer: x509.Name | None, ca: bool
-) -> x509.Name:
+    path: Path, *, name: str, key, issuer_key, issuer: x509.Name | None, ca: bool,
+    addresses: tuple[str, ...] = ("127.0.0.1",),
+) -> x509.Name:  # fmt: skip
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
     now = datetime.datetime.now(datetime.UTC)
     builder = (
@@ -64,16 +66,19 @@ def _certificate(
         )  # fmt: skip
         builder = builder.add_extension(usage, critical=True)
     else:
-        names = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+        names = [x509.DNSName("localhost")]
+        names += [x509.IPAddress(ipaddress.ip_address(address)) for address in addresses]
         builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
     certificate = builder.sign(issuer_key, hashes.SHA256())
     path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
     return subject
 
 
-def make_certificates(folder: Path) -> dict[str, Path]:
-    """A CA, a server certificate for 127.0.0.1/localhost and a client certificate, both signed
-    by it; and a second CA that signed neither (for the "wrong CA" case)."""
+def make_certificates(
+    folder: Path, *, addresses: tuple[str, ...] = ("127.0.0.1",)
+) -> dict[str, Path]:
+    """A CA, a server certificate for localhost and `addresses` and a client certificate, both
+    signed by it; and a second CA that signed neither (for the "wrong CA" case)."""
     folder.mkdir(parents=True, exist_ok=True)
     files = {name: folder / f"{name}.pem" for name in (
         "ca", "ca_key", "server", "server_key", "client", "client_key", "other_ca", "other_key",
@@ -83,7 +88,8 @@ def make_certificates(folder: Path) -> dict[str, Path]:
                       ca=True)  # fmt: skip
     for role in ("server", "client"):
         key = _key(files[f"{role}_key"])
-        _certificate(files[role], name=role, key=key, issuer_key=ca_key, issuer=ca, ca=False)
+        _certificate(files[role], name=role, key=key, issuer_key=ca_key, issuer=ca, ca=False,
+                     addresses=addresses)  # fmt: skip
     other_key = _key(files["other_key"])
     _certificate(files["other_ca"], name="other CA", key=other_key, issuer_key=other_key,
                  issuer=None, ca=True)  # fmt: skip
@@ -91,20 +97,27 @@ def make_certificates(folder: Path) -> dict[str, Path]:
 
 
 class SecuredRedis:
-    """redis-server on a loopback TLS port only, with requirepass and an ACL user."""
+    """redis-server on a TLS port only, with requirepass and an ACL user: on loopback, or on
+    `host` with the server started through `launch` (e.g. ["ip", "netns", "exec", name])."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(
+        self, folder: Path, *, host: str = "127.0.0.1", launch: Sequence[str] = ()
+    ) -> None:
         self.folder = Path(folder)
+        self.host = host
+        self.launch = list(launch)
         self.port = free_port()
         self.password = secrets.token_urlsafe(16)
         self.admin_password = secrets.token_urlsafe(16)
-        self.files = make_certificates(self.folder / "tls")
+        self.files = make_certificates(
+            self.folder / "tls", addresses=tuple(dict.fromkeys(("127.0.0.1", host)))
+        )
         self.process: subprocess.Popen | None = None
 
     @property
     def url(self) -> str:
         """The ACL user's URL, without the TLS files (REDIS_CA_FILE... add them)."""
-        return f"rediss://{USER}:{self.password}@127.0.0.1:{self.port}/0"
+        return f"rediss://{USER}:{self.password}@{self.host}:{self.port}/0"
 
     def client_env(self) -> dict[str, str]:
         return {
@@ -118,8 +131,8 @@ class SecuredRedis:
         data = self.folder / "data"
         data.mkdir(parents=True, exist_ok=True)
         command = [
-            launcher.find_redis_server(),
-            "--port", "0", "--bind", "127.0.0.1",
+            *self.launch, launcher.find_redis_server(),
+            "--port", "0", "--bind", self.host,
             "--tls-port", str(self.port),
             "--tls-cert-file", str(self.files["server"]),
             "--tls-key-file", str(self.files["server_key"]),
@@ -143,7 +156,7 @@ class SecuredRedis:
 
     def client(self) -> redis.Redis:
         return redis.Redis(
-            host="127.0.0.1", port=self.port, username=USER, password=self.password, ssl=True,
+            host=self.host, port=self.port, username=USER, password=self.password, ssl=True,
             ssl_ca_certs=str(self.files["ca"]), ssl_certfile=str(self.files["client"]),
             ssl_keyfile=str(self.files["client_key"]), socket_timeout=5,
         )  # fmt: skip
