@@ -102,7 +102,7 @@ def _clean_patterns(patterns: list[str] | str, field: str) -> list[str]:
     return [p.strip() for p in patterns if p.strip()]
 
 
-def _value_problem(field: models.Field, value: Any) -> str:
+def value_problem(field: models.Field, value: Any) -> str:
     """What full_clean would not say about an option's value, or "": text that is not text,
     numbers that are not finite (NaN passes every min and max), a NUL (PostgreSQL stores none)."""
     if isinstance(field, models.CharField) and not isinstance(value, str):
@@ -144,7 +144,7 @@ def crawl_clean(
     name = "" if name is None else name
     errors: dict[str, list[str]] = {}
     for field, value in {"name": name, **options}.items():
-        if problem := _value_problem(Crawl._meta.get_field(field), value):
+        if problem := value_problem(Crawl._meta.get_field(field), value):
             errors[field] = [problem]
     values: dict[str, Any] = {k: v for k, v in options.items() if k not in errors}
     cleaners = {
@@ -447,7 +447,7 @@ def crawl_retry_failed(*, crawl: Crawl, user=None, ids: list[int] | None = None)
         return 0
     requests = [Request(url=f.url, depth=f.depth, referrer=f.referrer) for f in failures]
     frontier = _frontier(crawl)
-    count = frontier.retry_failed(requests)
+    count = frontier.retry_failed(requests, [f.last_status for f in failures])
     with transaction.atomic():
         FailedRequest.objects.filter(pk__in=[f.pk for f in failures]).delete()
         _event(crawl, CrawlEvent.Kind.RETRIED, user, f"{count} request(s)")
