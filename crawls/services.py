@@ -33,6 +33,7 @@ from crawls.models import (
     Channel,
     Crawl,
     CrawlAuth,
+    CrawlDeletion,
     CrawlEvent,
     CrawlState,
     FailedRequest,
@@ -474,7 +475,12 @@ def crawl_delete(*, crawl: Crawl, user=None) -> None:
     if crawl.is_active():
         raise CrawlActionError("Cancel or pause the crawl before deleting it.")
     Frontier(crawl.pk).delete()
-    crawl.delete()
+    with transaction.atomic():
+        CrawlDeletion.objects.create(
+            crawl_id=crawl.pk, name=crawl.name, owner_id=crawl.created_by_id, user=user,
+            state=crawl.state, pages=crawl.pages.count(),
+        )  # fmt: skip
+        crawl.delete()
 
 
 def crawl_stats_safe(crawl: Crawl) -> dict:

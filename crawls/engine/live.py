@@ -125,7 +125,8 @@ def progress(crawl: Crawl, stats: dict) -> dict:
     if crawl.state == "finished":
         percent = 100
     return {"done": done, "known": known, "percent": percent,
-            "capped": crawl.max_pages > 0 and requests >= crawl.max_pages}  # fmt: skip
+            "capped": crawl.max_pages > 0 and requests >= crawl.max_pages,
+            "open": not crawl.is_over()}  # fmt: skip
 
 
 def waiting_for_worker(crawl: Crawl, stats: dict, slices_running: int) -> bool:

@@ -173,7 +173,7 @@
     document.getElementById("known").textContent = number(done.known);
     document.getElementById("percent").textContent = done.percent || 0;
     document.getElementById("capped").hidden = !done.capped;
-    document.getElementById("uncapped").hidden = !!done.capped;
+    document.getElementById("uncapped").hidden = !!done.capped || !done.open;
     document.getElementById("rate").textContent = Number(snap.rate || 0).toFixed(1);
     const times = document.getElementById("times");
     times.replaceChildren(snap.started_at ? "started " : "not started");

@@ -34,7 +34,8 @@ def test_a_500_out_of_retries_is_an_error_a_failure_and_a_5xx(user, make_site):
     assert stats["status_5xx"] == 1 and stats["status_4xx"] == 1
     shown = snapshot(crawl)
     assert shown["stats"]["no_response"] == 0
-    assert shown["progress"] == {"done": 3, "known": 3, "percent": 100, "capped": False}
+    assert shown["progress"] == {
+        "done": 3, "known": 3, "percent": 100, "capped": False, "open": False}  # fmt: skip
 
     # Retried: off errors, failed and the 5xx class, and back on them when it fails again.
     assert services.crawl_retry_failed(crawl=crawl, user=user) == 1
@@ -50,7 +51,8 @@ def test_progress_is_done_against_known_and_capped_by_max_pages(user):
                                   max_pages=10)  # fmt: skip
     crawl.state = CrawlState.RUNNING
     stats = {"requests": 10, "responses": 4, "errors": 1, "cancelled": 0}
-    assert progress(crawl, stats) == {"done": 5, "known": 10, "percent": 50, "capped": True}
+    assert progress(crawl, stats) == {
+        "done": 5, "known": 10, "percent": 50, "capped": True, "open": True}  # fmt: skip
     crawl.max_pages = 100
     assert progress(crawl, stats)["capped"] is False
 
