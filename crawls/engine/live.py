@@ -167,6 +167,7 @@ def compact(full: dict) -> dict:
         "actions": full["actions"],
         "at": full["at"],
         "stats": {name: stats.get(name, 0) for name in LIST_COUNTERS},
+        "progress": full.get("progress"),
     }
 
 

@@ -253,6 +253,8 @@ def crawl_action(request: HttpRequest, pk: int, action: str) -> HttpResponse:
     elif action in ACTIONS:
         fn, done = ACTIONS[action]
         ok, text = _act(request, fn, crawl, done)
+        if ok and action == "pause" and crawl.state == CrawlState.PAUSED:
+            text = "Paused."  # nothing was in flight: no "pausing" to wait for
     else:
         ok, text = False, f"Unknown action {action!r}."
     if "application/json" in request.headers.get("Accept", ""):

@@ -145,7 +145,10 @@
   // -- one snapshot ----------------------------------------------------------------------------
   function apply(snap) {
     if (snap.type !== "crawl.stats" || snap.id !== Number(root.dataset.id)) return;
-    if (last && snap.at && last.at && snap.at < last.at) return; // an older one arrived late
+    if (last && snap.at && last.at && snap.at < last.at) { // an older one arrived late
+      dropStaleMessages(last.state);
+      return;
+    }
     const stats = snap.stats || {};
     document.querySelectorAll("[data-counter]").forEach(function (el) {
       const value = stats[el.dataset.counter];
