@@ -494,6 +494,8 @@ class CrawlEvent(models.Model):
         HOST_HELD = "host_held"  # detail: the host and until when
         HOST_RELEASED = "host_released"
         HOST_DROPPED = "host_dropped"  # detail: the host and how many requests
+        EDITED = "edited"  # a draft's settings: detail names each field changed
+        CHANGED = "changed", "Settings changed"  # while it ran: detail says "field: old -> new"
 
     crawl = models.ForeignKey(Crawl, on_delete=models.CASCADE, related_name="events")
     kind = models.CharField(max_length=20, choices=Kind)
@@ -508,6 +510,28 @@ class CrawlEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.at:%Y-%m-%d %H:%M:%S}"
+
+
+class CrawlDeletion(models.Model):
+    """The audit trail of deleted crawls: a crawl's own trail goes with it."""
+
+    crawl_id = models.PositiveIntegerField(db_index=True)
+    name = models.CharField(max_length=200)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+"
+    )
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+"
+    )
+    state = models.CharField(max_length=10, choices=CrawlState)  # when it was deleted
+    pages = models.PositiveIntegerField(default=0)
+    at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+
+    def __str__(self) -> str:
+        return f"crawl #{self.crawl_id} {self.name} deleted {self.at:%Y-%m-%d %H:%M:%S}"
 
 
 class CrawlSchedule(models.Model):

@@ -33,6 +33,7 @@ from crawls.models import (
     Channel,
     Crawl,
     CrawlAuth,
+    CrawlDeletion,
     CrawlEvent,
     CrawlState,
     FailedRequest,
@@ -102,7 +103,7 @@ def _clean_patterns(patterns: list[str] | str, field: str) -> list[str]:
     return [p.strip() for p in patterns if p.strip()]
 
 
-def _value_problem(field: models.Field, value: Any) -> str:
+def value_problem(field: models.Field, value: Any) -> str:
     """What full_clean would not say about an option's value, or "": text that is not text,
     numbers that are not finite (NaN passes every min and max), a NUL (PostgreSQL stores none)."""
     if isinstance(field, models.CharField) and not isinstance(value, str):
@@ -144,7 +145,7 @@ def crawl_clean(
     name = "" if name is None else name
     errors: dict[str, list[str]] = {}
     for field, value in {"name": name, **options}.items():
-        if problem := _value_problem(Crawl._meta.get_field(field), value):
+        if problem := value_problem(Crawl._meta.get_field(field), value):
             errors[field] = [problem]
     values: dict[str, Any] = {k: v for k, v in options.items() if k not in errors}
     cleaners = {
@@ -447,7 +448,7 @@ def crawl_retry_failed(*, crawl: Crawl, user=None, ids: list[int] | None = None)
         return 0
     requests = [Request(url=f.url, depth=f.depth, referrer=f.referrer) for f in failures]
     frontier = _frontier(crawl)
-    count = frontier.retry_failed(requests)
+    count = frontier.retry_failed(requests, [f.last_status for f in failures])
     with transaction.atomic():
         FailedRequest.objects.filter(pk__in=[f.pk for f in failures]).delete()
         _event(crawl, CrawlEvent.Kind.RETRIED, user, f"{count} request(s)")
@@ -474,7 +475,12 @@ def crawl_delete(*, crawl: Crawl, user=None) -> None:
     if crawl.is_active():
         raise CrawlActionError("Cancel or pause the crawl before deleting it.")
     Frontier(crawl.pk).delete()
-    crawl.delete()
+    with transaction.atomic():
+        CrawlDeletion.objects.create(
+            crawl_id=crawl.pk, name=crawl.name, owner_id=crawl.created_by_id, user=user,
+            state=crawl.state, pages=crawl.pages.count(),
+        )  # fmt: skip
+        crawl.delete()
 
 
 def crawl_stats_safe(crawl: Crawl) -> dict:

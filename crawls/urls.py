@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from crawls.views import compare, crawls, exports, pages, schedules, webhooks
+from crawls.views import compare, crawls, editing, exports, pages, schedules, webhooks
 
 urlpatterns = [
     path("", crawls.crawl_list, name="crawl_list"),
@@ -19,6 +19,9 @@ urlpatterns = [
     path("crawls/compare/", compare.compare, name="crawl_compare"),
     path("crawls/compare/export.csv", compare.compare_export, name="crawl_compare_export"),
     path("crawls/preview/", crawls.rules_preview, name="rules_preview"),
+    path("crawls/<int:pk>/edit/", editing.crawl_edit, name="crawl_edit"),
+    path("crawls/<int:pk>/again/", editing.crawl_run_again, name="crawl_run_again"),
+    path("crawls/<int:pk>/delete/", editing.crawl_delete, name="crawl_delete"),
     path("crawls/<int:pk>/<str:action>/", crawls.crawl_action, name="crawl_action"),
     path("schedules/", schedules.schedule_list, name="schedule_list"),
     path("schedules/new/", schedules.schedule_new, name="schedule_new"),

@@ -85,13 +85,17 @@ PARK_SECONDS = 600.0
 # A running slice beats several times a second; without a beat for this long its worker is dead.
 SLICE_BEAT_TTL = 10.0
 
+# A slice whose alive-until is at most this far ahead is running (it beats); a queued one was
+# registered much further ahead. Generous, for clocks of workers that disagree a little.
+STARTED_SLICE_WINDOW_MS = 60_000
+
 SUPERVISOR_LOCK_KEY = "ch:supervisor:lock"
 
 STATES = ("running", "paused", "cancelled")
 COUNTERS = (
     "requests", "repeats", "responses", "errors", "failed", "retries", "bytes",
     "status_2xx", "status_3xx", "status_4xx", "status_5xx", "dropped", "cancelled",
-    "not_modified", "sitemap_urls",
+    "not_modified", "sitemap_urls", "failed_http",
 )  # fmt: skip
 
 _LUA_DIR = Path(__file__).resolve().parent / "lua"
@@ -299,22 +303,32 @@ class Frontier:
         pipe.zcard(self.key("delayed"))
         pipe.hlen(self.key("backup"))
 
-    def retry_failed(self, requests: list[Request]) -> int:
+    def retry_failed(
+        self, requests: list[Request], statuses: list[int | None] | None = None
+    ) -> int:
         """Queue requests from the failure queue again (attempts reset, no dedup check) and
-        take them off failed and errors. Skips requests that are claimed right now, and never
-        takes back more than `failed`. Returns how many were queued."""
+        take them off failed and errors, and off the status class of their last answer
+        (`statuses`, one per request, None for none). Skips requests that are claimed right
+        now, and never takes back more than `failed`. Returns how many were queued."""
         if not requests:
             return 0
-        members = [
-            replace(request, attempts=0, crashes=0, crash_error="").to_json()
-            for request in requests
-        ]
-        return int(self._run("retry_failed", members))
+        statuses = statuses if statuses is not None else [None] * len(requests)
+        args: list = []
+        for request, status in zip(requests, statuses, strict=True):
+            args.append(replace(request, attempts=0, crashes=0, crash_error="").to_json())
+            args.append(status_class(status) if status else "")
+        return int(self._run("retry_failed", args))
 
     def cancel(self) -> None:
         """Stop for good: state cancelled, unfinished requests dropped and counted in
         "cancelled"; seen fingerprints and counters are kept. Late completions are ignored."""
         self._run("cancel", [])
+
+    def retire(self, seconds: float) -> None:
+        """Remove every key of a deleted crawl but its state, "cancelled" for `seconds` more:
+        a slice still finishing a page reads it and stops."""
+        self.delete()
+        self.redis.set(self.key("state"), "cancelled", px=max(1, _ms(seconds)))
 
     def delete(self) -> None:
         """Remove every key of the crawl."""
@@ -502,6 +516,7 @@ def live_views(
     host is left out ({}), for the list page, which shows none."""
     client = client or get_redis()
     frontiers = [Frontier(crawl_id, client) for crawl_id in crawl_ids]
+    now_ms = _ms(time.time())
     with client.pipeline(transaction=True) as pipe:
         for frontier in frontiers:
             frontier._queue_stats(pipe)
@@ -510,6 +525,9 @@ def live_views(
             frontier._scripts["series"](
                 keys=frontier._keys, args=[SERIES_POINTS, points, 1 if record else 0], client=pipe
             )
+            # Started slices beat SLICE_BEAT_TTL ahead; queued ones were registered an hour
+            # ahead (jobs.QUEUED_SLICE_TTL): those due within a minute are running.
+            pipe.zcount(frontier.key("slices"), now_ms, now_ms + STARTED_SLICE_WINDOW_MS)
         replies = iter(pipe.execute())
     views = {}
     for frontier in frontiers:
@@ -519,8 +537,15 @@ def live_views(
             "stats": stats,
             "hosts": {host.decode(): int(n) for host, n in by_host.items()},
             "series": [tuple(int(x) for x in point.split(b":")) for point in next(replies)],
+            "slices_running": int(next(replies)),
         }
     return views
+
+
+def status_class(status: int) -> str:
+    """The counter of an HTTP status: status_2xx .. status_5xx, else status_other."""
+    klass = status // 100
+    return f"status_{klass}xx" if 2 <= klass <= 5 else "status_other"
 
 
 def _stats_from(counters: dict, queued: int, delayed: int, in_flight: int) -> dict[str, int]:

@@ -116,7 +116,9 @@ def after_slice(crawl_id: int) -> None:
         changed = lifecycle.settle_pause(crawl)
     elif crawl.state == CrawlState.RUNNING:
         changed = lifecycle.finish_if_done(crawl_id)
-        if not changed:
+        # A successor, unless the crawl's slices were lowered while it ran (crawls.editing)
+        # and the others are enough.
+        if not changed and Frontier(crawl_id).live_slices() < crawl.slices:
             enqueue_slices(crawl, count=1)
     if not changed:
         # A state change announced itself, at once; the slice's last counters go through the

@@ -88,10 +88,11 @@ def _snapshot(crawl: Crawl, view: dict | Exception) -> dict:
         "at": time.time(),
     }
     if isinstance(view, Exception):
-        return {**base, "stats": {**crawl.stats, "redis_error": str(view)}, "rate": 0.0,
-                "series": [], "hosts": []}  # fmt: skip
+        stats = with_derived({**crawl.stats, "redis_error": str(view)})
+        return {**base, "stats": stats, "rate": 0.0, "series": [], "hosts": [],
+                "progress": progress(crawl, stats), "waiting": False}  # fmt: skip
     # A crawl that ended shows what was saved when it ended (cancel drops the queue).
-    stats = crawl.stats if crawl.is_over() and crawl.stats else view["stats"]
+    stats = with_derived(crawl.stats if crawl.is_over() and crawl.stats else view["stats"])
     hosts = sorted(view["hosts"].items(), key=lambda item: (-item[1], item[0]))
     series = view["series"]
     return {
@@ -101,7 +102,42 @@ def _snapshot(crawl: Crawl, view: dict | Exception) -> dict:
         "series": series,
         "hosts": hosts[:HOSTS_SHOWN],
         "hosts_total": len(hosts),
+        "progress": progress(crawl, stats),
+        "waiting": waiting_for_worker(crawl, stats, view.get("slices_running", 0)),
     }
+
+
+def with_derived(stats: dict) -> dict:
+    """The counters plus those the pages show that are sums of others: "no_response" (errors
+    that got no HTTP answer at all; the other errors are in their status class too)."""
+    errors, failed_http = int(stats.get("errors", 0)), int(stats.get("failed_http", 0))
+    return {**stats, "no_response": max(0, errors - failed_http)}
+
+
+def progress(crawl: Crawl, stats: dict) -> dict:
+    """Work done against work known: "done" requests answered or given up (responses +
+    errors), "known" requests scheduled and not cancelled; "capped" once max pages stops the
+    crawl scheduling more, so that "known" is all there will be. A finished crawl is at 100."""
+    done = int(stats.get("responses", 0)) + int(stats.get("errors", 0))
+    requests = int(stats.get("requests", 0))
+    known = max(done, requests - int(stats.get("cancelled", 0)))
+    percent = 100 * done // known if known else 0
+    if crawl.state == "finished":
+        percent = 100
+    return {"done": done, "known": known, "percent": percent,
+            "capped": crawl.max_pages > 0 and requests >= crawl.max_pages,
+            "open": not crawl.is_over()}  # fmt: skip
+
+
+def waiting_for_worker(crawl: Crawl, stats: dict, slices_running: int) -> bool:
+    """A running crawl with work queued that no slice is fetching: every worker is busy with
+    other jobs, or none is running."""
+    return (
+        crawl.state == "running"
+        and not stats.get("in_flight")
+        and not slices_running
+        and bool(stats.get("queued") or stats.get("delayed"))
+    )
 
 
 def actions(crawl: Crawl) -> list[str]:
@@ -131,6 +167,7 @@ def compact(full: dict) -> dict:
         "actions": full["actions"],
         "at": full["at"],
         "stats": {name: stats.get(name, 0) for name in LIST_COUNTERS},
+        "progress": full.get("progress"),
     }
 
 

@@ -110,7 +110,8 @@ class Recorder:
             result.outcome = Outcome(request=request, kind="retry", retry_delay=delay, error=error)
         elif kind == retry.FAILED:
             result.failure = failure_row(self.crawl, request, fetch, now)
-            result.outcome = Outcome(request=request, kind="failed")
+            # Its last answer's status (a 500 that used up its retries) counts in its class.
+            result.outcome = Outcome(request=request, kind="failed", status=fetch.status)
         elif fetch is None:
             result.page = page_row(self.crawl, request, now, error=result.blocked)
             result.outcome = Outcome(request=request, kind="done")

@@ -5,18 +5,18 @@ from django.conf import settings
 from django.contrib import messages
 from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
-from django.db.models import Q
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from crawlhub.access import next_path
 from crawlhub.http import netguard
-from crawls import changes, services
+from crawls import changes, editing, services
 from crawls.engine import live
 from crawls.models import Channel, Crawl, CrawlState
 from crawls.services import visible_crawls
 from crawls.views.forms import CrawlForm
+from crawls.views.settings_shown import settings_rows
 
 CRAWLS_PER_PAGE = 25
 RECENT_ROWS = 15
@@ -138,7 +138,9 @@ def crawl_detail(request: HttpRequest, pk: int) -> HttpResponse:
         {
             "nav": "crawls",
             "crawl": crawl,
-            "credentials": services.credentials_shown(crawl),
+            "settings": settings_rows(crawl, services.credentials_shown(crawl)),
+            "can_edit": editing.can_edit(crawl),
+            "can_change_live": editing.can_change_live(crawl),
             "snapshot": snapshot,
             "stats": snapshot["stats"],
             "change_counts": changes.change_counts(crawl) if crawl.is_over() else None,
@@ -161,7 +163,9 @@ def crawl_activity(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 def _activity(crawl: Crawl) -> dict:
-    errors = crawl.pages.filter(Q(status__gte=400) | Q(status__isnull=True) | ~Q(error=""))
+    # Errors as the Errors counter counts them: no HTTP answer (these pages), or retries used
+    # up (the failure queue, listed apart). A 404 is a response, in its status class.
+    errors = crawl.pages.filter(status__isnull=True)
     return {
         "pages": crawl.pages.order_by("-id")[:RECENT_ROWS],
         "errors": errors.order_by("-id")[:RECENT_ROWS],
@@ -249,6 +253,8 @@ def crawl_action(request: HttpRequest, pk: int, action: str) -> HttpResponse:
     elif action in ACTIONS:
         fn, done = ACTIONS[action]
         ok, text = _act(request, fn, crawl, done)
+        if ok and action == "pause" and crawl.state == CrawlState.PAUSED:
+            text = "Paused."  # nothing was in flight: no "pausing" to wait for
     else:
         ok, text = False, f"Unknown action {action!r}."
     if "application/json" in request.headers.get("Accept", ""):

@@ -26,6 +26,12 @@ class LinesFormField(forms.CharField):
         text = super().to_python(value) or ""
         return [line.strip() for line in text.splitlines() if line.strip()]
 
+    def prepare_value(self, value) -> str:
+        """A saved list (a draft being edited) as its lines."""
+        if isinstance(value, list):
+            return "\n".join(str(line) for line in value)
+        return super().prepare_value(value)
+
 
 class RulesFormField(forms.CharField):
     """Extraction rules as JSON text in a textarea (the page's rule editor writes it); a list in

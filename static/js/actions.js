@@ -33,6 +33,9 @@
       })
       .then(function (answer) {
         notice(answer.message, answer.ok);
+        // The crawl page drops the notice once the crawl leaves the state it brought.
+        const box = document.getElementById("notice");
+        if (box) box.dataset.state = answer.snapshot ? answer.snapshot.state : "";
         if (answer.snapshot && window.crawlhubSnapshot) window.crawlhubSnapshot(answer.snapshot);
       })
       .catch(function (error) { notice("The action did not reach the server: " + error.message, false); })

@@ -63,9 +63,9 @@ def test_the_authentication_section_takes_secrets_and_never_shows_them(
 
     fill(page, site.url, site.url + "/login", jar)
     page.get_by_role("button", name="Create crawl").click()
-    page.wait_for_selector("#credentials")
-    shown = page.inner_text("#credentials")
-    assert "X-Api-Key ••••• (set)" in shown and "basic auth as bob" in shown
+    page.wait_for_selector("#settings-list")
+    shown = page.inner_text("#settings-list")
+    assert "Extra headers\nset (X-Api-Key)" in shown and "set (user bob, password set)" in shown
     assert not [secret for secret in SECRETS if secret in page.content()]
-    shoot(page, "crawl-auth-detail", "#credentials")
+    shoot(page, "crawl-auth-detail", "#settings")
     assert Crawl.objects.get().auth.basic_password == SECRETS[2]

@@ -69,9 +69,11 @@ def test_a_generated_site_is_fetched_exactly_once_per_url_with_exact_counters(us
     assert stats["failed"] == broken == stats["errors"]
     assert stats["retries"] == broken * 1
     assert stats["queued"] == stats["in_flight"] == stats["delayed"] == 0
+    # Every final status in its class: the responses, and the 500s that used up their retries.
+    assert stats["failed_http"] == broken
     assert (
         stats["status_2xx"] + stats["status_3xx"] + stats["status_4xx"] + stats["status_5xx"]
-        == stats["responses"]
+        == stats["responses"] + stats["failed_http"]
     )
     moved = {path for path in expected if path.startswith("/moved/")}
     assert stats["status_3xx"] == len(moved) > 0  # each redirect is a page of its own

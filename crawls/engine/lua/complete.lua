@@ -4,6 +4,8 @@
 -- (bucket, fp, json) per link. Per host, an answer counts in K_HOSTDONE, a request that got
 -- none (an error, a retry, a failure) in K_HOSTERRORS. Fingerprints come from Python. A 304 is also 'not_modified';
 -- listed links that are new also count in 'sitemap_urls'.
+-- A 'failed' request with a status (it ran out of retries on a 5xx or 429) counts in its status
+-- class too, and in 'failed_http'.
 -- A 'retry' and a 'crashed' request both wait in delayed as their retry JSON says (one more
 -- attempt, or one more crash); only a retry counts in 'retries'.
 local prefix = ARGV[1]
@@ -71,6 +73,13 @@ while i <= #ARGV do
     else
       bump(counts, 'failed')
       bump(counts, 'errors')
+      -- An error that had an answer (a 500 that used up its retries) is also in its status
+      -- class: the status bars show every final status; 'failed_http' counts these.
+      if status then
+        local class = math.floor(status / 100)
+        bump(counts, (class >= 2 and class <= 5) and ('status_' .. class .. 'xx') or 'status_other')
+        bump(counts, 'failed_http')
+      end
     end
   end
 end

@@ -1,17 +1,25 @@
--- Queue failed requests again (ARGV: JSONs with attempts reset) without a dedup check, and
--- take them off failed and errors so the counter invariant holds. Never more than `failed`,
--- never one that is claimed right now. Returns how many were queued.
+-- Queue failed requests again (ARGV: pairs of a JSON with attempts reset and the HTTP status
+-- class its last attempt got, '' for none) without a dedup check, and take them off failed and
+-- errors (and off their status class and failed_http) so the counters hold. Never more than
+-- `failed`, never one that is claimed right now. Returns how many were queued.
 local available = tonumber(redis.call('HGET', K_STATS, 'failed')) or 0
-local count = 0
-for _, member in ipairs(ARGV) do
+local count, counts = 0, {}
+for i = 1, #ARGV, 2 do
   if count >= available then break end
+  local member, class = ARGV[i], ARGV[i + 1]
   local req = cjson.decode(member)
   if redis.call('HEXISTS', K_BACKUP, req.f) == 0 then
-    count = count + enqueue(member, req)
+    local queued = enqueue(member, req)
+    count = count + queued
+    if queued > 0 and class ~= '' then
+      bump(counts, class, -1)
+      bump(counts, 'failed_http', -1)
+    end
   end
 end
 if count > 0 then
   redis.call('HINCRBY', K_STATS, 'failed', -count)
   redis.call('HINCRBY', K_STATS, 'errors', -count)
 end
+flush(counts)
 return count

@@ -1,0 +1,207 @@
+"""Changing a crawl once it exists, whichever door it came in by: a draft's settings (every
+one), a running or paused crawl's live settings (limits, delay, threads, slices), "run
+again" (a new draft with the same settings) and deleting a crawl with its results. Each is on
+the audit trail: the crawl's own, or for a deleted crawl, CrawlDeletion.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+
+from crawls import services
+from crawls.engine import credentials
+from crawls.engine.frontier import Frontier
+from crawls.engine.jobs import enqueue_slices
+from crawls.engine.lifecycle import announce
+from crawls.models import (
+    CRAWL_OPTIONS,
+    Channel,
+    Crawl,
+    CrawlAuth,
+    CrawlDeletion,
+    CrawlEvent,
+    CrawlState,
+)
+from crawls.services import CrawlActionError
+
+# What a running or paused crawl may change: the frontier's limits (read by every claim and
+# completion) and what each slice reads when it starts (its threads, the host delay); more
+# slices are started at once, fewer take effect as slices end.
+LIVE_FIELDS = ("max_pages", "max_depth", "host_delay", "host_concurrency", "threads", "slices")
+LIVE_STATES = (CrawlState.RUNNING, CrawlState.PAUSING, CrawlState.PAUSED)
+# A deleted crawl's state key says "cancelled" this long, for slices still finishing a page.
+RETIRED_STATE_SECONDS = 3600
+SETTINGS = ("name", "channel", "seeds", *CRAWL_OPTIONS)
+
+
+def can_edit(crawl: Crawl) -> bool:
+    return crawl.state == CrawlState.DRAFT
+
+
+def can_change_live(crawl: Crawl) -> bool:
+    return crawl.state in LIVE_STATES
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, list):
+        return ", ".join(str(item) for item in value) or "none"
+    return "none" if value is None or value == "" else str(value)
+
+
+def crawl_update(
+    *, crawl: Crawl, user, name: str, seeds: list[str] | str, channel: Channel | None = None,
+    auth: dict[str, Any] | None = None, **options: Any,
+) -> list[str]:  # fmt: skip
+    """Change every setting of a draft; credentials are replaced only when some are given
+    (secrets are write-only: left empty, the crawl keeps its own). Raises ValidationError
+    naming each bad field, as crawl_create does. Returns the names of the fields changed."""
+    if not can_edit(crawl):
+        raise CrawlActionError(
+            f"A {crawl.get_state_display().lower()} crawl's settings cannot be edited; "
+            "a running or paused one can change its limits, delay, threads and slices."
+        )
+    errors: dict[str, list[str]] = {}
+    fresh = None
+    try:
+        fresh = services.crawl_clean(name=name, seeds=seeds, channel=channel, **options)
+    except ValidationError as exc:
+        errors.update(exc.message_dict)
+    found = None
+    if auth and any(auth.values()) and "seeds" not in errors:
+        try:
+            found = services.clean_credentials(
+                seeds=fresh.seeds if fresh is not None else seeds, auth=auth
+            )
+        except ValidationError as exc:
+            errors.update(exc.message_dict)
+    if errors:
+        raise ValidationError(errors)
+    changed = [f for f in SETTINGS if getattr(crawl, f) != getattr(fresh, f)]
+    with transaction.atomic():
+        for field in changed:
+            setattr(crawl, field, getattr(fresh, field))
+        crawl.save()
+        if found is not None:
+            CrawlAuth.objects.update_or_create(
+                crawl=crawl, defaults=credentials.to_row_values(found)
+            )
+            changed.append("credentials")
+        if changed:
+            detail = "changed " + ", ".join(_label(f) for f in changed)
+            CrawlEvent.objects.create(
+                crawl=crawl, kind=CrawlEvent.Kind.EDITED, user=user, detail=detail
+            )
+    return changed
+
+
+def crawl_change_live(*, crawl: Crawl, user, **changes: Any) -> list[str]:
+    """Change what a running or paused crawl may change (LIVE_FIELDS), checked as at
+    creation. The frontier's limits change at once; slices read their threads and delay when
+    they start (within CRAWLHUB_SLICE_SECONDS); more slices start at once. Returns what changed,
+    as "field: old -> new"."""
+    unknown = set(changes) - set(LIVE_FIELDS)
+    if unknown:
+        raise ValidationError(
+            {f: ["Only a draft can change this; a running crawl keeps it."] for f in unknown}
+        )
+    if not can_change_live(crawl):
+        raise CrawlActionError(
+            f"A {crawl.get_state_display().lower()} crawl's settings cannot be changed."
+        )
+    checked = _checked(crawl, changes)
+    changed = {
+        f: (getattr(crawl, f), getattr(checked, f))
+        for f in LIVE_FIELDS if getattr(crawl, f) != getattr(checked, f)
+    }  # fmt: skip
+    if not changed:
+        return []
+    more_slices = checked.slices - crawl.slices
+    for field, (_old, new) in changed.items():
+        setattr(crawl, field, new)
+    Frontier(crawl.pk).configure(
+        max_pages=crawl.max_pages,
+        max_depth=crawl.max_depth,
+        host_delay=crawl.effective_host_delay(),
+        host_concurrency=crawl.host_concurrency,
+    )
+    lines = [f"{_label(f)}: {_shown(old)} -> {_shown(new)}" for f, (old, new) in changed.items()]
+    with transaction.atomic():
+        crawl.save(update_fields=list(changed))
+        CrawlEvent.objects.create(
+            crawl=crawl, kind=CrawlEvent.Kind.CHANGED, user=user, detail="; ".join(lines)
+        )
+        if more_slices > 0 and crawl.state == CrawlState.RUNNING:
+            enqueue_slices(crawl, count=more_slices)
+        announce(crawl.pk, state_change=False)
+    return lines
+
+
+def _checked(crawl: Crawl, changes: dict[str, Any]) -> Crawl:
+    """A copy of the crawl with the changes, each checked as its field checks it at creation,
+    and their sum too (threads x max bytes). ValidationError names every bad field."""
+    checked = Crawl(**{f: getattr(crawl, f) for f in ("id", "channel", *CRAWL_OPTIONS)})
+    errors: dict[str, list[str]] = {}
+    for name, value in changes.items():
+        field = Crawl._meta.get_field(name)
+        if value in ("", None) and not field.null:
+            errors[name] = ["Give a value."]
+            continue
+        problem = services.value_problem(field, value)
+        try:
+            if problem:
+                raise ValidationError(problem)
+            setattr(checked, name, field.clean(value, checked))
+        except ValidationError as exc:
+            errors[name] = exc.messages
+    if not errors:
+        try:
+            checked.clean()
+        except ValidationError as exc:
+            errors.update(exc.message_dict)
+    if errors:
+        raise ValidationError(errors)
+    return checked
+
+
+def _label(field: str) -> str:
+    return Crawl._meta.get_field(field).verbose_name if field != "credentials" else field
+
+
+def crawl_run_again(*, crawl: Crawl, user) -> Crawl:
+    """A new draft with the crawl's settings (not its results). Its credentials come along
+    only for the crawl's owner: whoever else may see the crawl (staff) did not give them, and
+    running them as their own would act as the owner on the owner's sites."""
+    options = {f: getattr(crawl, f) for f in CRAWL_OPTIONS}
+    copy = services.crawl_create(
+        user=user, name=crawl.name, seeds=crawl.seeds, channel=crawl.channel, **options
+    )
+    note = f"a copy of #{crawl.pk}"
+    if user is not None and user.pk == crawl.created_by_id:
+        services.crawl_copy_credentials(source=crawl, crawl=copy)
+        if CrawlAuth.objects.filter(crawl=copy).exists():
+            note += ", with its credentials"
+    elif CrawlAuth.objects.filter(crawl=crawl).exists():
+        note += ", without its credentials (only its owner's copies get them)"
+    CrawlEvent.objects.filter(crawl=copy, kind=CrawlEvent.Kind.CREATED).update(detail=note)
+    return copy
+
+
+def crawl_delete(*, crawl: Crawl, user) -> CrawlDeletion:
+    """Delete the crawl with its pages, failures and trail, and every Redis key it had. A
+    crawl still running or paused is cancelled first: its slices see "cancelled" and stop
+    (the state key outlives the others by RETIRED_STATE_SECONDS for the ones finishing a page).
+    The deletion is recorded in CrawlDeletion."""
+    if crawl.can_cancel():
+        services.crawl_cancel(crawl=crawl, user=user)
+    pk = crawl.pk
+    with transaction.atomic():
+        record = CrawlDeletion.objects.create(
+            crawl_id=pk, name=crawl.name, owner_id=crawl.created_by_id, user=user,
+            state=crawl.state, pages=crawl.pages.count(),
+        )  # fmt: skip
+        crawl.delete()
+        transaction.on_commit(lambda: Frontier(pk).retire(RETIRED_STATE_SECONDS))
+    return record
