@@ -339,6 +339,12 @@ CRAWLHUB_SUPERVISOR_SECONDS = env_int("CRAWLHUB_SUPERVISOR_SECONDS", 3, minimum=
 # After a cancel or a pause, a slice still running this long after is stopped (its work horse
 # killed): its fetches in progress are dropped, and fetched again after a resume.
 CRAWLHUB_STOP_GRACE_SECONDS = env_int("CRAWLHUB_STOP_GRACE_SECONDS", 3, minimum=1)
+# Rendering JavaScript (crawlhub/http/rendering.py): the Chromium to run (empty: Playwright's
+# own install, then `chromium` on PATH), pages one worker process renders at once, and pages a
+# browser renders before it is replaced by a fresh one.
+CRAWLHUB_CHROMIUM = env_str("CRAWLHUB_CHROMIUM", "")
+CRAWLHUB_BROWSER_PAGES = env_int("CRAWLHUB_BROWSER_PAGES", 4, minimum=1)
+CRAWLHUB_BROWSER_RECYCLE_PAGES = env_int("CRAWLHUB_BROWSER_RECYCLE_PAGES", 200, minimum=1)
 # How often due scheduled crawls are looked for (a run starts at most this late).
 CRAWLHUB_SCHEDULES_SECONDS = env_int("CRAWLHUB_SCHEDULES_SECONDS", 30, minimum=1)
 

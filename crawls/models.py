@@ -89,6 +89,10 @@ class Channel(models.Model):
         default=list, blank=True,
         help_text="Default extraction rules of this channel's crawls (a crawl's own replace them).",
     )  # fmt: skip
+    render_javascript = models.BooleanField(
+        default=False,
+        help_text="Crawls of this channel render pages in headless Chromium unless they say no.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -221,6 +225,16 @@ class CrawlOptions(models.Model):
         help_text="Also crawl the URLs the seeds' sites list in their sitemaps (the Sitemap: "
         "lines of robots.txt, and /sitemap.xml), within the crawl's scope.",
     )
+    render_javascript = models.BooleanField(
+        null=True, blank=True, verbose_name="render JavaScript",
+        help_text="Load each HTML page in headless Chromium and take its links and fields from "
+        "the DOM its scripts built; empty: the channel's.",
+    )  # fmt: skip
+    render_wait_selector = models.CharField(
+        max_length=500, blank=True, verbose_name="rendered when this CSS selector is there",
+        help_text="Rendering waits for it (up to the timeout) rather than for the network to "
+        "settle.",
+    )  # fmt: skip
 
     class Meta:
         abstract = True
@@ -286,6 +300,11 @@ class Crawl(CrawlOptions):
 
     def effective_extract_rules(self) -> list:
         return self.extract_rules or self.channel.extract_rules
+
+    def effective_render_javascript(self) -> bool:
+        if self.render_javascript is not None:
+            return self.render_javascript
+        return self.channel.render_javascript
 
     def is_active(self) -> bool:
         return self.state in (CrawlState.RUNNING, CrawlState.PAUSING)

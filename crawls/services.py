@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from crawlhub.connections import REDIS_ERRORS
 from crawlhub.errors import ActionRefused
-from crawlhub.http import Fetcher, OptionError, netguard
+from crawlhub.http import Fetcher, OptionError, chromium, netguard
 from crawlhub.http.urls import validate_url
 from crawls.engine import credentials
 from crawls.engine.extraction import Extractor, RulesError, parse_rules, rules_to_json
@@ -130,6 +130,12 @@ def clean_rules(data: object) -> list[dict]:
         return rules_to_json(parse_rules(data))
     except RulesError as exc:
         raise ValidationError({"extract_rules": exc.problems}) from None
+
+
+def rendering_problem() -> str:
+    """Why crawls cannot render JavaScript on this installation (with the command that fixes
+    it), or "" when they can."""
+    return chromium.locate().problem
 
 
 def crawl_clean(

@@ -53,7 +53,8 @@ ACCEPT = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
 # Only what bodies.py decodes, in bounded steps.
 ACCEPT_ENCODING = "gzip, deflate"
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
-RETRYABLE_KINDS = frozenset({"timeout", "refused", "connection", "proxy"})
+# "browser": the browser rendering the page died under it (rendering.py).
+RETRYABLE_KINDS = frozenset({"timeout", "refused", "connection", "proxy", "browser"})
 MAX_RETRY_AFTER = 3600.0
 # A redirect's own body is read (to keep the connection pooled) only when it is this small.
 REDIRECT_BODY_LIMIT = 16 * 1024

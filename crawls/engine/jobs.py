@@ -24,6 +24,7 @@ from rq.command import send_stop_job_command
 from rq.exceptions import InvalidJobOperation, NoSuchJobError
 from rq.registry import StartedJobRegistry
 
+from crawlhub.http import rendering
 from crawlhub.workers import JOB_CRAWL
 from crawls.engine import lifecycle, live
 from crawls.engine.frontier import Frontier, supervisor_lock
@@ -53,6 +54,11 @@ def slice_timeout(crawl: Crawl) -> int:
     if crawl.channel.proxy_use == ProxyUse.POOL:
         page = PROXY_TRIES * (crawl.timeout + fetch)
     robots = fetch + 2 if crawl.obey_robots else 0
+    if crawl.effective_render_javascript():
+        # Then rendered, after waiting for one of the process's browser pages (the slice's
+        # threads share CRAWLHUB_BROWSER_PAGES of them), in a browser that may have to start.
+        turns = math.ceil(crawl.threads / settings.CRAWLHUB_BROWSER_PAGES)
+        page += turns * crawl.timeout + rendering.LAUNCH_SECONDS
     return math.ceil(settings.CRAWLHUB_SLICE_SECONDS + robots + page + SLICE_WRITE_SECONDS)
 
 
@@ -103,6 +109,9 @@ def slice_job(crawl_id: int, slice_id: str) -> dict:
         after_slice(crawl_id)
     finally:
         close_old_connections()
+        # RQ's work horse ends with os._exit, which runs no exit handler: its browsers, if it
+        # rendered, are closed here rather than left to notice they lost their parent.
+        rendering.close_pool()
     return report
 
 

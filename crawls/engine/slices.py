@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from django.conf import settings
 
 from crawlhub.connections import REDIS_ERRORS
-from crawlhub.http import Fetcher, FetchResult, OptionError, refusal
+from crawlhub.http import Fetcher, FetchResult, OptionError, chromium, refusal, rendering
 from crawlhub.http.useragents import DEFAULT_USER_AGENT
 from crawls.engine import credentials, results, retry, sitemap_reads
 from crawls.engine.credentials import Cookie, Credentials
@@ -159,6 +159,10 @@ def settings_problems(crawl: Crawl) -> dict[str, list[str]]:
         problems.setdefault(_FIELD_OF_OPTION.get(exc.option, exc.option), []).append(str(exc))
     if rule_problems := check_rules(crawl.extract_rules):
         problems["extract_rules"] = rule_problems
+    if problem := rendering.selector_problem(crawl.render_wait_selector):
+        problems["render_wait_selector"] = [problem]
+    if crawl.effective_render_javascript() and not (found := chromium.locate()):
+        problems["render_javascript"] = [found.problem]
     return problems
 
 
@@ -215,6 +219,8 @@ class Slice:
             headers_for=self._credentials_for if self.credentials else None,
         )  # fmt: skip
         self.recorder = Recorder(crawl, self.scope, max_redirects=self.fetcher.max_redirects)
+        # Rendering: this process's browsers (RenderingUnavailable, a ValueError, without them).
+        self.browsers = rendering.shared_pool() if crawl.effective_render_javascript() else None
         self.stop = StopFlag()
         self.report = SliceReport()
         self.kept_proxies = KeptProxies()
@@ -480,6 +486,8 @@ class Slice:
             fetch = functools.partial(
                 self.fetcher.fetch, headers=headers, follow_redirects=False, secret_headers=secret
             )
+            if self.browsers is not None:
+                fetch = functools.partial(self._rendered, fetch, session=session)
         if self.channel.proxy_use != ProxyUse.POOL:
             return fetch(url)
         return fetch_via_pool(
@@ -493,6 +501,20 @@ class Slice:
         robots.txt and sitemaps and each hop of their redirects; {} for any other host."""
         session = self.session.current()[1] if self.session else ()
         return self.credentials.headers_for(url, session) if self.credentials else {}
+
+    def _rendered(
+        self, fetch, url: str, *, proxy: str | None = None, session: list[Cookie] = ()
+    ) -> FetchResult:
+        """The page fetched as usual, then rendered in this process's browsers through the same
+        proxy; its scripts' requests carry the crawl's credentials to its own hosts only."""
+        document = fetch(url, proxy=proxy)
+        creds = self.credentials
+        options = rendering.RenderOptions(
+            timeout=self.crawl.timeout, max_bytes=self.crawl.max_bytes,
+            wait_selector=self.crawl.render_wait_selector,
+            headers_for=(lambda target: creds.headers_for(target, session)) if creds else None,
+        )  # fmt: skip
+        return self.browsers.render(document, proxy=proxy, options=options)
 
     def _logged_out(self, fetch: FetchResult) -> bool:
         """The page redirects to the login URL: the session it was fetched with expired."""

@@ -14,7 +14,7 @@ from django.utils.text import capfirst
 from crawls import schedules
 from crawls.engine.credentials import INPUTS as AUTH_INPUTS
 from crawls.models import CRAWL_OPTIONS, Channel, Crawl, LinesField, RulesField, WebhookEvent
-from crawls.services import visible_crawls
+from crawls.services import rendering_problem, visible_crawls
 
 
 class LinesFormField(forms.CharField):
@@ -57,6 +57,14 @@ class RulesFormField(forms.CharField):
         return super().prepare_value(value)
 
 
+class ChannelsBooleanSelect(forms.NullBooleanSelect):
+    """Yes, no, or left empty: the channel's (a crawl option the channel has a default for)."""
+
+    def __init__(self, attrs=None) -> None:
+        super().__init__(attrs)
+        self.choices = [("unknown", "The channel's"), ("true", "Yes"), ("false", "No")]
+
+
 def crawl_formfield(model_field: models.Field, **kwargs) -> forms.Field | None:
     """The crawl form's field for a model field: a list of lines is a textarea of one value per
     line, and a choice left empty is the channel's (as Crawl.effective_user_agent_mode says);
@@ -69,6 +77,11 @@ def crawl_formfield(model_field: models.Field, **kwargs) -> forms.Field | None:
         return LinesFormField(
             required=not model_field.blank, label=capfirst(model_field.verbose_name),
             help_text=f"One per line. {model_field.help_text}",
+        )  # fmt: skip
+    if isinstance(model_field, models.BooleanField) and model_field.null:
+        return forms.NullBooleanField(
+            widget=ChannelsBooleanSelect, required=False,
+            label=capfirst(model_field.verbose_name), help_text=model_field.help_text,
         )  # fmt: skip
     if model_field.choices and model_field.blank:
         return forms.ChoiceField(
@@ -160,7 +173,7 @@ LAID_OUT = frozenset({
     "priority", "threads", "slices", "host_delay", "host_concurrency", "timeout", "max_bytes",
     "max_retries",
     "user_agent_mode", "user_agent", "obey_robots", "keep_bodies", "extract_rules",
-    "keep_structured_data", "follow_sitemaps",
+    "keep_structured_data", "follow_sitemaps", "render_javascript", "render_wait_selector",
 })  # fmt: skip
 
 
@@ -184,6 +197,8 @@ class CrawlForm(forms.ModelForm, AuthFields):
         super().__init__(*args, **kwargs)
         self.fields["channel"].queryset = Channel.objects.all()
         self.fields["channel"].initial = Channel.default().pk
+        if problem := rendering_problem():  # said where the option is, before anyone picks it
+            self.fields["render_javascript"].help_text = f"Not available here: {problem}"
 
     def _post_clean(self) -> None:
         """Model validation happens in crawl_create, the one place every door goes through."""

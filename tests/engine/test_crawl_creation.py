@@ -131,7 +131,8 @@ def test_an_edit_in_the_admin_is_checked_as_a_new_crawl_is(staff_client, django_
     page = staff_client.get(f"/admin/crawls/crawl/{crawl.pk}/change/")
     form = page.context["adminform"].form
     data = {
-        **{name: form[name].value() for name in form.fields},
+        # A value left empty (a yes/no/the channel's option) is not sent, as a browser does.
+        **{name: value for name in form.fields if (value := form[name].value()) is not None},
         "seeds": '["http://127.0.0.1:9/"]', "allowed_domains": "[]", "include_patterns": "[]",
         "exclude_patterns": "[]", "host_delay": "", "user_agent_mode": "fixed",
         "user_agent": "Bot/1\nX-Evil: 1",

@@ -66,6 +66,8 @@ def as_json(value: Any) -> str | None:
 def through_form(name: str, value: Any) -> Any:
     if isinstance(value, list):
         raw = as_json(value) or "\n".join(value)
+    elif isinstance(value, bool) and CrawlOptions._meta.get_field(name).null:
+        raw = "true" if value else "false"  # yes / no / the channel's, in a select
     elif isinstance(value, bool):
         raw = "on" if value else None  # an unticked checkbox is not sent
     else:

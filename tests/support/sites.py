@@ -9,6 +9,7 @@ streaming() is one that sends gigabytes, or a compression bomb, without holding 
 from __future__ import annotations
 
 import base64
+import json
 import socket
 import threading
 import time
@@ -305,3 +306,40 @@ def streaming(
             conn.sendall(part)
 
     return play
+
+
+def script_site(pages: int, *, api_delay: float = 0.0) -> Handler:
+    """A site built by JavaScript: every page is the same empty shell, whose script asks the
+    site's JSON API (fetch) for the page's title, text and links and writes them into the DOM.
+    Without running the script, a page has no link and no content. api_delay slows each API
+    answer (to keep pages open in a browser for a while)."""
+    shell = (
+        "<!doctype html><html><head><title>Loading</title></head><body><main id=app></main>"
+        "<script>"
+        "fetch('/api' + location.pathname).then(r => r.json()).then(data => {"
+        " document.title = data.title;"
+        " const app = document.getElementById('app');"
+        " app.innerHTML = '<h1 class=title>' + data.title + '</h1><p class=text>' + data.text"
+        "  + '</p>' + data.links.map(l => '<a href=\"' + l + '\">' + l + '</a>').join(' ');"
+        " app.setAttribute('data-ready', 'yes');"
+        "});"
+        "</script></body></html>"
+    )
+
+    def handler(request: Request) -> Response:
+        path = request.path.split("?")[0]
+        if path.startswith("/api/"):
+            page = path[len("/api") :]
+            if page == "/":
+                data = {"title": "Home", "text": "home", "links": [f"/p/{n}" for n in range(pages)]}
+            elif page.startswith("/p/") and page[3:].isdigit() and int(page[3:]) < pages:
+                n = int(page[3:])
+                data = {"title": f"Item {n}", "text": f"text {n}", "links": ["/"]}
+            else:
+                return Response(status=404, body="{}", content_type="application/json")
+            return Response(body=json.dumps(data), content_type="application/json", delay=api_delay)
+        if path == "/" or (path.startswith("/p/") and path[3:].isdigit()):
+            return Response(body=shell)
+        return Response(status=404, body="<h1>Not found</h1>")
+
+    return handler

@@ -1,0 +1,77 @@
+"""Finding the Chromium that renders JavaScript (rendering.py), without starting anything.
+
+In this order: the CRAWLHUB_CHROMIUM setting (when set, it is the only place looked at: a
+setting that points nowhere is a mistake to report, not to work around); the Chromium that
+`playwright install chromium` downloaded; a `chromium` (or Chrome) on PATH, such as Debian's.
+Playwright for Python itself must be importable too. Plain crawls need none of this.
+"""
+
+from __future__ import annotations
+
+import glob
+import importlib.util
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from django.conf import settings
+
+SETTING = "CRAWLHUB_CHROMIUM"
+PLAYWRIGHT_PIN = "playwright==1.65.2"
+INSTALL = (
+    f"pip install {PLAYWRIGHT_PIN} && playwright install chromium "
+    "(or the system's package: apt-get install chromium)"
+)
+ON_PATH = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+# Inside Playwright's browsers folder: full Chromium builds, then the headless shell.
+_PLAYWRIGHT_BUILDS = (
+    "chromium-*/chrome-linux*/chrome",
+    "chromium_headless_shell-*/chrome-linux*/headless_shell",
+)
+
+
+@dataclass(frozen=True)
+class Chromium:
+    """Where Chromium is (`path`), or why rendering cannot run (`problem`, with the fix)."""
+
+    path: str = ""
+    problem: str = ""
+
+    def __bool__(self) -> bool:
+        return bool(self.path)
+
+
+def locate() -> Chromium:
+    if importlib.util.find_spec("playwright") is None:
+        return Chromium(
+            problem=f"Playwright for Python is not installed. Install it: pip install "
+            f"{PLAYWRIGHT_PIN}"
+        )
+    configured = getattr(settings, SETTING, "")
+    if configured:
+        if _runnable(configured):
+            return Chromium(path=configured)
+        return Chromium(
+            problem=f"{SETTING} is {configured!r}, which is not an executable file. Point it "
+            f"at Chromium, or leave it empty and install Chromium: {INSTALL}"
+        )
+    for path in [*_playwright_builds(), *filter(None, map(shutil.which, ON_PATH))]:
+        if _runnable(path):
+            return Chromium(path=path)
+    return Chromium(
+        problem=f"Chromium was not found ({SETTING} is empty, Playwright has no browser "
+        f"installed, and there is no chromium on PATH). Install it: {INSTALL}"
+    )
+
+
+def _playwright_builds() -> list[str]:
+    root = os.environ.get("PLAYWRIGHT_BROWSERS_PATH") or str(Path.home() / ".cache/ms-playwright")
+    found: list[str] = []
+    for pattern in _PLAYWRIGHT_BUILDS:
+        found += sorted(glob.glob(os.path.join(root, pattern)), reverse=True)  # newest first
+    return found
+
+
+def _runnable(path: str) -> bool:
+    return os.path.isfile(path) and os.access(path, os.X_OK)

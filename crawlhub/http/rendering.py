@@ -1,0 +1,482 @@
+"""Rendering JavaScript: a page the client fetched (client.py) is loaded in headless Chromium,
+which runs its scripts; the rendered DOM becomes the page's body, title and links.
+
+The document itself is never fetched by the browser. The client fetched it already, with
+everything a fetch gets (guard, proxy, timeouts, size limit, credentials, redirects as
+answers), and the browser is handed that answer (route.fulfill). What the page's scripts then
+ask for (scripts, XHR/fetch, stylesheets, frames) is routed through one handler that applies
+the same rules: the private-network guard for the URL and each redirect hop (followed here, one
+hop at a time, so the browser never follows one unchecked), the crawl's credentials only for
+its own hosts, the page's deadline, and max_bytes per response. Images, media and fonts are not
+loaded; a navigation of the page away (a script setting location) is not followed, its target is
+kept as a link. Subresources go through the browser context's proxy: the one the page was
+fetched through.
+
+Threads. Playwright's objects belong to the thread (and event loop) that made them. A slice
+fetches from a pool of threads, so one BrowserPool per worker process runs Playwright's async
+API on an event loop in a thread of its own; fetch threads hand it pages
+(asyncio.run_coroutine_threadsafe) and wait for their answer. At most CRAWLHUB_BROWSER_PAGES
+pages are open at once; a browser is replaced after CRAWLHUB_BROWSER_RECYCLE_PAGES pages (the
+old one closes once its pages are done), and relaunched when it died. A page whose browser died
+under it is a retryable failure (error_kind "browser"), so the crawl fetches it again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import dataclasses
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote, urljoin, urlsplit
+
+import soupsieve
+from django.conf import settings
+
+from crawlhub.http import chromium, links
+from crawlhub.http.client import REDIRECT_STATUSES, FetchResult, refusal
+
+log = logging.getLogger(__name__)
+
+CHROMIUM_ARGS = (
+    "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic",
+    "--no-first-run", "--disable-background-networking", "--disable-component-update",
+    "--disable-sync", "--disable-extensions", "--mute-audio",
+)  # fmt: skip
+SKIPPED_RESOURCES = frozenset({"image", "media", "font"})
+MAX_HOPS = 10
+LAUNCH_SECONDS = 60.0
+CLOSE_SECONDS = 5.0
+# Response headers that described the bytes on the wire, not the decoded body handed over.
+_WIRE_HEADERS = frozenset({"content-encoding", "content-length", "transfer-encoding"})
+RENDERED_TYPE = "text/html; charset=utf-8"
+
+
+class RenderingUnavailable(ValueError):
+    """Rendering cannot run here: no Chromium, or no Playwright. The message says how to fix it."""
+
+
+@dataclass(frozen=True)
+class RenderOptions:
+    timeout: float  # seconds the page may take, from the browser's first step to its DOM
+    max_bytes: int  # the rendered DOM, and each response a script asks for
+    wait_selector: str = ""  # wait for this CSS selector rather than for the network to settle
+    # The headers a request to a URL carries besides the browser's own (a crawl's credentials,
+    # for its own hosts only).
+    headers_for: Callable[[str], Mapping[str, str]] | None = None
+
+
+def selector_problem(selector: str) -> str:
+    """Why `selector` cannot be waited for (not CSS, as a browser reads it), or ""."""
+    if not selector.strip():
+        return ""
+    try:
+        soupsieve.compile(selector)
+    except soupsieve.SelectorSyntaxError as exc:
+        reason = str(exc).splitlines()[0].rstrip(".")
+        return f"{selector!r} is not a CSS selector: {reason}."
+    return ""
+
+
+def renders(document: FetchResult) -> bool:
+    """Worth rendering: a complete 2xx HTML answer (anything else is kept as fetched)."""
+    return (
+        document.status is not None and 200 <= document.status < 300
+        and not document.error and not document.truncated
+        and links.is_html(document.content_type)
+    )  # fmt: skip
+
+
+def _failed(document: FetchResult, message: str, kind: str, started: float) -> FetchResult:
+    return dataclasses.replace(
+        document, error=message, error_kind=kind, title="", links=[], link_texts=[],
+        elapsed_ms=document.elapsed_ms + int((time.monotonic() - started) * 1000),
+    )  # fmt: skip
+
+
+def proxy_settings(proxy: str | None) -> dict[str, str] | None:
+    """A proxy URL ("http://user:pass@host:port") as Playwright's proxy option."""
+    if not proxy:
+        return None
+    parts = urlsplit(proxy)
+    server = f"{parts.scheme}://{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+    found = {"server": server}
+    if parts.username is not None:
+        found["username"] = unquote(parts.username)
+        found["password"] = unquote(parts.password or "")
+    return found
+
+
+class _Router:
+    """Every request of one page: the document handed over, the rest fetched by the rules."""
+
+    def __init__(self, document: FetchResult, options: RenderOptions, deadline: float) -> None:
+        self.document = document
+        self.options = options
+        self.deadline = deadline
+        self.served = False
+        self.navigations: list[str] = []  # where a script sent the page, kept as links
+
+    async def handle(self, route: Any) -> None:
+        from playwright.async_api import Error as PlaywrightError
+
+        request = route.request
+        try:
+            if request.is_navigation_request() and request.frame.parent_frame is None:
+                if not self.served:
+                    self.served = True
+                    await route.fulfill(**self._document())
+                else:
+                    self.navigations.append(request.url)
+                    await route.abort("aborted")
+            elif request.resource_type in SKIPPED_RESOURCES:
+                await route.abort("blockedbyclient")
+            else:
+                await self._fetch(route, request)
+        except PlaywrightError:
+            pass  # the page or the browser went away meanwhile: its own error says so
+
+    def _document(self) -> dict:
+        headers = {
+            name: value
+            for name, value in self.document.headers.items()
+            if name not in _WIRE_HEADERS
+        }
+        return {"status": self.document.status, "headers": headers, "body": self.document.body}
+
+    async def _fetch(self, route: Any, request: Any) -> None:
+        """The request through the guard, hop by hop, bounded in time and size."""
+        loop = asyncio.get_running_loop()
+        url, method, hops = request.url, request.method, 0
+        while True:
+            if await loop.run_in_executor(None, refusal, url):
+                await route.abort("blockedbyclient")
+                return
+            remaining = self.deadline - time.monotonic()
+            if remaining <= 0:
+                await route.abort("timedout")
+                return
+            own = self.options.headers_for(url) if self.options.headers_for else {}
+            headers = {**request.headers, **own}
+            response = await route.fetch(
+                url=url, method=method, headers=headers, max_redirects=0,
+                timeout=remaining * 1000,
+            )  # fmt: skip
+            location = response.headers.get("location", "")
+            if response.status in REDIRECT_STATUSES and location and hops < MAX_HOPS:
+                url, hops = urljoin(url, location), hops + 1
+                if response.status == 303:
+                    method = "GET"
+                await response.dispose()
+                continue
+            body = await response.body()
+            if len(body) > self.options.max_bytes:
+                await route.abort("blockedbyclient")
+                return
+            await route.fulfill(response=response, body=body)
+            return
+
+
+class BrowserPool:
+    """The browsers of one worker process (see the module docstring for the threads)."""
+
+    def __init__(self, executable: str, *, pages: int, recycle_after: int) -> None:
+        self.executable = executable
+        self.recycle_after = recycle_after
+        self.pid = os.getpid()
+        self.launches = 0
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="browsers", daemon=True)
+        self._thread.start()
+        self._playwright: Any = None
+        self._browser: Any = None
+        self._rendered = 0  # pages given to the current browser
+        self._open: dict[Any, int] = {}  # browser -> its pages open now
+        self._pids: dict[Any, list[int]] = {}  # browser -> its process id
+        self._slots = self._call(self._make_slots(pages))
+        self._launching = self._call(self._make_lock())
+        self._closed = False
+
+    async def _make_slots(self, pages: int) -> asyncio.Semaphore:
+        return asyncio.Semaphore(pages)
+
+    async def _make_lock(self) -> asyncio.Lock:
+        return asyncio.Lock()
+
+    def _call(self, coroutine) -> Any:
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
+
+    def render(
+        self, document: FetchResult, *, proxy: str | None, options: RenderOptions
+    ) -> FetchResult:
+        """`document` as the browser renders it (see renders() for which are worth it); a
+        FetchResult with error and error_kind when rendering failed ("browser": retry it)."""
+        if not renders(document):
+            return document
+        return self._call(self._render(document, proxy, options))
+
+    def browser_pids(self) -> list[int]:
+        """The process ids of the running browsers (tests kill them)."""
+        return self._call(self._running_pids())
+
+    async def _running_pids(self) -> list[int]:
+        return [pid for browser in self._open for pid in self._pids.get(browser, [])]
+
+    async def _browser_for_page(self) -> Any:
+        async with self._launching:
+            current = self._browser
+            if current is None or not current.is_connected() or (
+                self._rendered >= self.recycle_after
+            ):  # fmt: skip
+                if current is not None:
+                    self._retire(current)
+                self._browser = await self._launch()
+                self._rendered = 0
+            self._rendered += 1
+            self._open[self._browser] = self._open.get(self._browser, 0) + 1
+            return self._browser
+
+    async def _launch(self) -> Any:
+        from playwright.async_api import async_playwright
+
+        if self._playwright is None:
+            self._playwright = await async_playwright().start()
+        before = _browser_processes()
+        browser = await self._playwright.chromium.launch(
+            executable_path=self.executable, args=list(CHROMIUM_ARGS), headless=True,
+            handle_sigint=False, handle_sigterm=False, handle_sighup=False,
+            timeout=LAUNCH_SECONDS * 1000,
+        )  # fmt: skip
+        self._pids[browser] = sorted(_browser_processes() - before)
+        self.launches += 1
+        return browser
+
+    def _retire(self, browser: Any) -> None:
+        if self._open.get(browser, 0) == 0:
+            self._open.pop(browser, None)
+            self._pids.pop(browser, None)
+            asyncio.ensure_future(self._close_browser(browser))
+
+    def _page_done(self, browser: Any) -> None:
+        self._open[browser] = self._open.get(browser, 1) - 1
+        if browser is not self._browser or not browser.is_connected():
+            self._retire(browser)
+
+    async def _close_browser(self, browser: Any) -> None:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(browser.close(), CLOSE_SECONDS)
+
+    async def _render(
+        self, document: FetchResult, proxy: str | None, options: RenderOptions
+    ) -> FetchResult:
+        from playwright.async_api import Error as PlaywrightError
+        from playwright.async_api import TimeoutError as PlaywrightTimeout
+
+        async with self._slots:
+            started = time.monotonic()
+            try:
+                browser = await self._browser_for_page()
+            except PlaywrightError as exc:
+                return _failed(
+                    document, f"the browser did not start: {_first_line(exc)}", "browser", started
+                )
+            try:
+                # The page's time starts once it has a browser (a launch has its own timeout).
+                return await self._render_in(browser, document, proxy, options, time.monotonic())
+            except PlaywrightError as exc:
+                if not browser.is_connected() or _closed(exc):
+                    log.warning("the browser went away rendering %s: %s", document.url, exc)
+                    return _failed(
+                        document, "the browser closed while rendering the page",
+                        "browser", started,
+                    )  # fmt: skip
+                # Out of time (the page's scripts and styles, through its proxy, say) reads as a
+                # fetch's timeout: retried, and counted against the proxy.
+                kind = "timeout" if isinstance(exc, PlaywrightTimeout) else "render"
+                return _failed(document, f"rendering failed: {_first_line(exc)}", kind, started)
+            finally:
+                self._page_done(browser)
+
+    async def _render_in(
+        self, browser: Any, document: FetchResult, proxy: str | None, options: RenderOptions,
+        started: float,
+    ) -> FetchResult:  # fmt: skip
+        deadline = started + options.timeout
+        context = await browser.new_context(
+            proxy=proxy_settings(proxy), service_workers="block", accept_downloads=False,
+            user_agent=_header(document.request_headers, "user-agent") or None,
+        )  # fmt: skip
+        try:
+            router = _Router(document, options, deadline)
+            await context.route("**/*", router.handle)
+            await context.route_web_socket("**/*", _guard_web_socket)
+            page = await context.new_page()
+            crashed = asyncio.Event()
+            page.on("crash", lambda _page: crashed.set())
+            await page.goto(document.url, wait_until="domcontentloaded", timeout=_ms_left(deadline))
+            await _settle(page, options, deadline)
+            if crashed.is_set():
+                return _failed(document, "the page crashed the browser tab", "browser", started)
+            html = await page.content()
+        finally:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(context.close(), CLOSE_SECONDS)
+        return _rendered(document, html, router.navigations, options, started)
+
+    def close(self) -> None:
+        """Close the browsers and stop the loop's thread (at exit, and in tests)."""
+        if self._closed or os.getpid() != self.pid:
+            return
+        self._closed = True
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(self._close_all(), self.loop).result(timeout=30)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=10)
+
+    async def _close_all(self) -> None:
+        for browser in {*self._open, *filter(None, [self._browser])}:
+            await self._close_browser(browser)
+        self._open.clear()
+        self._browser = None
+        if self._playwright is not None:
+            with contextlib.suppress(Exception):
+                await self._playwright.stop()
+            self._playwright = None
+
+
+async def _settle(page: Any, options: RenderOptions, deadline: float) -> None:
+    """Wait for the selector, or for the network to settle; at the deadline the DOM is taken as
+    it is (a page that polls forever never settles)."""
+    from playwright.async_api import TimeoutError as PlaywrightTimeout
+
+    with contextlib.suppress(PlaywrightTimeout):
+        if options.wait_selector:
+            await page.wait_for_selector(
+                options.wait_selector, state="attached", timeout=_ms_left(deadline)
+            )
+        else:
+            await page.wait_for_load_state("networkidle", timeout=_ms_left(deadline))
+
+
+async def _guard_web_socket(ws: Any) -> None:
+    """A page's WebSocket connects only where a fetch could."""
+    if await asyncio.get_running_loop().run_in_executor(None, refusal, ws.url):
+        await ws.close(code=1008, reason="blocked")
+    else:
+        ws.connect_to_server()
+
+
+def _rendered(
+    document: FetchResult, html: str, navigations: list[str], options: RenderOptions,
+    started: float,
+) -> FetchResult:  # fmt: skip
+    body = html.encode("utf-8")
+    result = dataclasses.replace(
+        document, body=body[: options.max_bytes], content_type=RENDERED_TYPE,
+        truncated=len(body) > options.max_bytes, title="", links=[], link_texts=[],
+        elapsed_ms=document.elapsed_ms + int((time.monotonic() - started) * 1000),
+        headers={**document.headers, "content-type": RENDERED_TYPE},
+    )  # fmt: skip
+    result.headers.pop("content-encoding", None)
+    result.headers.pop("content-length", None)
+    if not result.truncated:
+        result.title, result.links, result.link_texts = links.extract_with_texts(
+            body, document.final_url, RENDERED_TYPE
+        )
+        for target in navigations:
+            if (absolute := links.absolute_url(target, document.final_url)) and (
+                absolute not in result.links
+            ):
+                result.links.append(absolute)
+                result.link_texts.append("")
+    return result
+
+
+def _ms_left(deadline: float) -> float:
+    return max(1.0, (deadline - time.monotonic()) * 1000)
+
+
+def _header(headers: Mapping[str, str], name: str) -> str:
+    for key, value in headers.items():
+        if key.lower() == name:
+            return value
+    return ""
+
+
+def _closed(exc: Exception) -> bool:
+    text = str(exc)
+    return "has been closed" in text or "Browser closed" in text or "crash" in text.lower()
+
+
+def _first_line(exc: Exception) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+
+
+def _browser_processes() -> set[int]:
+    """The process ids of the browsers this process runs: a Chromium whose parent is not one
+    (its own helpers are its children), under this process (Playwright does not tell them)."""
+    names: dict[int, tuple[str, int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                with open(f"/proc/{entry}/stat") as stat:
+                    head, tail = stat.read().rsplit(")", 1)
+                names[int(entry)] = (head.split("(", 1)[1], int(tail.split()[1]))
+
+    def is_browser(name: str) -> bool:
+        return "chrom" in name or "headless_shell" in name
+
+    def under_me(pid: int) -> bool:
+        for _ in range(8):
+            pid = names.get(pid, ("", 0))[1]
+            if pid == os.getpid():
+                return True
+            if pid <= 1:
+                return False
+        return False
+
+    return {
+        pid
+        for pid, (name, parent) in names.items()
+        if is_browser(name) and not is_browser(names.get(parent, ("", 0))[0]) and under_me(pid)
+    }
+
+
+# -- the process's pool ----------------------------------------------------------------------
+
+_pool: BrowserPool | None = None
+_pool_lock = threading.Lock()
+
+
+def shared_pool() -> BrowserPool:
+    """This process's BrowserPool, made on first use (and again in a forked child: a pool's
+    thread does not survive a fork). RenderingUnavailable when Chromium is not there."""
+    global _pool
+    with _pool_lock:
+        if _pool is None or _pool.pid != os.getpid() or _pool._closed:
+            found = chromium.locate()
+            if not found:
+                raise RenderingUnavailable(found.problem)
+            _pool = BrowserPool(
+                found.path, pages=settings.CRAWLHUB_BROWSER_PAGES,
+                recycle_after=settings.CRAWLHUB_BROWSER_RECYCLE_PAGES,
+            )  # fmt: skip
+        return _pool
+
+
+def close_pool() -> None:
+    """Close this process's browsers, if it started any."""
+    global _pool
+    with _pool_lock:
+        if _pool is not None and _pool.pid == os.getpid():
+            _pool.close()
+        _pool = None
+
+
+atexit.register(close_pool)
