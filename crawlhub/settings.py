@@ -202,7 +202,7 @@ def _redis_url(data_dir: Path) -> str:
         for variable in (*redis_config.TLS_FILES, *redis_config.SENTINEL_SETTINGS):
             if os.environ.get(variable):
                 raise ImproperlyConfigured(
-                    f"{variable} is set but REDIS_URL and REDIS_SENTINELS are not: it is for a "
+                    f"{variable} is set but REDIS_URL is not (nor REDIS_SENTINELS): it is for a "
                     "Redis of your own (REDIS_URL=rediss://..., or the sentinels of one); the "
                     "embedded Redis needs none"
                 )
