@@ -178,26 +178,22 @@ def _wrote(client) -> bool:
     return True
 
 
+@pytest.mark.timeout(900)
 def test_sentinel_settings_that_cannot_work_are_refused_saying_what(tmp_path, sentinel_redis):
     """`./run worker` refuses, in one line, sentinels that name no such master, a wrong
-    sentinel password, a wrong server password; no password shown."""
+    sentinel password, a wrong server password; no password shown. (Settings that cannot work
+    at all: test_sentinel_settings.py.)"""
     good = sentinel_redis.client_env()
     cases = [
         ({**good, "REDIS_SENTINEL_SERVICE": "elsewhere"}, "knows no master named 'elsewhere'"),
         ({**good, "REDIS_SENTINEL_PASSWORD": "wrong"}, "refused the sentinel password"),
         ({**good, "REDIS_URL": "redis://:wrong@/0"}, "refused the credentials in REDIS_URL"),
-        (
-            {**good, "REDIS_URL": f"redis://:x@127.0.0.1:{sentinel_redis.replica_port}/0"},
-            "REDIS_SENTINELS is set, and REDIS_URL names a server too",
-        ),
-        ({**good, "REDIS_SENTINELS": "127.0.0.1"}, "'127.0.0.1' is not host:port"),
-        ({**good, "REDIS_SENTINEL_SERVICE": ""}, "REDIS_SENTINEL_SERVICE is not"),
     ]
     for env, expected in cases:
         full = {**deployment_env(tmp_path, "worker", sentinel_redis), **env}
         result = subprocess.run(
             ["./run", "worker", "--workers", "1"], cwd=ROOT, env=full, capture_output=True,
-            text=True, timeout=120,
+            text=True, timeout=600,
         )  # fmt: skip
         output = result.stdout + result.stderr
         assert result.returncode != 0, output
