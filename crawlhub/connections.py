@@ -1,11 +1,18 @@
 """The one Redis connection pool per process, for crawlhub's own keys."""
 
+import logging
+
 import redis
 from django.conf import settings
 
+from crawlhub import redis_config
+
 # Redis is away: refused, dropped, timed out (BusyLoadingError, a restarting Redis, is a
-# ConnectionError too). Callers that can wait or report it catch these.
+# ConnectionError too; so are a Sentinel that names no master yet, and a READONLY answer from a
+# master just demoted). Callers that can wait or report it catch these.
 REDIS_ERRORS = (redis.ConnectionError, redis.TimeoutError)
+
+log = logging.getLogger(__name__)
 
 _pools: dict[str, redis.ConnectionPool] = {}
 
@@ -15,7 +22,7 @@ def get_redis() -> redis.Redis:
     url = settings.REDIS_URL
     pool = _pools.get(url)
     if pool is None:
-        pool = _pools[url] = redis.ConnectionPool.from_url(
+        pool = _pools[url] = redis_config.pool(
             url, socket_timeout=10, socket_connect_timeout=5, health_check_interval=30
         )
     return redis.Redis(connection_pool=pool)
@@ -26,3 +33,36 @@ def reset_pools() -> None:
     for pool in _pools.values():
         pool.disconnect()
     _pools.clear()
+
+
+# Bumped right before a WAIT, so that the WAIT covers every write made before it (see below).
+REPLICATION_BARRIER_KEY = "ch:replicated"
+# How long an action waits for a replica to confirm it.
+REPLICA_WAIT_SECONDS = 2.0
+
+
+def replicated(client: redis.Redis | None = None, *, timeout: float = REPLICA_WAIT_SECONDS) -> bool:
+    """Wait until a replica holds every write made so far, by any connection; True once one
+    does, or at once when the Redis has no replica. False (logged) after `timeout`.
+
+    Replication is asynchronous: a write the primary acknowledged may not be on the replica
+    that Sentinel promotes when the primary dies. The crawl engine's own writes can afford that
+    (a completion lost is a page fetched again: docs/reliability.md), but not an action whose
+    loss no worker can redo: a crawl's seeds, a state change. Those wait here. WAIT covers the
+    writes of its own connection only, so the same connection first makes one (INCR) that
+    replicates after every earlier write of every connection: the replication stream is one,
+    in order."""
+    client = client if client is not None else get_redis()
+    if not int(client.info("replication").get("connected_slaves", 0)):
+        return True
+    with client.pipeline(transaction=False) as pipe:
+        pipe.incr(REPLICATION_BARRIER_KEY)
+        pipe.execute_command("WAIT", 1, max(1, round(timeout * 1000)))
+        _, acknowledged = pipe.execute()
+    if int(acknowledged) >= 1:
+        return True
+    log.warning(
+        "no Redis replica confirmed the last writes within %.1f s: a failover now could undo them",
+        timeout,
+    )
+    return False

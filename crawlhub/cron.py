@@ -1,4 +1,4 @@
-"""Periodic jobs, run by `manage.py rqcron crawlhub.cron` (started by `up`)."""
+"""Periodic jobs, run by `manage.py cron` (started by `up`; crawlhub.rqworker.CronScheduler)."""
 
 from django.conf import settings
 from rq import cron

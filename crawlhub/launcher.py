@@ -71,13 +71,6 @@ def embedded_redis_url(data_dir: Path) -> str:
     return f"unix://{embedded_redis_socket(data_dir)}"
 
 
-def channel_layer_hosts(url: str) -> list[dict]:
-    """channels-redis hosts for a Redis URL. redis-py 8 reads with a 5 s socket timeout by
-    default, exactly as long as channels-redis blocks waiting for a message, so an idle
-    websocket could die with "Timeout reading" (redis/redis-py#4091): give it 30 s."""
-    return [{"address": url, "socket_timeout": 30}]
-
-
 def _die_with_parent() -> None:
     """In the child: get SIGTERM when the launching process dies, even by kill -9."""
     try:

@@ -1,6 +1,7 @@
 """The RQ worker every crawlhub worker runs (settings.RQ["WORKER_CLASS"]: `up`'s workers and
 `./run worker` on other machines): RQ's own, made to wait out a Redis that went away and
-to take its work horse with it when it dies.
+to take its work horse with it when it dies. And the cron scheduler `up` runs
+(`manage.py cron`), made to wait alike instead of exiting.
 
 RQ 3 retries only its wait for the next job. A heartbeat sent while it watches a work horse,
 or the bookkeeping after a job, raises ConnectionError when Redis is away and the worker
@@ -21,6 +22,7 @@ import signal
 import threading
 from contextlib import suppress
 
+from django_rq.cron import DjangoCronScheduler
 from redis import Redis
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
@@ -107,3 +109,17 @@ class Worker(RQWorker):
     def main_work_horse(self, job, queue) -> None:
         _die_with_parent(self._forked_by)
         super().main_work_horse(job, queue)
+
+
+class CronScheduler(DjangoCronScheduler):
+    """django-rq's cron scheduler, waiting for Redis as the workers do. RQ's exits on the first
+    ConnectionError: under `up` it was started again, but a Django start later (seconds on a
+    busy machine), and meanwhile no supervisor pass recovered leases or replaced slices."""
+
+    def start(self) -> None:
+        self.connection.set_retry(waiting_retry())
+        super().start()
+
+    def _request_stop(self, signum, frame) -> None:
+        _stopping.set()  # its goodbye to Redis (register_death) waits for nothing
+        super()._request_stop(signum, frame)

@@ -196,12 +196,15 @@ def _database(data_dir: Path) -> dict:
 
 def _redis_url(data_dir: Path) -> str:
     url = os.environ.get("REDIS_URL", "")
+    if not url and os.environ.get("REDIS_SENTINELS", "").strip():
+        url = "redis:///0"  # a Sentinel-managed Redis without a password, db 0
     if not url:
-        for variable in redis_config.TLS_FILES:
+        for variable in (*redis_config.TLS_FILES, *redis_config.SENTINEL_SETTINGS):
             if os.environ.get(variable):
                 raise ImproperlyConfigured(
-                    f"{variable} is set but REDIS_URL is not: the TLS files are for a Redis of "
-                    "your own (REDIS_URL=rediss://...); the embedded Redis needs none"
+                    f"{variable} is set but REDIS_URL is not (nor REDIS_SENTINELS): it is for a "
+                    "Redis of your own (REDIS_URL=rediss://..., or the sentinels of one); the "
+                    "embedded Redis needs none"
                 )
         return launcher.embedded_redis_url(data_dir)
     try:
@@ -216,8 +219,9 @@ DEBUG = env_bool("DEBUG", False)
 ALLOWED_HOSTS = env_hosts("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 REDIS_URL = _redis_url(DATA_DIR)
-# True when crawlhub starts and owns its Redis; False when REDIS_URL names an external one.
-REDIS_EMBEDDED = not os.environ.get("REDIS_URL")
+# True when crawlhub starts and owns its Redis; False when REDIS_URL (or REDIS_SENTINELS) names
+# an external one.
+REDIS_EMBEDDED = not os.environ.get("REDIS_URL") and not os.environ.get("REDIS_SENTINELS")
 
 INSTALLED_APPS = [
     "daphne",
@@ -322,9 +326,9 @@ WHITENOISE_USE_FINDERS = True
 RQ_QUEUES = {
     # Short control jobs (supervisor, proxy validation) go first, so long crawl slices
     # never starve them.
-    "control": {"URL": REDIS_URL, "DEFAULT_TIMEOUT": 300},
-    "crawls": {"URL": REDIS_URL, "DEFAULT_TIMEOUT": 900},
-    "default": {"URL": REDIS_URL, "DEFAULT_TIMEOUT": 300},
+    "control": {**redis_config.rq_connection(REDIS_URL), "DEFAULT_TIMEOUT": 300},
+    "crawls": {**redis_config.rq_connection(REDIS_URL), "DEFAULT_TIMEOUT": 900},
+    "default": {**redis_config.rq_connection(REDIS_URL), "DEFAULT_TIMEOUT": 300},
 }
 # Enqueue when asked: crawlhub defers its own enqueues with transaction.on_commit. Workers wait
 # out a Redis restart, and their work horses die with them (crawlhub/rqworker.py).
@@ -383,7 +387,7 @@ SPECTACULAR_SETTINGS = {
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "crawlhub.channel_layer.ChannelLayer",
-        "CONFIG": {"hosts": launcher.channel_layer_hosts(REDIS_URL), "prefix": "crawlhub:asgi"},
+        "CONFIG": {"hosts": redis_config.channel_layer_hosts(REDIS_URL), "prefix": "crawlhub:asgi"},
     }
 }
 

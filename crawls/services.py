@@ -288,6 +288,7 @@ def crawl_start(*, crawl: Crawl, user=None) -> None:
         frontier.add_seeds(crawl.seeds)
         if crawl.follow_sitemaps:
             frontier.add_seeds(sitemap_roots(crawl.seeds), via=VIA_SITEMAP_ROOT)
+    frontier.replicated()
     with transaction.atomic():
         crawl.state = CrawlState.RUNNING
         crawl.started_at = timezone.now()
@@ -302,7 +303,9 @@ def crawl_pause(*, crawl: Crawl, user=None) -> None:
     still running a few seconds later is stopped (engine.jobs.stop_slices)."""
     if not crawl.can_pause():
         raise CrawlActionError(f"A {crawl.get_state_display().lower()} crawl cannot be paused.")
-    _frontier(crawl).set_state("paused")
+    frontier = _frontier(crawl)
+    frontier.set_state("paused")
+    frontier.replicated()
     with transaction.atomic():
         crawl.state = CrawlState.PAUSING
         crawl.save(update_fields=["state"])
@@ -315,7 +318,9 @@ def crawl_pause(*, crawl: Crawl, user=None) -> None:
 def crawl_resume(*, crawl: Crawl, user=None) -> None:
     if not crawl.can_resume():
         raise CrawlActionError(f"A {crawl.get_state_display().lower()} crawl cannot be resumed.")
-    _frontier(crawl).set_state("running")
+    frontier = _frontier(crawl)
+    frontier.set_state("running")
+    frontier.replicated()
     with transaction.atomic():
         crawl.state = CrawlState.RUNNING
         crawl.save(update_fields=["state"])
@@ -331,6 +336,7 @@ def crawl_cancel(*, crawl: Crawl, user=None) -> None:
         raise CrawlActionError(f"A {crawl.get_state_display().lower()} crawl cannot be cancelled.")
     frontier = _frontier(crawl)
     frontier.cancel()
+    frontier.replicated()
     with transaction.atomic():
         crawl.state = CrawlState.CANCELLED
         crawl.finished_at = timezone.now()
@@ -356,6 +362,7 @@ def crawl_add_seeds(*, crawl: Crawl, urls: list[str] | str, user=None) -> tuple[
         added, repeats = frontier.add_seeds(seeds)
         if crawl.follow_sitemaps:
             frontier.add_seeds(sitemap_roots(seeds), via=VIA_SITEMAP_ROOT)
+        frontier.replicated()
     with transaction.atomic():
         crawl.seeds = crawl.seeds + new
         crawl.save(update_fields=["seeds"])
@@ -455,13 +462,15 @@ def crawl_retry_failed(*, crawl: Crawl, user=None, ids: list[int] | None = None)
     requests = [Request(url=f.url, depth=f.depth, referrer=f.referrer) for f in failures]
     frontier = _frontier(crawl)
     count = frontier.retry_failed(requests, [f.last_status for f in failures])
+    restart = crawl.state in (CrawlState.FINISHED, CrawlState.FAILED)
+    if restart:
+        frontier.set_state("running")
+    frontier.replicated()
     with transaction.atomic():
         FailedRequest.objects.filter(pk__in=[f.pk for f in failures]).delete()
         _event(crawl, CrawlEvent.Kind.RETRIED, user, f"{count} request(s)")
-        restart = crawl.state in (CrawlState.FINISHED, CrawlState.FAILED)
         announce(crawl.pk, state_change=restart)
         if restart:
-            frontier.set_state("running")
             crawl.state = CrawlState.RUNNING
             crawl.finished_at = None
             crawl.save(update_fields=["state", "finished_at"])

@@ -236,6 +236,8 @@ def remove_many(*, proxies: list[str]) -> None:
         for proxy in proxies:
             script(keys=[], args=[PREFIX, proxy], client=pipe)
         pipe.execute()
+    # Kept out through a failover too: a replica holds the removal before it is reported done.
+    connections.replicated(_redis())
 
 
 def allow(*, proxy: str) -> None:

@@ -56,7 +56,7 @@ from pathlib import Path
 
 import redis
 
-from crawlhub.connections import get_redis
+from crawlhub.connections import get_redis, replicated
 from crawls.engine.request import (
     OUTCOME_KINDS,
     VIA_LISTED,
@@ -188,6 +188,12 @@ class Frontier:
         if state not in STATES:
             raise ValueError(f"unknown crawl state {state!r}; expected one of {STATES}")
         self.redis.set(self.key("state"), state)
+
+    def replicated(self) -> bool:
+        """Wait until a Redis replica holds what was written so far (with Sentinel: what the
+        promoted replica will have). For the writes no worker can redo if a failover loses
+        them: seeds, state changes (crawlhub.connections.replicated; docs/reliability.md)."""
+        return replicated(self.redis)
 
     def state(self) -> str | None:
         value = self.redis.get(self.key("state"))
@@ -354,6 +360,12 @@ class Frontier:
 
     def slice_end(self, slice_id: str) -> None:
         self.redis.zrem(self.key("slices"), slice_id)
+
+    def queued_slices(self) -> list[str]:
+        """The slices registered for longer than a beat keeps one alive: queued, not started."""
+        floor = self.now_ms() + _ms(SLICE_BEAT_TTL)
+        found = self.redis.zrangebyscore(self.key("slices"), f"({floor}", "+inf")
+        return [slice_id.decode() for slice_id in found]
 
     def release_claimed(self) -> int:
         """Hand back every claimed request, unless the crawl is running: for a crawl whose

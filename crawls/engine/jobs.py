@@ -22,6 +22,7 @@ from django.conf import settings
 from django.db import close_old_connections, connection, transaction
 from rq.command import send_stop_job_command
 from rq.exceptions import InvalidJobOperation, NoSuchJobError
+from rq.job import Job
 from rq.registry import StartedJobRegistry
 
 from crawlhub.http import rendering
@@ -149,12 +150,32 @@ def supervise() -> dict:
         elif lifecycle.finish_if_done(crawl.pk):
             report["finished"] += 1
         else:
+            _forget_lost_slices(frontier)
             missing = crawl.slices - frontier.live_slices()
             if missing > 0:
                 report["slices_started"] += enqueue_slices(crawl, count=missing)
     if any(report.values()):
         log.info("supervisor: %s", report)
     return report
+
+
+def _forget_lost_slices(frontier: Frontier) -> None:
+    """Forget the queued slices whose RQ job does not exist. A Redis failover can keep a slice's
+    registration and lose the write that queued its job (replication is asynchronous, and in
+    order: _enqueue registers first); such a slice would count as alive for QUEUED_SLICE_TTL
+    and the crawl wait for it."""
+    queued = frontier.queued_slices()
+    if not queued:
+        return
+    with frontier.redis.pipeline(transaction=False) as pipe:
+        for slice_id in queued:
+            pipe.exists(Job.key_for(slice_job_id(slice_id)))
+        found = pipe.execute()
+    for slice_id, exists in zip(queued, found, strict=True):
+        if not exists:
+            log.warning("crawl %s: slice %s was queued but its job is gone", frontier.crawl_id,
+                        slice_id)  # fmt: skip
+            frontier.slice_end(slice_id)
 
 
 # Stopping slices ------------------------------------------------------------------------------

@@ -13,7 +13,8 @@ from rq.job import Job
 
 from crawlhub.connections import get_redis
 from crawls import services
-from crawls.engine.frontier import Frontier
+from crawls.engine import jobs
+from crawls.engine.frontier import SUPERVISOR_LOCK_KEY, Frontier
 from crawls.engine.jobs import SLICE_WRITE_SECONDS
 from crawls.engine.request import Request
 from crawls.engine.retry import MAX_CRASHES
@@ -118,3 +119,26 @@ def test_a_slice_job_is_killed_after_its_budget_and_its_fetches_deadlines(
         timeouts[crawl.name] = timeout
     assert timeouts["slow"] == 20 + (1800 + 2) + 1800 + SLICE_WRITE_SECONDS
     assert timeouts["quick"] == 20 + 3 + SLICE_WRITE_SECONDS
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_queued_slice_whose_job_is_gone_is_forgotten_and_replaced(user, redis):
+    """A Redis failover can keep a slice's registration and lose the write that queued its job
+    (asynchronous replication, in order): the supervisor does not wait an hour for it."""
+    crawl = services.crawl_create(user=user, name="t", seeds=["http://127.0.0.1:9/"], slices=1)
+    services.crawl_start(crawl=crawl, user=user)
+    frontier = Frontier(crawl.pk)
+    [first] = frontier.queued_slices()
+    frontier.slice_register(["lost"], ttl=jobs.QUEUED_SLICE_TTL)
+    assert frontier.live_slices() == 2
+
+    # "lost" has no job: forgotten. The crawl's own slice has one: kept, and not replaced.
+    assert jobs.supervise()["slices_started"] == 0
+    assert frontier.queued_slices() == [first]
+
+    redis.delete(Job.key_for(jobs.slice_job_id(first)))  # as a failover may lose it
+    redis.delete(SUPERVISOR_LOCK_KEY)
+    assert jobs.supervise()["slices_started"] == 1
+    [queued] = frontier.queued_slices()
+    assert queued != first
+    assert Job.exists(jobs.slice_job_id(queued), connection=redis)

@@ -16,7 +16,7 @@ from django.conf import settings
 from django.db import connection
 from rq import Worker
 
-from crawlhub import launcher
+from crawlhub import redis_config
 from crawlhub.connections import get_redis, reset_pools
 from crawlhub.sample_site import SampleSite
 from crawls import services
@@ -43,8 +43,10 @@ def use_redis(url: str) -> None:
     """Point crawlhub, RQ, Channels and child processes at the Redis at `url`."""
     settings.REDIS_URL = url
     for queue in settings.RQ_QUEUES.values():
-        queue["URL"] = url
-    settings.CHANNEL_LAYERS["default"]["CONFIG"]["hosts"] = launcher.channel_layer_hosts(url)
+        timeout = queue["DEFAULT_TIMEOUT"]
+        queue.clear()  # the same dicts django-rq holds
+        queue.update(redis_config.rq_connection(url), DEFAULT_TIMEOUT=timeout)
+    settings.CHANNEL_LAYERS["default"]["CONFIG"]["hosts"] = redis_config.channel_layer_hosts(url)
     os.environ["REDIS_URL"] = url
     reset_pools()
     channel_layers.backends.clear()

@@ -154,7 +154,7 @@ class Command(BaseCommand):
         for n in range(workers):
             scheduler = ["--with-scheduler"] if n == 0 else []
             group.add(f"worker-{n + 1}", [*manage, "rqworker", *scheduler, *QUEUES], restart=True)
-        group.add("cron", [*manage, "rqcron", "crawlhub.cron"], restart=True)
+        group.add("cron", [*manage, "cron"], restart=True)
         web = [sys.executable, "-m", "daphne", "-b", host, "-p", str(port)]
         group.add("web", [*web, "crawlhub.asgi:application"], restart=True)
         return group

@@ -110,7 +110,8 @@ class Command(BaseCommand):
         if settings.REDIS_EMBEDDED:
             raise CommandError(
                 "REDIS_URL is not set: `./run worker` joins the Redis a deployment shares "
-                "(REDIS_URL=redis://host:port/0, or rediss:// for TLS). `./run up` runs "
+                "(REDIS_URL=redis://host:port/0, or rediss:// for TLS; or REDIS_SENTINELS and "
+                "REDIS_SENTINEL_SERVICE for one that Sentinel manages). `./run up` runs "
                 "everything on one machine, its own Redis included."
             )
         try:
