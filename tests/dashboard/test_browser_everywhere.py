@@ -23,7 +23,7 @@ from proxies.models import Proxy
 from tests.dashboard.test_browser import ARTIFACTS, log_in, wait_until
 from tests.dashboard.test_browser_results import no_sideways_scroll
 from tests.dashboard.test_pages_browser import make_pages
-from tests.support.sites import Response, pages_site
+from tests.support.sites import Response
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -56,8 +56,13 @@ def test_every_page_fits_a_phone_and_the_nav_folds_under_a_button(
 ):
     staff.is_superuser = True  # the admin's channel list
     staff.save(update_fields=["is_superuser"])
-    crawl = a_crawl(user, "shop with a rather long name that goes on and on", state="finished",
-                    started_at=timezone.now() - timedelta(minutes=3), finished_at=timezone.now())
+    crawl = a_crawl(
+        user,
+        "shop with a rather long name that goes on and on",
+        state="finished",
+        started_at=timezone.now() - timedelta(minutes=3),
+        finished_at=timezone.now(),
+    )
     make_pages(crawl, 40)
     one = Page.objects.filter(crawl=crawl).first()
     for n in range(3):
@@ -176,8 +181,8 @@ def test_the_crawl_list_has_owners_search_filters_order_durations_and_pages(
     page, dashboard, staff, user, other_user
 ):
     now = timezone.now()
-    long = a_crawl(user, "long one", state="finished", started_at=now - timedelta(hours=2, minutes=5),
-                   finished_at=now)  # fmt: skip
+    long = a_crawl(user, "long one", state="finished",
+                   started_at=now - timedelta(hours=2, minutes=5), finished_at=now)  # fmt: skip
     a_crawl(other_user, "short one", state="finished", started_at=now - timedelta(seconds=40),
             finished_at=now)  # fmt: skip
     a_crawl(user, "docs crawl", seed="http://docs.example.org/start")
@@ -239,9 +244,7 @@ def test_the_crawl_list_has_owners_search_filters_order_durations_and_pages(
     assert "filler" not in page.locator("#crawls tbody").inner_text()
 
 
-def test_the_crawl_form_says_every_problem_at_once_with_a_summary_and_units(
-    page, dashboard, user
-):
+def test_the_crawl_form_says_every_problem_at_once_with_a_summary_and_units(page, dashboard, user):
     log_in(page, dashboard, "alice")
     page.set_viewport_size(PHONE)
     page.goto(dashboard + "/crawls/new/")
@@ -255,12 +258,12 @@ def test_the_crawl_form_says_every_problem_at_once_with_a_summary_and_units(
         assert page.locator(f"#id_{name} + .unit").inner_text(), name
         assert page.locator(f"#id_{name}_helptext").inner_text(), name
 
-    # Inputs that cannot be read (a name left empty, a depth that is no number, a size with
-    # an unknown unit) and values the services refuse (a seed, a pattern, a timeout): one round.
+    # Inputs the form refuses itself (a name and a depth left empty, a size with an unknown
+    # unit) and values the services refuse (a seed, a pattern, a timeout): all in one round.
     page.fill("#id_name", "")
     page.fill("#id_seeds", "ftp://nope.example/")
     page.fill("#id_include_patterns", "(unclosed")
-    page.fill("#id_max_depth", "three")
+    page.fill("#id_max_depth", "")
     page.fill("#id_timeout", "0")
     page.fill("#id_max_bytes", "5 parsecs")
     page.get_by_role("button", name="Create crawl").click()
@@ -370,4 +373,3 @@ def test_worker_hosts_and_pids_are_for_staff_and_hints_say_run(page, dashboard, 
     headers = page.locator("#workers-live table").first.locator("th").all_inner_texts()
     assert "Host" in headers and "PID" in headers, headers
     assert host in page.locator("#workers-live").inner_text()
-
