@@ -285,6 +285,25 @@ def test_the_crawl_form_says_every_problem_at_once_with_a_summary_and_units(page
     assert Crawl.objects.count() == 0
 
 
+def test_a_refused_form_once_fixed_creates_the_crawl_with_the_size_as_typed(
+    page, dashboard, user
+):
+    log_in(page, dashboard, "alice")
+    page.goto(dashboard + "/crawls/new/")
+    page.fill("#id_name", "")
+    page.fill("#id_max_depth", "")
+    page.get_by_role("button", name="Create crawl").click()
+    page.wait_for_selector("#error-summary")
+    page.fill("#id_name", "form crawl")
+    page.fill("#id_seeds", "http://shop.test/")
+    page.fill("#id_max_depth", "3")
+    page.fill("#id_max_bytes", "512 KB")
+    page.uncheck("#id_start_now")
+    page.get_by_role("button", name="Create crawl").click()
+    page.wait_for_url(re.compile(r"/crawls/\d+/$"), wait_until="commit", timeout=60_000)
+    assert Crawl.objects.get().max_bytes == 512 * 1024
+
+
 def test_a_token_is_made_once_however_often_its_page_is_reloaded(page, dashboard, user):
     log_in(page, dashboard, "alice")
     page.goto(dashboard + "/account/tokens/")
