@@ -285,9 +285,7 @@ def test_the_crawl_form_says_every_problem_at_once_with_a_summary_and_units(page
     assert Crawl.objects.count() == 0
 
 
-def test_a_refused_form_once_fixed_creates_the_crawl_with_the_size_as_typed(
-    page, dashboard, user
-):
+def test_a_refused_form_once_fixed_creates_the_crawl_with_the_size_as_typed(page, dashboard, user):
     log_in(page, dashboard, "alice")
     page.goto(dashboard + "/crawls/new/")
     page.fill("#id_name", "")
