@@ -89,17 +89,26 @@ class TokenViewSet(
         tokens.token_revoke(token=instance)
 
 
+NEW_TOKEN_KEY = "crawlhub.new_token"
+
+
 def token_page(request: HttpRequest) -> HttpResponse:
-    """Create and revoke your API tokens. A new token is shown on this response only."""
-    new_token, errors = None, {}
+    """Create and revoke your API tokens. A new token is shown once, on the page its creation
+    redirects to (POST, redirect, GET: reloading that page makes no second token)."""
+    errors = {}
     if request.method == "POST":
         try:
-            _, new_token = tokens.token_create(user=request.user, name=request.POST.get("name", ""))
+            token, raw = tokens.token_create(user=request.user, name=request.POST.get("name", ""))
         except DjangoValidationError as exc:
             errors = exc.message_dict
+        else:
+            request.session[NEW_TOKEN_KEY] = {"id": token.pk, "token": raw}
+            return redirect("api_tokens")
+    new = request.session.pop(NEW_TOKEN_KEY, None) if request.method == "GET" else None
     return render(request, "crawlhub/tokens.html", {
         "nav": "tokens", "tokens": ApiToken.objects.filter(user=request.user),
-        "new_token": new_token, "errors": errors, "name": request.POST.get("name", ""),
+        "new_token": new["token"] if new else None, "new_token_id": new["id"] if new else None,
+        "errors": errors, "name": request.POST.get("name", ""),
     }, status=400 if errors else 200)  # fmt: skip
 
 

@@ -12,6 +12,7 @@ urlpatterns = [
     path("proxies/", include("proxies.urls")),
     path("workers/", views.workers_page, name="workers"),
     path("healthz", views.healthz, name="healthz"),
+    path("favicon.ico", views.favicon, name="favicon"),
     path("sample/", views.sample_site, name="sample_site"),
     path("sample/<path:path>", views.sample_site),
     path("login/", auth_views.LoginView.as_view(), name="login"),
@@ -23,3 +24,7 @@ urlpatterns = [
 
 # A body too large, too many fields, an unreadable form: said in words (JSON on the API).
 handler400 = "crawlhub.bad_requests.bad_request"
+# crawlhub's own pages, with its nav (JSON under /api/).
+handler403 = "crawlhub.error_pages.forbidden"
+handler404 = "crawlhub.error_pages.not_found"
+handler500 = "crawlhub.error_pages.server_error"

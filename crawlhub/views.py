@@ -1,7 +1,8 @@
 from django.conf import settings
 from django.contrib.auth.decorators import login_not_required
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import render
+from django.shortcuts import redirect, render
+from django.templatetags.static import static
 from django.views.decorators.http import require_safe
 
 from crawlhub import redis_config, workers
@@ -24,6 +25,13 @@ def healthz(request: HttpRequest) -> JsonResponse:
     return JsonResponse(report, status=200 if report["ok"] else 503)
 
 
+@login_not_required
+@require_safe
+def favicon(request: HttpRequest) -> HttpResponse:
+    """Browsers ask for /favicon.ico before they read a page's icon link (the login page too)."""
+    return redirect(static("img/favicon.svg"), permanent=True)
+
+
 def workers_page(request: HttpRequest) -> HttpResponse:
     """Live workers, queue lengths and failed jobs. A failed job's description and error name
     other people's crawls, URLs and tracebacks: staff only; everyone else sees the counts, and
@@ -33,6 +41,7 @@ def workers_page(request: HttpRequest) -> HttpResponse:
         running = {w["job_crawl"] for w in overview["workers"] if w["job_crawl"] is not None}
         own = visible_crawls(request.user).filter(pk__in=running).values_list("pk", flat=True)
         workers.hide_jobs(overview, shown_crawls=set(own))
+        workers.hide_hosts(overview)
     failed_count = sum(queue["failed"] for queue in overview["queues"])
     # Where the workers meet, for staff: address, TLS, user and db; never the password.
     redis_where = redis_config.where(settings.REDIS_URL) if request.user.is_staff else ""

@@ -84,3 +84,11 @@ def hide_jobs(report: dict, *, shown_crawls: set[int]) -> dict:
         if worker["job"] and worker["job_crawl"] not in shown_crawls:
             worker["job"] = "busy"
     return report
+
+
+def hide_hosts(report: dict) -> dict:
+    """The overview without where each worker runs (its machine's name and process id): they
+    map a deployment for whoever reads them, which is staff's business only."""
+    for worker in report["workers"]:
+        worker["hostname"] = worker["pid"] = None
+    return report

@@ -585,6 +585,15 @@ class WebhookEvent(models.TextChoices):
     CANCELLED = "cancelled", "Crawl cancelled"
 
 
+class DeliveryEvent(models.TextChoices):
+    """What a delivery tells: a crawl's end (WebhookEvent), or a test sent from the page."""
+
+    FINISHED = "finished", "Crawl finished"
+    FAILED = "failed", "Crawl failed"
+    CANCELLED = "cancelled", "Crawl cancelled"
+    TEST = "test", "Test delivery"
+
+
 def _all_events() -> list[str]:
     return list(WebhookEvent.values)
 
@@ -641,7 +650,7 @@ class WebhookDelivery(models.Model):
     crawl = models.ForeignKey(
         Crawl, on_delete=models.SET_NULL, null=True, blank=True, related_name="deliveries"
     )
-    event = models.CharField(max_length=20, choices=WebhookEvent)
+    event = models.CharField(max_length=20, choices=DeliveryEvent)
     payload = models.JSONField()
     status = models.CharField(max_length=10, choices=Status, default=Status.PENDING, db_index=True)
     attempts = models.PositiveIntegerField(default=0)

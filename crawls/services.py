@@ -7,6 +7,7 @@ the row, and enqueues slices only after the row is committed.
 
 from __future__ import annotations
 
+import copy
 import math
 from datetime import UTC, datetime
 from typing import Any
@@ -99,7 +100,7 @@ def _clean_patterns(patterns: list[str] | str, field: str) -> list[str]:
         # Blank lines are skipped there but still counted, so "line N" points at the input.
         compile_patterns(list(patterns), field)
     except ScopeError as exc:
-        raise ValidationError({field: [str(exc)]}) from None
+        raise ValidationError({field: [exc.message]}) from None
     return [p.strip() for p in patterns if p.strip()]
 
 
@@ -143,8 +144,20 @@ def crawl_clean(
 ) -> Crawl:
     """An unsaved, validated crawl. Raises ValidationError naming every bad field at once.
 
-    Every door goes through here, creating and editing alike; once the fields are valid, the
-    crawl's settings are checked as a slice will check them when it starts."""
+    Every door goes through here, creating and editing alike. The crawl's settings are checked
+    as a slice will check them when it starts, in the same pass: each of those checks is about
+    one field, so a field already refused is left out of them rather than holding back the
+    others' messages for a second round."""
+    crawl, errors = _crawl_checked(name=name, seeds=seeds, channel=channel, options=options)
+    if errors:
+        raise ValidationError(errors)
+    return crawl
+
+
+def _crawl_checked(
+    *, name: str, seeds: list[str] | str, channel: Channel | None, options: dict[str, Any]
+) -> tuple[Crawl, dict[str, list[str]]]:
+    """The unsaved crawl and every problem of its fields, by field ({} when it is valid)."""
     unknown = set(options) - set(CRAWL_OPTIONS)
     if unknown:
         raise TypeError(f"unknown crawl options: {', '.join(sorted(unknown))}")
@@ -178,13 +191,19 @@ def crawl_clean(
         crawl.full_clean(exclude=["seeds", "created_by"] + list(errors))
     except ValidationError as exc:
         errors.update(exc.message_dict)
-    if not errors:
-        # What a slice would refuse when it starts, refused now (a user agent with a line
-        # break, a domain that is no host name...), by the same checks.
-        errors = settings_problems(crawl)
-    if errors:
-        raise ValidationError(errors)
-    return crawl
+    # What a slice would refuse when it starts (a user agent with a line break, a domain that
+    # is no host name...), by the same checks, on the fields not refused already: those are
+    # checked with their defaults in place of what was given.
+    checked = copy.copy(crawl)
+    for field in errors:
+        if field == "seeds":
+            checked.seeds = []
+        elif field in CRAWL_OPTIONS:
+            setattr(checked, field, Crawl._meta.get_field(field).get_default())
+    checked.seeds = checked.seeds or []
+    for field, problems in settings_problems(checked).items():
+        errors.setdefault(field, problems)
+    return crawl, errors
 
 
 def clean_credentials(
@@ -229,17 +248,7 @@ def crawl_create(
 ) -> Crawl:  # fmt: skip
     """A new crawl in draft state. Raises ValidationError naming each bad field (the
     credentials' inputs included: clean_credentials)."""
-    errors: dict[str, list[str]] = {}
-    try:
-        crawl = crawl_clean(name=name, seeds=seeds, channel=channel, **options)
-    except ValidationError as exc:
-        errors.update(exc.message_dict)
-    found = None
-    if auth and "seeds" not in errors:
-        try:
-            found = clean_credentials(seeds=crawl.seeds if not errors else seeds, auth=auth)
-        except ValidationError as exc:
-            errors.update(exc.message_dict)
+    crawl, found, errors = _crawl_and_credentials(name, seeds, channel, auth, options)
     if errors:
         raise ValidationError(errors)
     crawl.created_by = user
@@ -249,6 +258,31 @@ def crawl_create(
             CrawlAuth.objects.create(crawl=crawl, **credentials.to_row_values(found))
         _event(crawl, CrawlEvent.Kind.CREATED, user, _credentials_note(found) if found else "")
     return crawl
+
+
+def crawl_problems(
+    *, name: str, seeds: list[str] | str, channel: Channel | None = None,
+    auth: dict[str, Any] | None = None, **options: Any,
+) -> dict[str, list[str]]:  # fmt: skip
+    """What crawl_create would refuse in these values, by field; {} when it would create the
+    crawl. For a form some of whose inputs could not even be read: it checks the rest in the
+    same round, so that every message comes at once."""
+    return _crawl_and_credentials(name, seeds, channel, auth, options)[2]
+
+
+def _crawl_and_credentials(
+    name, seeds, channel, auth, options
+) -> tuple[Crawl, credentials.Credentials | None, dict[str, list[str]]]:
+    crawl, errors = _crawl_checked(name=name, seeds=seeds, channel=channel, options=options)
+    found = None
+    # The credentials are checked against the seeds' hosts: with seeds that are wrong, that
+    # check would only add noise, so it waits for them.
+    if auth and "seeds" not in errors:
+        try:
+            found = clean_credentials(seeds=crawl.seeds, auth=auth)
+        except ValidationError as exc:
+            errors.update(exc.message_dict)
+    return crawl, found, errors
 
 
 def crawl_copy_credentials(*, source: Crawl, crawl: Crawl) -> None:

@@ -38,7 +38,7 @@ from django.utils import timezone
 from crawlhub.http import Fetcher, FetchResult, netguard
 from crawlhub.http.urls import is_http_url
 from crawls.changes import change_counts
-from crawls.models import Channel, Crawl, Webhook, WebhookDelivery, WebhookEvent
+from crawls.models import Channel, Crawl, DeliveryEvent, Webhook, WebhookDelivery, WebhookEvent
 
 log = logging.getLogger(__name__)
 
@@ -151,7 +151,9 @@ def deliveries_visible_to(user, webhook: Webhook):
     deliveries = webhook.deliveries.select_related("crawl")
     if user.is_staff:
         return deliveries
-    return deliveries.filter(crawl__created_by=user)
+    # A test delivery is about no crawl: its webhook's owner sees it.
+    own_tests = Q(crawl__isnull=True, event=DeliveryEvent.TEST, webhook__crawl__created_by=user)
+    return deliveries.filter(Q(crawl__created_by=user) | own_tests)
 
 
 def can_change(user, webhook: Webhook) -> bool:
@@ -258,6 +260,30 @@ def on_crawl_ended(sender, *, crawl_id: int, event: str, **kwargs) -> list[int]:
     return crawl_ended(crawl_id, event)
 
 
+def test_payload(webhook: Webhook, delivery_id: int) -> dict:
+    """What a test delivery sends: the event and delivery of any other, and no crawl."""
+    return {
+        "event": "webhook.test",
+        "delivery": delivery_id,
+        "webhook": {"id": webhook.pk, "target": webhook.target},
+        "crawl": None,
+        "sent_at": timezone.now().isoformat(),
+    }
+
+
+def webhook_send_test(*, webhook: Webhook) -> WebhookDelivery:
+    """Send a test delivery now, signed as any other, tried once (no retries: the person who
+    asked for it is waiting for its answer). Returns the delivery, with that answer."""
+    delivery = WebhookDelivery.objects.create(
+        webhook=webhook, event=DeliveryEvent.TEST, payload={}, next_attempt_at=timezone.now()
+    )
+    delivery.payload = test_payload(webhook, delivery.pk)
+    delivery.save(update_fields=["payload"])
+    deliver(delivery.pk, retry=False)
+    delivery.refresh_from_db()
+    return delivery
+
+
 # --- Delivery ---------------------------------------------------------------------------------
 
 
@@ -329,9 +355,10 @@ def _failure(result: FetchResult) -> str:
     return f"{name}: {result.error.removeprefix('blocked: ')}"[:2000]
 
 
-def deliver(delivery_id: int, *, now: datetime | None = None) -> str:
-    """One attempt of a delivery if it is due; schedules the next one when it failed.
-    Returns the delivery's status after the attempt, or "skipped"."""
+def deliver(delivery_id: int, *, now: datetime | None = None, retry: bool = True) -> str:
+    """One attempt of a delivery if it is due; schedules the next one when it failed (unless
+    `retry` is False: then a failed attempt is the last). Returns the delivery's status after
+    the attempt, or "skipped"."""
     now = now or timezone.now()
     if not _claim(delivery_id, now):
         return "skipped"
@@ -354,7 +381,7 @@ def deliver(delivery_id: int, *, now: datetime | None = None) -> str:
             finished,
             None,
         )
-    elif delivery.attempts >= MAX_ATTEMPTS:
+    elif delivery.attempts >= MAX_ATTEMPTS or not retry:
         delivery.status, delivery.next_attempt_at = Status.FAILED, None
     else:
         delay = BACKOFF[delivery.attempts - 1]

@@ -69,6 +69,7 @@ class OptionError(ValueError):
     def __init__(self, option: str, message: str) -> None:
         super().__init__(f"{option}: {message}")
         self.option = option
+        self.message = message  # without the option's name
 
 
 @dataclass

@@ -17,6 +17,7 @@ class ScopeError(ValueError):
     def __init__(self, field: str, message: str) -> None:
         super().__init__(f"{field}: {message}")
         self.field = field
+        self.message = message  # without the field's name: for a form that shows it by the field
 
 
 def compile_patterns(patterns: list[str], field: str) -> list[Pattern]:

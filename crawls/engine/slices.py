@@ -142,7 +142,8 @@ _FIELD_OF_OPTION = {"pool_size": "threads"}
 
 
 def settings_problems(crawl: Crawl) -> dict[str, list[str]]:
-    """What a slice would refuse in the crawl's settings, by field; {} when it can start.
+    """What a slice would refuse in the crawl's settings, by field (each message without the
+    field's name: the doors name it); {} when it can start.
 
     The same checks a Slice makes when it is built (scope_of, fetcher_options), without
     building one: crawls.services.crawl_clean asks, so a crawl is refused when it is saved
@@ -152,11 +153,11 @@ def settings_problems(crawl: Crawl) -> dict[str, list[str]]:
     try:
         scope_of(crawl)
     except ScopeError as exc:
-        problems[exc.field] = [str(exc)]
+        problems[exc.field] = [exc.message]
     try:
         Fetcher.check_options(**fetcher_options(crawl))
     except OptionError as exc:
-        problems.setdefault(_FIELD_OF_OPTION.get(exc.option, exc.option), []).append(str(exc))
+        problems.setdefault(_FIELD_OF_OPTION.get(exc.option, exc.option), []).append(exc.message)
     if rule_problems := check_rules(crawl.extract_rules):
         problems["extract_rules"] = rule_problems
     if problem := rendering.selector_problem(crawl.render_wait_selector):

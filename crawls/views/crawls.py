@@ -11,11 +11,12 @@ from django.views.decorators.http import require_POST
 
 from crawlhub.access import next_path
 from crawlhub.http import netguard
-from crawls import changes, editing, services
+from crawls import changes, editing, listing, services
 from crawls.engine import live
-from crawls.models import Channel, Crawl, CrawlState
+from crawls.engine.credentials import INPUTS as AUTH_INPUTS
+from crawls.models import CRAWL_OPTIONS, Channel, Crawl, CrawlState
 from crawls.services import visible_crawls
-from crawls.views.forms import CrawlForm
+from crawls.views.forms import CrawlForm, add_service_errors
 from crawls.views.settings_shown import settings_rows
 
 CRAWLS_PER_PAGE = 25
@@ -26,17 +27,13 @@ DEMO_PAGES = 300
 
 
 def crawl_list(request: HttpRequest) -> HttpResponse:
-    crawls = visible_crawls(request.user).select_related("channel", "created_by")
-    state, channel = request.GET.get("state", ""), request.GET.get("channel", "")
-    if state:
-        crawls = crawls.filter(state=state)
-    if channel:
-        crawls = crawls.filter(channel__slug=channel)
+    staff = request.user.is_staff
+    query = listing.ListQuery.from_params(request.GET, staff=staff)
+    crawls = listing.crawl_list(request.user, query)
     page = Paginator(crawls, CRAWLS_PER_PAGE).get_page(request.GET.get("page"))
     stats = services.crawls_stats_safe(list(page))
     rows = [(crawl, stats[crawl.pk]) for crawl in page]
-    filters = urlencode({k: v for k, v in (("state", state), ("channel", channel)) if v})
-    no_crawls = not rows and not (state or channel) and not visible_crawls(request.user).exists()
+    no_crawls = not rows and not query.filtered and not visible_crawls(request.user).exists()
     return render(
         request,
         "crawls/crawl_list.html",
@@ -44,16 +41,19 @@ def crawl_list(request: HttpRequest) -> HttpResponse:
             "nav": "crawls",
             "page": page,
             "rows": rows,
+            "query": query,
             "states": CrawlState.choices,
             "channels": Channel.objects.all(),
-            "state": state,
-            "channel": channel,
-            "filters": filters,
+            "sorts": [(value, label) for value, (label, _) in
+                      listing.sorts_for(staff=staff).items()],
+            "show_owner": staff,
+            # The list's parameters without the page number, for the pager's links.
+            "filters": urlencode(query.params()),
             "no_crawls": no_crawls,
             "demo_refused": _demo_refused(request) if no_crawls else "",
             "demo_pages": DEMO_PAGES,
         },
-    )
+    )  # fmt: skip
 
 
 def _demo_refused(request: HttpRequest) -> str:
@@ -106,25 +106,45 @@ def crawl_demo(request: HttpRequest) -> HttpResponse:
 
 def crawl_new(request: HttpRequest) -> HttpResponse:
     form = CrawlForm(request.POST or None, request.FILES or None)
-    if request.method == "POST" and form.is_valid():
-        auth = form.auth()
-        data = dict(form.cleaned_data)
-        start_now = data.pop("start_now")
-        name, seeds, channel = data.pop("name"), data.pop("seeds"), data.pop("channel")
+    if request.method == "POST" and _crawl_form_checked(form):
+        auth = form.auth()  # takes the Authentication section's inputs out of cleaned_data
+        values = dict(form.cleaned_data)
+        start_now = values.pop("start_now")
         try:
-            crawl = services.crawl_create(
-                user=request.user, name=name, seeds=seeds, channel=channel, auth=auth, **data
-            )
-        except ValidationError as exc:
-            for field, errors in exc.message_dict.items():
-                for error in errors:
-                    form.add_error(field if field in form.fields else None, error)
+            crawl = services.crawl_create(user=request.user, auth=auth, **values)
+        except ValidationError as exc:  # only what changed since the check (a channel deleted)
+            add_service_errors(form, exc)
         else:
             if start_now:
                 ok, text = _act(request, services.crawl_start, crawl, "Crawl started.")
                 (messages.success if ok else messages.error)(request, text)
             return redirect(crawl)
     return render(request, "crawls/crawl_new.html", {"nav": "crawls", "form": form})
+
+
+CRAWL_FIELDS = frozenset({"name", "channel", "seeds", *CRAWL_OPTIONS})
+
+
+def _crawl_form_checked(form: CrawlForm) -> bool:
+    """True when the crawl can be created. Otherwise every problem is on the form at once:
+    what could not be read (a number that is no number), and what the services refuse in
+    everything that could (checked with crawl_problems, in the same round)."""
+    if not form.is_bound:  # a POST with no fields at all: the empty form again
+        return False
+    readable = form.is_valid()
+    values = {k: v for k, v in form.cleaned_data.items() if k in CRAWL_FIELDS}
+    auth = {k: v for k, v in form.cleaned_data.items() if k in AUTH_INPUTS}
+    problems = services.crawl_problems(
+        name=values.pop("name", ""), seeds=values.pop("seeds", ""), auth=auth, **values
+    )
+    for field, errors in problems.items():
+        if field in form.errors:
+            continue  # its input could not be read: that is what it says
+        if field == "seeds" and "seeds" not in form.cleaned_data:
+            continue
+        for error in errors:
+            form.add_error(field if field in form.fields else None, error)
+    return readable and not problems
 
 
 def crawl_detail(request: HttpRequest, pk: int) -> HttpResponse:

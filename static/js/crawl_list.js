@@ -13,6 +13,21 @@
 
   function number(n) { return Number(n || 0).toLocaleString("en-US"); }
 
+  // As the durations template filter says it: the two largest units that matter.
+  const UNITS = [["d", 86400], ["h", 3600], ["min", 60], ["s", 1]];
+  function duration(seconds) {
+    seconds = Math.max(0, Math.floor(seconds));
+    const parts = [];
+    for (const [unit, size] of UNITS) {
+      if (seconds >= size || (unit === "s" && !parts.length)) {
+        parts.push(Math.floor(seconds / size) + " " + unit);
+        seconds %= size;
+      } else if (parts.length) break;
+      if (parts.length === 2) break;
+    }
+    return parts.join(" ");
+  }
+
   function apply(snap) {
     const row = table && table.querySelector('tr[data-crawl="' + snap.id + '"]');
     // The snapshots sent on connect cover crawls on other pages and filtered out too.
@@ -30,10 +45,11 @@
     progress.value = stats.requests || 0;
     row.querySelector('[data-field="percent"]').textContent =
       Math.min(100, Math.round(100 * (stats.requests || 0) / (snap.max_pages || 1))) + "%";
-    if (snap.finished_at) {
-      row.querySelector('[data-field="finished"]').textContent =
-        new Date(snap.finished_at).toISOString().slice(0, 16).replace("T", " ");
-    }
+    // The duration runs on while the crawl has not ended, and stops at its end.
+    row.querySelectorAll('[data-field="duration"][data-started]').forEach(function (cell) {
+      const end = snap.finished_at ? new Date(snap.finished_at) : new Date();
+      cell.textContent = duration((end - new Date(cell.dataset.started)) / 1000);
+    });
     row.querySelectorAll("form[data-action]").forEach(function (form) {
       form.hidden = snap.actions.indexOf(form.dataset.action) === -1;
     });

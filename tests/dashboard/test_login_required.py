@@ -9,7 +9,15 @@ from crawlhub.consumers import CLOSE_FORBIDDEN
 from tests.support.clients import session_cookie, ws_connect
 
 # Pages reachable without a session, on purpose.
-PUBLIC = {"/login/", "/healthz", "/admin/login/", "/proxies/echo", "/sample/", "/sample/x"}
+PUBLIC = {
+    "/login/",
+    "/healthz",
+    "/favicon.ico",
+    "/admin/login/",
+    "/proxies/echo",
+    "/sample/",
+    "/sample/x",
+}
 # The admin and django-rq have their own staff login: anonymous users are sent there.
 STAFF_LOGIN_PREFIXES = ("/admin/", "/rq/")
 

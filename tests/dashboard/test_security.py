@@ -65,6 +65,7 @@ POLICY: list[tuple[str, str]] = [
     ("proxy_", "staff_page"),
     ("login", "public"),
     ("healthz", "public"),
+    ("favicon", "public"),
     ("sample_site", "public"),
     ("route:sample/", "public"),
     ("logout", "logout"),

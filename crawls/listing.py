@@ -1,0 +1,93 @@
+"""The crawl list's query: search by name, seed or number, a state and channel filter, an order,
+and each crawl's duration; one database query a page whatever the number of crawls (the
+counters of the page's rows come from Redis, crawls.services.crawls_stats_safe)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.db.models import DurationField, ExpressionWrapper, F, Q, QuerySet, TextField
+from django.db.models.functions import Cast, Coalesce, Now
+
+from crawls.models import Crawl, CrawlState
+from crawls.services import visible_crawls
+
+# value -> (label, ordering); the first is the default.
+SORTS: dict[str, tuple[str, tuple]] = {
+    "newest": ("Newest first", (F("created_at").desc(), F("id").desc())),
+    "oldest": ("Oldest first", (F("created_at").asc(), F("id").asc())),
+    "name": ("Name, A to Z", (F("name").asc(), F("id").desc())),
+    "started": ("Started most recently", (F("started_at").desc(nulls_last=True), F("id").desc())),
+    "longest": ("Longest running", (F("duration").desc(nulls_last=True), F("id").desc())),
+    "shortest": ("Shortest running", (F("duration").asc(nulls_last=True), F("id").desc())),
+    "state": ("State", (F("state").asc(), F("id").desc())),
+}
+OWNER_SORT = ("owner", ("Owner, A to Z", (F("created_by__username").asc(), F("id").desc())))
+
+
+@dataclass(frozen=True)
+class ListQuery:
+    """What the list was asked for, each value as given when it is known, else empty."""
+
+    q: str = ""
+    state: str = ""
+    channel: str = ""
+    sort: str = "newest"
+
+    @classmethod
+    def from_params(cls, params, *, staff: bool) -> ListQuery:
+        state = params.get("state", "")
+        sort = params.get("sort", "")
+        return cls(
+            q=params.get("q", "").strip()[:200],
+            state=state if state in CrawlState.values else "",
+            channel=params.get("channel", "")[:50],
+            sort=sort if sort in sorts_for(staff=staff) else "newest",
+        )
+
+    def params(self, **changes: str) -> dict[str, str]:
+        """The non-default values as URL parameters (a link to the same list, changed)."""
+        values = {"q": self.q, "state": self.state, "channel": self.channel, "sort": self.sort,
+                  **changes}  # fmt: skip
+        if values["sort"] == "newest":
+            values["sort"] = ""
+        return {key: value for key, value in values.items() if value}
+
+    @property
+    def filtered(self) -> bool:
+        return bool(self.q or self.state or self.channel)
+
+
+def sorts_for(*, staff: bool) -> dict[str, tuple[str, tuple]]:
+    return {**SORTS, **dict([OWNER_SORT])} if staff else SORTS
+
+
+def crawl_list(user, query: ListQuery) -> QuerySet[Crawl]:
+    """The crawls `user` may see that match `query`, in its order, with `duration` (started to
+    finished, or to now while it runs; None before it started)."""
+    crawls = visible_crawls(user).select_related("channel", "created_by")
+    if query.state:
+        crawls = crawls.filter(state=query.state)
+    if query.channel:
+        crawls = crawls.filter(channel__slug=query.channel)
+    if query.q:
+        crawls = crawls.annotate(seeds_text=Cast("seeds", TextField()))
+        crawls = crawls.filter(_search(query.q, staff=user.is_staff))
+    crawls = crawls.annotate(
+        duration=ExpressionWrapper(
+            Coalesce("finished_at", Now()) - F("started_at"), output_field=DurationField()
+        )
+    )
+    return crawls.order_by(*sorts_for(staff=user.is_staff)[query.sort][1])
+
+
+def _search(text: str, *, staff: bool) -> Q:
+    """Name or seed containing the text (any case); "#12" or "12" is crawl 12 too; staff
+    also find crawls by their owner's user name."""
+    found = Q(name__icontains=text) | Q(seeds_text__icontains=text)
+    number = text.removeprefix("#")
+    if number.isdigit() and len(number) < 12:
+        found |= Q(pk=int(number))
+    if staff:
+        found |= Q(created_by__username__iexact=text)
+    return found
