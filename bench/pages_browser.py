@@ -245,6 +245,18 @@ def text_triggers() -> list[tuple[str, str]]:
         return cur.fetchall()
 
 
+def reuse():
+    """The measured crawl of a database an earlier run kept (--keep), migrated."""
+    from django.core.management import call_command
+
+    from crawls.models import Crawl
+
+    call_command("migrate", verbosity=0)
+    crawl = Crawl.objects.get(name="pages bench")
+    print(f"reused: {crawl.pages.count():,} pages in the measured crawl")
+    return crawl
+
+
 def setup(pages: int, other: int):
     """Migrate, then the two crawls and their pages; the measured crawl. The page indexes but
     the unique ones are dropped for the load and made again after it from their own CREATE
@@ -468,7 +480,7 @@ def child(args) -> None:
         cur.execute("SELECT version()" if label == "PostgreSQL" else "SELECT sqlite_version()")
         version = cur.fetchone()[0].split(" on ")[0]
     print(f"\n=== {label} {version}: {connection.settings_dict['NAME']}")
-    crawl = setup(args.pages, args.other)
+    crawl = reuse() if args.reuse else setup(args.pages, args.other)
     head = f"{'request':<42} {'runs':>4} {'p50 ms':>8} {'p95 ms':>8} {'max ms':>8} {'rows':>5} "
     print(f"\n{head}{'count':>8}")
     results = {}
@@ -498,6 +510,7 @@ def child(args) -> None:
 def run_child(args, env: dict) -> None:
     argv = [sys.executable, __file__, "--child", "--pages", str(args.pages), "--other",
             str(args.other), "--runs", str(args.runs)]  # fmt: skip
+    argv += ["--reuse"] if args.reuse else []
     result = subprocess.run(argv, cwd=ROOT, env={**os.environ, "LOG_LEVEL": "WARNING", **env})
     if result.returncode:
         raise SystemExit(f"the benchmark exited {result.returncode}")
@@ -517,13 +530,17 @@ def run_postgres(args, tmp: Path) -> None:
         raise SystemExit("--postgres: name a database of the benchmark's own (it creates it)")
     admin = urlunsplit(parts._replace(path="/postgres"))
     with psycopg.connect(admin, autocommit=True) as conn:
-        if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone():
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone()
+        if exists and not args.reuse:
             raise SystemExit(f"database {name} exists: drop it or name another one")
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        if not exists and args.reuse:
+            raise SystemExit(f"--reuse: there is no database {name}")
+        if not args.reuse:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     try:
         run_child(args, {"DATABASE_URL": args.postgres})
     finally:
-        if args.keep:
+        if args.keep or args.reuse:
             print(f"kept database {name}")
         else:
             with psycopg.connect(admin, autocommit=True) as conn:
@@ -538,6 +555,10 @@ def main() -> None:
     parser.add_argument("--postgres", default="", help="also PostgreSQL, in this new database")
     parser.add_argument("--only", choices=["sqlite", "postgres"], help="one backend only")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir and database")
+    parser.add_argument(
+        "--reuse", action="store_true",
+        help="measure the PostgreSQL database an earlier --keep run left (kept again)",
+    )  # fmt: skip
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     args.other = args.pages // 5 if args.other is None else args.other
@@ -545,6 +566,8 @@ def main() -> None:
         return child(args)
     if args.only == "postgres" and not args.postgres:
         parser.error("--only postgres needs --postgres URL")
+    if args.reuse and args.only != "postgres":
+        parser.error("--reuse is for --only postgres")
     tmp = Path(tempfile.mkdtemp(prefix="crawlhub-pages-bench-"))
     os.environ["CRAWLHUB_DATA_DIR"] = str(tmp)
     try:

@@ -31,8 +31,10 @@ PAGE_SIZES = (25, 50, 100, 200)
 COUNT_LIMIT = 10_000
 # Filters that keep at most SORT_LIMIT pages are read through their own indexes and sorted;
 # those that keep more are tested along the sort's index, on at most WALK_LIMIT rows of it
-# before falling back to sorting (page_slice).
-SORT_LIMIT = 50_000
+# before falling back to sorting (page_slice). The count that chooses is the one shown: a
+# higher SORT_LIMIT would count further through indexes that do not always bound it (a content
+# type's prefix on PostgreSQL, a common word's trigrams), for every screen.
+SORT_LIMIT = COUNT_LIMIT
 WALK_LIMIT = 20_000
 STATUS_CLASSES = {
     "2xx": (200, 299), "3xx": (300, 399), "4xx": (400, 499), "5xx": (500, 599), "none": None,
@@ -311,7 +313,7 @@ def page_slice(
     field_sort = flt.sort.startswith(FIELD_SORT)
     count = None
     if flt.indexed or field_sort:
-        count = _count(flt.apply(base), SORT_LIMIT)
+        count = _count(flt.apply(base), max(SORT_LIMIT, COUNT_LIMIT))
     if field_sort and count > COUNT_LIMIT:
         raise QueryError(
             f"Sorting by an extracted field needs filters that leave at most {COUNT_LIMIT:,} "
