@@ -3,18 +3,21 @@
     .venv/bin/python bench/pages_browser.py                      # SQLite, 1,000,000 pages
     .venv/bin/python bench/pages_browser.py --postgres postgres://u:pw@127.0.0.1:5432/crawlhub_bench
     .venv/bin/python bench/pages_browser.py --pages 100000 --runs 10 --only postgres --postgres ...
+    .venv/bin/python bench/pages_browser.py --only postgres --reuse --postgres ...  # kept by --keep
 
 Each database is a fresh one of its own: SQLite in a temp dir (`CRAWLHUB_DATA_DIR` and
 `DATABASE_URL` point there), and with --postgres the database that URL names, which this script
-creates (it must not exist) and drops at the end (--keep keeps both). Migrations, then two
+creates (it must not exist) and drops at the end (--keep keeps both; --reuse measures such a
+kept database again, without building it). Migrations, then two
 crawls: another one with a fifth as many pages, written first (its ids come before, as an older
 crawl's would), and the measured one with --pages rows. Rows are made as a crawl's pages look (a
 few dozen sites, URLs of 50-150 characters, ~90 % 200s, ~1 % without a response, HTML mostly,
 some PDFs, images and JSON, change against a baseline, a price extracted from product pages)
 and written with the slices' bulk insert (crawls.engine.rows.PAGE_ROWS) on SQLite and COPY on
-PostgreSQL, with the secondary indexes dropped for the load and made again after it from their
-own CREATE statements. PostgreSQL is then VACUUM ANALYZEd, as autovacuum would; SQLite is left
-without ANALYZE, as crawlhub leaves it.
+PostgreSQL, with the secondary indexes (and on SQLite the text index's triggers) dropped for the
+load and made again after it from their own CREATE statements (the FTS5 table rebuilt).
+PostgreSQL is then VACUUM ANALYZEd, as autovacuum would; SQLite is left without ANALYZE, as
+crawlhub leaves it.
 
 Each request is `page_slice(crawl, PageFilter.from_params(params), after=..., before=...)`, what
 the view calls (crawls/pages.py: its rows and its bounded count), timed after one warm-up call,
