@@ -3,18 +3,21 @@
     .venv/bin/python bench/pages_browser.py                      # SQLite, 1,000,000 pages
     .venv/bin/python bench/pages_browser.py --postgres postgres://u:pw@127.0.0.1:5432/crawlhub_bench
     .venv/bin/python bench/pages_browser.py --pages 100000 --runs 10 --only postgres --postgres ...
+    .venv/bin/python bench/pages_browser.py --only postgres --reuse --postgres ...  # kept by --keep
 
 Each database is a fresh one of its own: SQLite in a temp dir (`CRAWLHUB_DATA_DIR` and
 `DATABASE_URL` point there), and with --postgres the database that URL names, which this script
-creates (it must not exist) and drops at the end (--keep keeps both). Migrations, then two
+creates (it must not exist) and drops at the end (--keep keeps both; --reuse measures such a
+kept database again, without building it). Migrations, then two
 crawls: another one with a fifth as many pages, written first (its ids come before, as an older
 crawl's would), and the measured one with --pages rows. Rows are made as a crawl's pages look (a
 few dozen sites, URLs of 50-150 characters, ~90 % 200s, ~1 % without a response, HTML mostly,
 some PDFs, images and JSON, change against a baseline, a price extracted from product pages)
 and written with the slices' bulk insert (crawls.engine.rows.PAGE_ROWS) on SQLite and COPY on
-PostgreSQL, with the secondary indexes dropped for the load and made again after it from their
-own CREATE statements. PostgreSQL is then VACUUM ANALYZEd, as autovacuum would; SQLite is left
-without ANALYZE, as crawlhub leaves it.
+PostgreSQL, with the secondary indexes (and on SQLite the text index's triggers) dropped for the
+load and made again after it from their own CREATE statements (the FTS5 table rebuilt).
+PostgreSQL is then VACUUM ANALYZEd, as autovacuum would; SQLite is left without ANALYZE, as
+crawlhub leaves it.
 
 Each request is `page_slice(crawl, PageFilter.from_params(params), after=..., before=...)`, what
 the view calls (crawls/pages.py: its rows and its bounded count), timed after one warm-up call,
@@ -230,6 +233,33 @@ def secondary_indexes() -> list[tuple[str, str]]:
         return cur.fetchall()
 
 
+def text_triggers() -> list[tuple[str, str]]:
+    """(name, CREATE statement) of the triggers that keep SQLite's text index in step with
+    crawls_page (crawls/page_search.py); none on PostgreSQL, whose GIN indexes are indexes."""
+    from django.db import connection
+
+    if connection.vendor != "sqlite":
+        return []
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT name, sql FROM sqlite_master "
+            "WHERE type = 'trigger' AND tbl_name = 'crawls_page'"
+        )
+        return cur.fetchall()
+
+
+def reuse():
+    """The measured crawl of a database an earlier run kept (--keep), migrated."""
+    from django.core.management import call_command
+
+    from crawls.models import Crawl
+
+    call_command("migrate", verbosity=0)
+    crawl = Crawl.objects.get(name="pages bench")
+    print(f"reused: {crawl.pages.count():,} pages in the measured crawl")
+    return crawl
+
+
 def setup(pages: int, other: int):
     """Migrate, then the two crawls and their pages; the measured crawl. The page indexes but
     the unique ones are dropped for the load and made again after it from their own CREATE
@@ -240,6 +270,7 @@ def setup(pages: int, other: int):
     from django.db import connection
 
     from crawls import services
+    from crawls.page_search import TEXT_TABLE
 
     call_command("migrate", verbosity=0)
     user = get_user_model().objects.create_user("bench")
@@ -248,9 +279,12 @@ def setup(pages: int, other: int):
         for name in ("pages bench", "another crawl")
     ]
     indexes = secondary_indexes()
+    triggers = text_triggers()
     with connection.cursor() as cur:
         for name, _ in indexes:
             cur.execute(f"DROP INDEX {connection.ops.quote_name(name)}")
+        for name, _ in triggers:
+            cur.execute(f"DROP TRIGGER {connection.ops.quote_name(name)}")
     started = time.perf_counter()
     fill(crawls[1], other, seed=2)
     fill(crawls[0], pages, seed=1)
@@ -262,12 +296,17 @@ def setup(pages: int, other: int):
             cur.execute("PRAGMA cache_size=-1048576")
         for _, create in indexes:
             cur.execute(create)
+        if triggers:  # the text search's FTS5 table, made from the rows as its migration does
+            cur.execute(f"INSERT INTO {TEXT_TABLE}({TEXT_TABLE}) VALUES ('rebuild')")
+        for _, create in triggers:
+            cur.execute(create)
         if connection.vendor == "postgresql":
             cur.execute("VACUUM ANALYZE crawls_page")
         else:
             cur.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     connection.close()
     assert sorted(secondary_indexes()) == sorted(indexes)
+    assert sorted(text_triggers()) == sorted(triggers)
     print(f"wrote {pages:,} + {other:,} pages in {written - started:.0f} s "
           f"({(pages + other) / (written - started):,.0f} rows/s), then made "
           f"{len(indexes)} indexes in {time.perf_counter() - written:.0f} s")  # fmt: skip
@@ -293,7 +332,15 @@ REQUESTS: list[tuple[str, dict, tuple]] = [
     ("q=blog (~15 % of pages)", {"q": "blog"}, ()),
     (f"q={RARE} ({RARE_ROWS} pages)", {"q": RARE}, ()),
     ("q=zzqx (none)", {"q": "zzqx"}, ()),
+    ("q=zq (2 characters, none: no index)", {"q": "zq"}, ()),
+    ("q=error sort=bytes desc", {"q": "error", "sort": "bytes", "order": "desc"}, ()),
+    (f"q={RARE} sort=url", {"q": RARE, "sort": "url"}, ()),
     ("status_class=4xx sort=bytes desc", FOUR_XX_BYTES, ()),
+    ("status_class=3xx sort=bytes desc", {"status_class": "3xx", "sort": "bytes", "order": "desc"},
+     ()),
+    ("status_class=none sort=elapsed_ms", {"status_class": "none", "sort": "elapsed_ms"}, ()),
+    ("depth 3-5 sort=bytes desc", {"depth_min": "3", "depth_max": "5", "sort": "bytes",
+                                   "order": "desc"}, ()),
     ("2xx + text/html, sort=bytes desc",
      {"status_class": "2xx", "content_type": "text/html", "sort": "bytes", "order": "desc"}, ()),
     ("2xx + application/pdf, sort=bytes desc",
@@ -317,6 +364,7 @@ REQUESTS: list[tuple[str, dict, tuple]] = [
 ]  # fmt: skip
 # Plans printed whatever their time (and those of every request over SLOW_MS).
 PLANNED = ["sort=url", "status_class=4xx sort=bytes desc", "depth 3-5",
+           f"q={RARE} ({RARE_ROWS} pages)",
            "screen after row 500,000 (sort=id)"]  # fmt: skip
 
 
@@ -435,7 +483,7 @@ def child(args) -> None:
         cur.execute("SELECT version()" if label == "PostgreSQL" else "SELECT sqlite_version()")
         version = cur.fetchone()[0].split(" on ")[0]
     print(f"\n=== {label} {version}: {connection.settings_dict['NAME']}")
-    crawl = setup(args.pages, args.other)
+    crawl = reuse() if args.reuse else setup(args.pages, args.other)
     head = f"{'request':<42} {'runs':>4} {'p50 ms':>8} {'p95 ms':>8} {'max ms':>8} {'rows':>5} "
     print(f"\n{head}{'count':>8}")
     results = {}
@@ -465,6 +513,7 @@ def child(args) -> None:
 def run_child(args, env: dict) -> None:
     argv = [sys.executable, __file__, "--child", "--pages", str(args.pages), "--other",
             str(args.other), "--runs", str(args.runs)]  # fmt: skip
+    argv += ["--reuse"] if args.reuse else []
     result = subprocess.run(argv, cwd=ROOT, env={**os.environ, "LOG_LEVEL": "WARNING", **env})
     if result.returncode:
         raise SystemExit(f"the benchmark exited {result.returncode}")
@@ -484,13 +533,17 @@ def run_postgres(args, tmp: Path) -> None:
         raise SystemExit("--postgres: name a database of the benchmark's own (it creates it)")
     admin = urlunsplit(parts._replace(path="/postgres"))
     with psycopg.connect(admin, autocommit=True) as conn:
-        if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone():
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone()
+        if exists and not args.reuse:
             raise SystemExit(f"database {name} exists: drop it or name another one")
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        if not exists and args.reuse:
+            raise SystemExit(f"--reuse: there is no database {name}")
+        if not args.reuse:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     try:
         run_child(args, {"DATABASE_URL": args.postgres})
     finally:
-        if args.keep:
+        if args.keep or args.reuse:
             print(f"kept database {name}")
         else:
             with psycopg.connect(admin, autocommit=True) as conn:
@@ -505,6 +558,10 @@ def main() -> None:
     parser.add_argument("--postgres", default="", help="also PostgreSQL, in this new database")
     parser.add_argument("--only", choices=["sqlite", "postgres"], help="one backend only")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir and database")
+    parser.add_argument(
+        "--reuse", action="store_true",
+        help="measure the PostgreSQL database an earlier --keep run left (kept again)",
+    )  # fmt: skip
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     args.other = args.pages // 5 if args.other is None else args.other
@@ -512,6 +569,8 @@ def main() -> None:
         return child(args)
     if args.only == "postgres" and not args.postgres:
         parser.error("--only postgres needs --postgres URL")
+    if args.reuse and args.only != "postgres":
+        parser.error("--reuse is for --only postgres")
     tmp = Path(tempfile.mkdtemp(prefix="crawlhub-pages-bench-"))
     os.environ["CRAWLHUB_DATA_DIR"] = str(tmp)
     try:

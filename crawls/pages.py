@@ -4,8 +4,9 @@ pages browser, the API and the exports.
 Made for crawls of millions of pages. Every sort runs on an index of (crawl, column, id)
 (crawls.models.Page.Meta), and pages are reached by key, not by offset: a cursor holds the
 sort value and the id of the last row shown, so page 20,000 costs what page 1 costs. Counting
-stops at COUNT_LIMIT ("more than 10,000"). Text search (`q`) looks inside URLs and titles and
-cannot use an index; it is bounded by the page size when matches are common.
+stops at COUNT_LIMIT ("more than 10,000"). Text search (`q`) looks inside URLs and titles
+through a trigram index (crawls/page_search.py); searches of one or two characters test each
+row, and are bounded by the page size when matches are common.
 """
 
 from __future__ import annotations
@@ -23,10 +24,18 @@ from django.db.models import F, Func, Q, QuerySet
 from django.db.models.fields.json import KT
 from django.db.models.functions import Substr
 
+from crawls import page_search
 from crawls.models import URL_SORT_CHARS, Change, Crawl, Page, PageSource
 
 PAGE_SIZES = (25, 50, 100, 200)
 COUNT_LIMIT = 10_000
+# Filters that keep at most SORT_LIMIT pages are read through their own indexes and sorted;
+# those that keep more are tested along the sort's index, on at most WALK_LIMIT rows of it
+# before falling back to sorting (page_slice). The count that chooses is the one shown: a
+# higher SORT_LIMIT would count further through indexes that do not always bound it (a content
+# type's prefix on PostgreSQL, a common word's trigrams), for every screen.
+SORT_LIMIT = COUNT_LIMIT
+WALK_LIMIT = 20_000
 STATUS_CLASSES = {
     "2xx": (200, 299), "3xx": (300, 399), "4xx": (400, 499), "5xx": (500, 599), "none": None,
 }  # fmt: skip
@@ -109,9 +118,12 @@ class PageFilter:
         return any(getattr(self, f.name) != f.default for f in fields(self) if f.name not in kept)
 
     @property
-    def only_text(self) -> bool:
-        """Filtered by the text search alone (which no index serves)?"""
-        return replace(self, q="", sort="id", desc=False, size=50) == PageFilter()
+    def indexed(self) -> bool:
+        """Filtered by anything an index serves (all but a search too short for its index)?"""
+        unserved = replace(self, sort="id", desc=False, size=50)
+        if not page_search.indexed(self.q):
+            unserved = replace(unserved, q="")
+        return unserved != PageFilter()
 
     def apply(self, pages: QuerySet[Page], *, unindexed: bool = False) -> QuerySet[Page]:
         """pages with this filter's conditions (not its order). unindexed: the columns are
@@ -126,7 +138,7 @@ class PageFilter:
             return f"{name}_unindexed" if unindexed else name
 
         if self.q:
-            pages = pages.filter(Q(url__icontains=self.q) | Q(title__icontains=self.q))
+            pages = pages.filter(page_search.contains(self.q, use_index=not unindexed))
         if self.status_class == "none":
             pages = pages.filter(status__isnull=True)
         elif self.status_class:
@@ -286,37 +298,49 @@ def page_slice(
 
     Which index does the work is chosen here, not left to the planners, which guess wrong
     when a filter and a sort disagree (error pages are small: a 4xx filter walked the whole
-    bytes index backwards). Filters that leave at most COUNT_LIMIT pages (the bounded count
-    says so, through the filters' indexes) are read through their indexes and sorted; filters
-    that keep more walk the sort's index and test each row. A text search uses no index: its
-    screen is read first, and a short first screen is its own count.
+    bytes index backwards). The filters' count, bounded and read through their indexes,
+    chooses. At most SORT_LIMIT pages: their ids and sort keys are read through the filters'
+    indexes and sorted, then the screen's rows are read by id. More: the sort's index is walked
+    and each row tested, on at most the next WALK_LIMIT rows of it; when those hold less than
+    a screen (the matches sit far along the order), the matches are sorted as above. Nothing
+    an index serves (no filter, or a search of one or two characters): the sort's index is
+    walked; the screen is read first, and a short first screen is its own count.
     """
     base = queryset if queryset is not None else crawl.pages.all()
     backwards = bool(before) and not after
     cursor = _decode(before if backwards else after, flt) if (after or before) else None
     desc = flt.desc != backwards
+    field_sort = flt.sort.startswith(FIELD_SORT)
     count = None
-    indexed_filters = flt.active and not flt.only_text
-    if indexed_filters or flt.sort.startswith(FIELD_SORT):
-        count = flt.apply(base).order_by().values("id")[: COUNT_LIMIT + 1].count()
-    few = count is not None and count <= COUNT_LIMIT
-    if flt.sort.startswith(FIELD_SORT) and not few:
+    if flt.indexed or field_sort:
+        count = _count(flt.apply(base), max(SORT_LIMIT, COUNT_LIMIT))
+    if field_sort and count > COUNT_LIMIT:
         raise QueryError(
             f"Sorting by an extracted field needs filters that leave at most {COUNT_LIMIT:,} "
             "pages (fields have no index)."
         )
     key = sort_expression(flt.sort)
-    if indexed_filters and few:
-        key = Unindexed(key, kind=_kind(flt.sort))
-    pages = flt.apply(base, unindexed=indexed_filters and not few).defer("body")
-    pages = pages.annotate(sort_key=key)
-    if flt.sort == "id" and (first := _first_id(base)):
-        # Sorted by id, PostgreSQL walks the primary key: from here, not from older crawls'.
-        pages = pages.filter(id__gte=first)
-    if cursor is not None:
-        pages = pages.filter(_beyond(flt.sort, cursor, desc=desc))
-    ordered = pages.order_by(key.desc() if desc else key.asc(), "-id" if desc else "id")
-    rows = list(ordered[: flt.size + 1])
+
+    def in_order(pages: QuerySet[Page], key) -> QuerySet[Page]:
+        pages = pages.annotate(sort_key=key)
+        if flt.sort == "id" and (first := _first_id(base)):
+            # Sorted by id, PostgreSQL walks the primary key: from here, not older crawls'.
+            pages = pages.filter(id__gte=first)
+        if cursor is not None:
+            pages = pages.filter(_beyond(flt.sort, cursor, desc=desc))
+        return pages.order_by(key.desc() if desc else key.asc(), "-id" if desc else "id")
+
+    wanted = flt.size + 1
+    rows = None
+    if count is None:
+        rows = list(in_order(flt.apply(base, unindexed=True).defer("body"), key)[:wanted])
+    elif count > SORT_LIMIT:
+        rows = _walk(in_order, base, flt, key, desc=desc)
+    if rows is None:
+        sorted_ids = in_order(flt.apply(base), Unindexed(key, kind=_kind(flt.sort)))
+        ids = list(sorted_ids.values_list("id", flat=True)[:wanted])
+        found = base.filter(id__in=ids).annotate(sort_key=key).defer("body").in_bulk()
+        rows = [found[pk] for pk in ids]
     more = len(rows) > flt.size
     rows = rows[: flt.size]
     if backwards:
@@ -325,7 +349,7 @@ def page_slice(
         if cursor is None and not more:
             count = len(rows)  # the whole of it, read anyway
         else:
-            count = flt.apply(base).order_by().values("id")[: COUNT_LIMIT + 1].count()
+            count = _count(flt.apply(base, unindexed=True), COUNT_LIMIT)
     found = PageSlice(rows=rows, count=min(count, COUNT_LIMIT), count_capped=count > COUNT_LIMIT)
     if rows:
         has_next = more if not backwards else True
@@ -333,6 +357,28 @@ def page_slice(
         found.next = _encode(rows[-1], flt) if has_next else ""
         found.previous = _encode(rows[0], flt) if has_previous else ""
     return found
+
+
+def _count(pages: QuerySet[Page], limit: int) -> int:
+    """How many pages there are, counted up to limit + 1."""
+    return pages.order_by().values("id")[: limit + 1].count()
+
+
+def _walk(in_order, base: QuerySet[Page], flt: PageFilter, key, *, desc: bool) -> list | None:
+    """The screen (and one row more) found by testing the filters on the next WALK_LIMIT rows
+    of the sort's index; None when those hold less than that and there are rows beyond them.
+    The window is a range of the index, up to the key of its last row (read on the index
+    alone), so that the walk stays on the index and stops there."""
+    edge = list(in_order(base, key).values_list("sort_key", "id")[WALK_LIMIT - 1 : WALK_LIMIT])
+    pages = in_order(flt.apply(base, unindexed=True).defer("body"), key)
+    if edge:
+        # Up to the edge row, included: the rows beyond it in the opposite order.
+        value, last_id = edge[0]
+        pages = pages.filter(
+            _beyond(flt.sort, (value, last_id + (-1 if desc else 1)), desc=not desc)
+        )
+    rows = list(pages[: flt.size + 1])
+    return None if edge and len(rows) <= flt.size else rows
 
 
 def _kind(sort: str) -> str:

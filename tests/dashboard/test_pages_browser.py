@@ -111,19 +111,50 @@ def test_every_sort_pages_through_every_row_once_in_order_both_ways(crawl, sort,
     )
 
 
+# How page_slice reads a filtered screen: (SORT_LIMIT, WALK_LIMIT). As they are (every test
+# filter keeps few pages: read through the filters' indexes and sorted); every filter keeping
+# "many" (tested along the sort's index, the walk bounded by a window past every row); and
+# a window of 7 rows (a screen is seldom in it: read through the filters' indexes after all).
+PLANS = {"sorted": None, "walked": (3, 10_000), "walked, then sorted": (3, 7)}
+
+
 @pytest.mark.parametrize(
     "query", ["status_class=2xx&sort=bytes&order=desc", "depth_min=2&sort=url",
               "change=new&sort=fetched_at", "status=404&sort=title&order=desc",
-              "content_type=image/png&sort=id", "q=guide&depth_max=3&sort=depth"],
+              "content_type=image/png&sort=id", "q=guide&depth_max=3&sort=depth",
+              "q=GUIDE&sort=bytes", "q=shop&sort=url&order=desc", "status_class=none&sort=status",
+              "q=/0&sort=elapsed_ms"],
 )  # fmt: skip
-def test_a_filter_that_keeps_few_or_many_pages_gives_the_same_screens(crawl, query, monkeypatch):
-    """Few matches are read through the filter's index and sorted; many, by walking the sort's
-    index (pages.page_slice chooses by the bounded count): the same rows, screen by screen."""
+@pytest.mark.parametrize("plan", PLANS)
+def test_a_filter_gives_the_same_screens_whichever_way_it_is_read(crawl, query, plan, monkeypatch):
+    """Few matches are read through the filter's index and sorted; many, by walking a window
+    of the sort's index (pages.page_slice chooses by the bounded count), then as few when the
+    window holds less than a screen: the same rows, screen by screen, forwards and back."""
     params = {k: v[0] for k, v in parse_qs(query).items()}
     flt = PageFilter.from_params({**params, "size": "25"})
-    as_few = walk(crawl, flt)
-    monkeypatch.setattr(pages_module, "COUNT_LIMIT", 3)
-    assert walk(crawl, flt) == as_few and as_few
+    if PLANS[plan]:
+        monkeypatch.setattr(pages_module, "SORT_LIMIT", PLANS[plan][0])
+        monkeypatch.setattr(pages_module, "WALK_LIMIT", PLANS[plan][1])
+    from django.db import connection
+
+    wanted = flt.apply(crawl.pages.all())
+    expected = expected_order(list(wanted), flt.sort, flt.desc, connection.vendor == "postgresql")
+    assert walk(crawl, flt) == expected and expected
+
+
+def test_a_filter_whose_pages_sit_at_the_far_end_of_the_order_is_found(crawl, monkeypatch):
+    """4xx pages are the smallest: sorted by size descending, none is in the first rows of the
+    sort's index, and a walk along it finds them only at its end."""
+    for rank, page in enumerate(crawl.pages.filter(status=404)):
+        Page.objects.filter(pk=page.pk).update(bytes=rank)
+    crawl.pages.exclude(status=404).update(bytes=1_000_000)
+    monkeypatch.setattr(pages_module, "SORT_LIMIT", 3)
+    monkeypatch.setattr(pages_module, "WALK_LIMIT", 20)
+    flt = PageFilter(status_class="4xx", sort="bytes", desc=True, size=25)
+    expected = list(
+        crawl.pages.filter(status=404).order_by("-bytes", "-id").values_list("id", flat=True)
+    )
+    assert walk(crawl, flt) == expected and len(expected) > 3
 
 
 def test_a_field_sorts_only_pages_few_enough(crawl, user_client, monkeypatch):

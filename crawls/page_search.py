@@ -1,0 +1,57 @@
+"""Text search over pages' URLs and titles ("contains", whatever the case), on an index of
+their trigrams: an FTS5 table with the trigram tokenizer on SQLite (crawls_page_text, kept in
+step with crawls_page by triggers), pg_trgm GIN indexes on PostgreSQL (page_url_trgm,
+page_title_trgm). Migration 0011_page_text_search makes them.
+
+A trigram index can only narrow searches of at least MIN_INDEXED characters; shorter ones test
+each row. Either way the match itself is the same LIKE / ILIKE "contains" test, so the index
+only decides which rows are looked at, never which rows match.
+"""
+
+from __future__ import annotations
+
+from django.db import connection
+from django.db.models import BooleanField, F, Func, Q
+from django.db.models.expressions import RawSQL
+
+MIN_INDEXED = 3  # a trigram index finds nothing shorter than a trigram
+TEXT_TABLE = "crawls_page_text"  # SQLite's FTS5 table of (url, title), rowid = page id
+
+
+def indexed(q: str) -> bool:
+    """Can the trigram index narrow a search for q?"""
+    return len(q) >= MIN_INDEXED
+
+
+def contains(q: str, *, use_index: bool) -> Q:
+    """Pages whose URL or title contains q, whatever the case. use_index: through the trigram
+    index (for searches that match few pages); otherwise written so that no index is used, for
+    a walk along a sort's index that tests each row."""
+    if connection.vendor == "postgresql":
+        return Q(ILike(_column("url", use_index), q)) | Q(ILike(_column("title", use_index), q))
+    like = Q(url__icontains=q) | Q(title__icontains=q)
+    if not (use_index and indexed(q)):
+        return like
+    phrase = '"' + q.replace('"', '""') + '"'  # FTS5: the whole text, as one substring
+    matching = RawSQL(f"SELECT rowid FROM {TEXT_TABLE} WHERE {TEXT_TABLE} MATCH %s", [phrase])
+    return Q(id__in=matching) & like
+
+
+def _column(name: str, use_index: bool):
+    # text || '' is no longer the indexed column: PostgreSQL then keeps to the sort's index.
+    return F(name) if use_index else Func(F(name), template="(%(expressions)s || '')")
+
+
+class ILike(Func):
+    """column ILIKE '%q%' (q's own % and _ taken literally): what pg_trgm's GIN index serves."""
+
+    output_field = BooleanField()
+
+    def __init__(self, expression, q: str) -> None:
+        super().__init__(expression)
+        self.q = q
+
+    def as_sql(self, compiler, connection, **extra_context):
+        sql, params = compiler.compile(self.source_expressions[0])
+        pattern = "%" + connection.ops.prep_for_like_query(self.q) + "%"
+        return f"({sql}::text ILIKE %s)", [*params, pattern]

@@ -1,0 +1,131 @@
+"""The pages browser's text search: "contains" in a URL or a title whatever the case, with %, _
+and quotes taken literally and searches shorter than the trigram index's reach still answered;
+the index follows the rows as the engine inserts them and as they are renamed and deleted, and
+its migration goes back and forth."""
+
+from __future__ import annotations
+
+import pytest
+from django.core.management import call_command
+from django.db import connection
+from django.utils import timezone
+
+from crawls import services
+from crawls.engine.rows import PAGE_ROWS, url_hash
+from crawls.models import Page
+from crawls.page_search import TEXT_TABLE
+from crawls.pages import PageFilter, page_slice
+
+pytestmark = pytest.mark.django_db
+
+TITLES = [
+    "Pricing Plans", "pricing for teams", "100% Cotton_Shirt", "1000 cotton shirts",
+    "CottonXShirt sale", 'Say "hello" to us', "Straße und Weg", "", "ab initio", "Docs home",
+]  # fmt: skip
+URLS = [
+    "https://shop.test/pricing", "https://shop.test/teams", "https://shop.test/p/1",
+    "https://shop.test/p/2", "https://shop.test/p/3", "https://shop.test/PRICING-old",
+    "https://de.test/strasse", "https://shop.test/docs/ab", "https://shop.test/x",
+    "https://shop.test/docs/",
+]  # fmt: skip
+
+
+def add_pages(crawl, urls: list[str], titles: list[str]) -> None:
+    """Pages written as the engine writes them (crawls.engine.rows.PAGE_ROWS)."""
+    now = timezone.now()
+    PAGE_ROWS.write([
+        PAGE_ROWS.row(Page(crawl=crawl, url=url, url_hash=url_hash(url), status=200, title=title,
+                           fetched_at=now, bytes=len(title)))
+        for url, title in zip(urls, titles, strict=True)
+    ])  # fmt: skip
+
+
+@pytest.fixture
+def crawl(user):
+    crawl = services.crawl_create(user=user, name="search", seeds=["https://shop.test/"])
+    add_pages(crawl, URLS, TITLES)
+    # Another crawl's page that matches every search below is never shown.
+    other = services.crawl_create(user=user, name="other", seeds=["https://shop.test/"])
+    add_pages(other, ["https://shop.test/pricing-100%-cotton_shirt-ab-x"], ['"hello" Straße'])
+    return crawl
+
+
+def search(crawl, q: str, **params: str) -> tuple[list[int], int]:
+    found = page_slice(crawl, PageFilter.from_params({"q": q, "size": "200", **params}))
+    assert not found.count_capped
+    return [p.pk for p in found.rows], found.count
+
+
+def containing(crawl, q: str) -> list[int]:
+    low = q.lower()
+    return [
+        p.pk for p in crawl.pages.order_by("id") if low in p.url.lower() or low in p.title.lower()
+    ]
+
+
+@pytest.mark.parametrize(
+    "q", ["pricing", "PRICING", "PrIcInG pLaNs", "cotton_shirt", "100%", '"hello"', "Straße",
+          "/docs/", "ab", "x", "zzqx", "zq"],
+)  # fmt: skip
+def test_a_search_finds_the_pages_whose_url_or_title_contains_it_whatever_the_case(crawl, q):
+    ids, count = search(crawl, q)
+    assert ids == containing(crawl, q) and count == len(ids)
+    if q not in ("zzqx", "zq"):
+        assert ids, f"{q}: the test data should match some pages"
+
+
+def test_wildcards_and_quotes_in_a_search_are_taken_literally(crawl):
+    titles = lambda q: {Page.objects.get(pk=pk).title for pk in search(crawl, q)[0]}  # noqa: E731
+    assert titles("100%") == {"100% Cotton_Shirt"}  # not "1000 cotton shirts"
+    assert titles("cotton_shirt") == {"100% Cotton_Shirt"}  # not "CottonXShirt sale"
+    assert titles('say "hello"') == {'Say "hello" to us'}
+    assert titles('"') == {'Say "hello" to us'}
+
+
+def test_a_search_combines_with_filters_and_sorts(crawl):
+    ids, count = search(crawl, "cotton", sort="bytes", order="desc")
+    expected = crawl.pages.filter(title__icontains="cotton").order_by("-bytes", "-id")
+    assert ids == [p.pk for p in expected] and count == 3
+    assert search(crawl, "pricing", status="404") == ([], 0)
+
+
+def test_the_index_follows_rows_as_they_are_written_renamed_and_deleted(crawl):
+    add_pages(crawl, ["https://shop.test/new"], ["A zebra crossing"])
+    (zebra,) = search(crawl, "zebra")[0]
+    assert Page.objects.get(pk=zebra).url == "https://shop.test/new"
+    Page.objects.filter(pk=zebra).update(title="An okapi", url="https://shop.test/okapi-page")
+    assert search(crawl, "zebra") == ([], 0)
+    assert search(crawl, "okapi")[0] == [zebra]
+    Page.objects.bulk_create([Page(crawl=crawl, url="https://shop.test/z", url_hash="z",
+                                   title="Zebras again", fetched_at=timezone.now())])  # fmt: skip
+    assert len(search(crawl, "zebra")[0]) == 1
+    crawl.pages.filter(title__startswith="Zebras").delete()
+    Page.objects.filter(pk=zebra).delete()
+    assert search(crawl, "zebra") == ([], 0) and search(crawl, "okapi") == ([], 0)
+    if connection.vendor == "sqlite":  # the FTS5 index agrees with the rows it indexes
+        with connection.cursor() as cur:
+            cur.execute(
+                f"INSERT INTO {TEXT_TABLE}({TEXT_TABLE}, rank) VALUES ('integrity-check', 1)"
+            )
+
+
+def text_index_exists() -> bool:
+    with connection.cursor() as cur:
+        if connection.vendor == "postgresql":
+            cur.execute("SELECT count(*) FROM pg_indexes WHERE indexname LIKE 'page_%_trgm'")
+            return cur.fetchone()[0] == 2
+        cur.execute("SELECT count(*) FROM sqlite_master WHERE name LIKE 'crawls_page_text%'")
+        return cur.fetchone()[0] > 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_text_index_migration_goes_back_and_forth(crawl):
+    assert text_index_exists()
+    call_command("migrate", "crawls", "0010", verbosity=0)
+    assert not text_index_exists()
+    add_pages(crawl, ["https://shop.test/while-unindexed"], ["Written while unindexed"])
+    call_command("migrate", "crawls", verbosity=0)
+    assert text_index_exists()
+    # Rows written before the index was made are in it.
+    assert len(search(crawl, "while-unindexed")[0]) == 1
+    assert search(crawl, "pricing")[0] == containing(crawl, "pricing")
