@@ -56,7 +56,7 @@ def child(args) -> None:
 
     crawl = pages_browser.setup(args.existing, 0)
     made = text_index(connection)
-    assert made, "no text index: is migration 0011_page_text_search applied?"
+    assert made, "no text index: is migration 0014_page_text_search applied?"
     shape = pages_browser.row_template(crawl.pk)
     total = args.existing + args.rounds * 2 * args.rows
     first = args.existing

@@ -1,7 +1,7 @@
 """Text search over pages' URLs and titles ("contains", whatever the case), on an index of
 their trigrams: an FTS5 table with the trigram tokenizer on SQLite (crawls_page_text, kept in
 step with crawls_page by triggers), pg_trgm GIN indexes on PostgreSQL (page_url_trgm,
-page_title_trgm). Migration 0011_page_text_search makes them.
+page_title_trgm). Migration 0014_page_text_search makes them.
 
 A trigram index can only narrow searches of at least MIN_INDEXED characters; shorter ones test
 each row. Either way the match itself is the same LIKE / ILIKE "contains" test, so the index

@@ -49,7 +49,7 @@ def run(statements: dict[str, list[str]]):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("crawls", "0010_host_concurrency_and_host_events"),
+        ("crawls", "0013_webhook_test_delivery"),
     ]
 
     operations = [
