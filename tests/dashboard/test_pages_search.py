@@ -121,7 +121,7 @@ def text_index_exists() -> bool:
 @pytest.mark.django_db(transaction=True)
 def test_the_text_index_migration_goes_back_and_forth(crawl):
     assert text_index_exists()
-    call_command("migrate", "crawls", "0010", verbosity=0)
+    call_command("migrate", "crawls", "0013", verbosity=0)
     assert not text_index_exists()
     add_pages(crawl, ["https://shop.test/while-unindexed"], ["Written while unindexed"])
     call_command("migrate", "crawls", verbosity=0)

@@ -8,6 +8,7 @@ says who may use it.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import secrets
@@ -251,6 +252,20 @@ def check(kind: str, role: str, response, *, foreign: bool, method: str) -> str:
     return ""
 
 
+# Routes whose POST removes the object: each request gets crawls of its own, so that what one
+# role deleted is not missing for the next request.
+DELETES = {"crawl_delete"}
+
+
+def fresh_crawls(world: World) -> World:
+    """The world with a new own and foreign crawl, made like the first two."""
+    own, foreign = (
+        services.crawl_create(user=crawl.created_by, name=crawl.name, seeds=crawl.seeds)
+        for crawl in (world.own_crawl, world.foreign_crawl)
+    )
+    return dataclasses.replace(world, own_crawl=own, foreign_crawl=foreign)
+
+
 def walk(world: World, users: dict, *, skip_foreign: set[str] | None = None):
     """Every route x role x (own, foreign) x method; yields (problem, where)."""
     clients = {role: client_for(who) for role, who in users.items()}
@@ -276,6 +291,8 @@ def walk(world: World, users: dict, *, skip_foreign: set[str] | None = None):
                         continue  # see THIRD_PARTY_500S
                     if route.kind == "logout":
                         client = client_for(users[role])  # it ends the session
+                    if route.key in DELETES:
+                        path = fill(route, fresh_crawls(world), foreign=foreign)
                     response = getattr(client, method)(path)
                     problem = check(route.kind, role, response, foreign=foreign, method=method)
                     if problem:
