@@ -80,6 +80,7 @@ def test_the_flags_scripts_and_the_readme_use_keep_working():
         "max_retries": 0, "keep_bodies": True, "follow_sitemaps": True,
         "extract_rules": [{"name": "h", "kind": "css", "expr": "h1"}],
         "keep_structured_data": None,  # left out: the model's default
+        "render_javascript": None, "render_wait_selector": None,  # left out: the channel's
     }  # fmt: skip
     assert parser.parse_args(["create", "--name", "n", "--seed", "http://e.test/",
                               "--obey-robots"]).obey_robots is True  # fmt: skip
