@@ -102,7 +102,7 @@ class Host:
         ip("link", "set", self.port, "up")
 
 
-class Network:
+class Network(processes.Started):
     """Hosts on one switch, on a /24 of their own; a context manager that deletes it all."""
 
     def __init__(self, names: Iterable[str]) -> None:
@@ -164,13 +164,3 @@ class Network:
             subprocess.run(["ip", "link", "del", host.port], capture_output=True, timeout=30)
         if self.bridge:
             subprocess.run(["ip", "link", "del", self.bridge], capture_output=True, timeout=30)
-
-    def __enter__(self) -> Network:
-        try:
-            return self.start()
-        except BaseException:
-            self.stop()
-            raise
-
-    def __exit__(self, *exc) -> None:
-        self.stop()

@@ -46,7 +46,7 @@ def unavailable() -> str:
     return ""
 
 
-class PrivatePostgres:
+class PrivatePostgres(processes.Started):
     def __init__(self, *, host: str, launch: Sequence[str] = (), port: int = 5432) -> None:
         self.host, self.port, self.launch = host, port, list(launch)
         self.password = secrets.token_urlsafe(16)
@@ -116,13 +116,3 @@ class PrivatePostgres:
             self.process = None
         with contextlib.suppress(OSError):
             shutil.rmtree(self.folder)
-
-    def __enter__(self) -> PrivatePostgres:
-        try:
-            return self.start()
-        except BaseException:
-            self.stop()
-            raise
-
-    def __exit__(self, *exc) -> None:
-        self.stop()

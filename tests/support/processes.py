@@ -37,6 +37,21 @@ MARKER = "CRAWLHUB_TEST_RUN"
 _started: list[subprocess.Popen] = []
 
 
+class Started:
+    """A context manager for a thing with start() (returning itself) and stop(): stop() runs
+    on leaving, and also when start() fails half-way, so nothing it started is left behind."""
+
+    def __enter__(self):
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
 def spawn(args: list[str], *, env: dict[str, str] | None = None, **kwargs) -> subprocess.Popen:
     """Start args in a session of its own, registered for stopping before anything waits for it.
 

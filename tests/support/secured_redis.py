@@ -96,7 +96,7 @@ def make_certificates(
     return files
 
 
-class SecuredRedis:
+class SecuredRedis(processes.Started):
     """redis-server on a TLS port only, with requirepass and an ACL user: on loopback, or on
     `host` with the server started through `launch` (e.g. ["ip", "netns", "exec", name])."""
 
@@ -178,13 +178,3 @@ class SecuredRedis:
         if self.process is not None:
             processes.stop(self.process, timeout=10)
             self.process = None
-
-    def __enter__(self) -> SecuredRedis:
-        try:
-            return self.start()
-        except BaseException:
-            self.stop()
-            raise
-
-    def __exit__(self, *exc) -> None:
-        self.stop()

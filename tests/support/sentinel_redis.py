@@ -34,7 +34,7 @@ def redis_server_binary() -> str | None:
     return shutil.which("redis-server")
 
 
-class SentinelRedis:
+class SentinelRedis(processes.Started):
     def __init__(self, folder: Path) -> None:
         self.folder = Path(folder)
         self.password = secrets.token_urlsafe(12)
@@ -192,13 +192,3 @@ class SentinelRedis:
 
     def stop(self) -> None:
         processes.stop_all(list(self.procs.values()), timeout=10)
-
-    def __enter__(self) -> SentinelRedis:
-        try:
-            return self.start()
-        except BaseException:
-            self.stop()
-            raise
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
