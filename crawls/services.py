@@ -20,7 +20,7 @@ from crawlhub.connections import REDIS_ERRORS
 from crawlhub.errors import ActionRefused
 from crawlhub.http import Fetcher, OptionError, chromium, netguard
 from crawlhub.http.urls import validate_url
-from crawls.engine import credentials
+from crawls.engine import credentials, live
 from crawls.engine.extraction import Extractor, RulesError, parse_rules, rules_to_json
 from crawls.engine.frontier import Frontier, stats_many
 from crawls.engine.jobs import enqueue_slices, stop_slices_soon
@@ -548,6 +548,11 @@ def crawls_stats_safe(crawls: list[Crawl]) -> dict[int, dict]:
     except REDIS_ERRORS as exc:
         stats = {pk: {"redis_error": str(exc)} for pk in live}
     return {c.pk: {**c.stats, **stats[c.pk]} if c.pk in stats else c.stats for c in crawls}
+
+
+def crawl_progress(crawl: Crawl, stats: dict) -> dict:
+    """Done against known work, as the crawl's page shows it (live.progress)."""
+    return live.progress(crawl, stats)
 
 
 # The rule preview waits at most this long for its page, whatever the crawl's timeout.

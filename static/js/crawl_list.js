@@ -41,10 +41,12 @@
     state.className = "state state-" + snap.state;
     const active = snap.state === "running" || snap.state === "pausing";
     row.querySelector('[data-field="rate"]').textContent = active ? snap.rate.toFixed(1) : "—";
+    // Done against known work, as the crawl's page shows it (live.progress on the server).
+    const done = snap.progress || { done: 0, known: 0, percent: 0 };
     const progress = row.querySelector("progress");
-    progress.value = stats.requests || 0;
-    row.querySelector('[data-field="percent"]').textContent =
-      Math.min(100, Math.round(100 * (stats.requests || 0) / (snap.max_pages || 1))) + "%";
+    progress.max = done.known || 1;
+    progress.value = done.done;
+    row.querySelector('[data-field="percent"]').textContent = done.percent + "%";
     // The duration runs on while the crawl has not ended, and stops at its end.
     row.querySelectorAll('[data-field="duration"][data-started]').forEach(function (cell) {
       const end = snap.finished_at ? new Date(snap.finished_at) : new Date();

@@ -23,7 +23,7 @@ def a_crawl(user, name: str, seed: str = "http://shop.test/", **fields) -> Crawl
 
 
 def names(response) -> list[str]:
-    return [crawl.name for crawl, _ in response.context["rows"]]
+    return [crawl.name for crawl, *_ in response.context["rows"]]
 
 
 def test_search_finds_a_crawl_by_name_seed_or_number(user, user_client):
@@ -63,3 +63,16 @@ def test_staff_see_owners_and_find_crawls_by_owner(user, other_user, staff_clien
 def test_the_workers_page_hint_says_run(user_client):
     page = user_client.get("/workers/").content.decode()
     assert "No worker is running" in page and "./run up" in page and "manage.py" not in page
+
+
+def test_a_finished_crawl_reads_100_percent_in_the_list_whatever_its_max_pages(user, user_client):
+    """Progress is done against known work, as on the crawl's page: 13 answered of 13 known,
+    not 13 requests of a max of 60."""
+    now = timezone.now()
+    a_crawl(user, "small site", max_pages=60, state=CrawlState.FINISHED, started_at=now,
+            finished_at=now, stats={"requests": 13, "responses": 12, "errors": 1})  # fmt: skip
+    response = user_client.get("/")
+    ((crawl, stats, progress),) = response.context["rows"]
+    assert (progress["done"], progress["known"], progress["percent"]) == (13, 13, 100)
+    html = response.content.decode()
+    assert 'data-field="percent">100%<' in html and 'max="13" value="13"' in html
