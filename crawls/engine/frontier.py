@@ -95,7 +95,7 @@ STATES = ("running", "paused", "cancelled")
 COUNTERS = (
     "requests", "repeats", "responses", "errors", "failed", "retries", "bytes",
     "status_2xx", "status_3xx", "status_4xx", "status_5xx", "dropped", "cancelled",
-    "not_modified", "sitemap_urls", "failed_http",
+    "not_modified", "sitemap_urls", "failed_http", "recovered",
 )  # fmt: skip
 
 _LUA_DIR = Path(__file__).resolve().parent / "lua"

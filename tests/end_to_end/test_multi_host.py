@@ -332,9 +332,12 @@ def test_a_crawl_survives_a_dead_machine_and_a_lost_network_and_ends_exactly(dep
     # Refetches: only work a lost machine held (B's at its death, C's while it was away).
     served = [path for _, path in read_log(deployment.site_log) if path != "/robots.txt"]
     refetched = len(served) - len(expected) - status["retries"]
-    say(f"  {len(expected)} URLs, {refetched} fetched twice, {len(live.messages)} live-page "
-        "messages")  # fmt: skip
-    assert 0 <= refetched <= len(held_at_kill) + len(held_at_cut), refetched
+    say(f"  {len(expected)} URLs, {refetched} fetched twice, {status['recovered']} leases "
+        f"recovered, {len(live.messages)} live-page messages")  # fmt: skip
+    # Each refetch is a request handed out again after its lease ran out: B's at its death,
+    # C's while it was away, and any a busy machine's live worker let run out meanwhile.
+    assert status["recovered"] >= 1
+    assert 0 <= refetched <= status["recovered"], (refetched, status["recovered"])
 
     # The live page kept updating: while B was dead and while C was away.
     while_b_dead = responses_in(live.messages, b_dead_at, b_recovered)

@@ -389,6 +389,7 @@ def test_requeue_expired_after_lease_expiry(frontier):
     assert frontier.requeue_expired() == 2
     stats = frontier.stats()
     assert (stats["queued"], stats["in_flight"], stats["requests"]) == (2, 1, 3)
+    assert stats["recovered"] == 2
     assert sorted(r.url for r in claim_all(frontier)) == sorted(r.url for r in short)
     frontier.complete([done(long)])
     assert_invariant(frontier.stats())
