@@ -350,6 +350,13 @@ class BrowserPool:
             with contextlib.suppress(Exception):
                 await self._playwright.stop()
             self._playwright = None
+        # What is left (a route handler of a closed page, say) ends here rather than being
+        # destroyed pending with the loop.
+        left = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+        for task in left:
+            task.cancel()
+        if left:
+            await asyncio.wait(left, timeout=CLOSE_SECONDS)
 
 
 async def _settle(page: Any, options: RenderOptions, deadline: float) -> None:
