@@ -349,6 +349,9 @@ CRAWLHUB_STOP_GRACE_SECONDS = env_int("CRAWLHUB_STOP_GRACE_SECONDS", 3, minimum=
 CRAWLHUB_CHROMIUM = env_str("CRAWLHUB_CHROMIUM", "")
 CRAWLHUB_BROWSER_PAGES = env_int("CRAWLHUB_BROWSER_PAGES", 4, minimum=1)
 CRAWLHUB_BROWSER_RECYCLE_PAGES = env_int("CRAWLHUB_BROWSER_RECYCLE_PAGES", 200, minimum=1)
+# A slice of a crawl that renders crawls at least this long (it starts a browser and its tabs
+# first: seconds that short slices would spend over and over).
+CRAWLHUB_RENDER_SLICE_SECONDS = env_int("CRAWLHUB_RENDER_SLICE_SECONDS", 60, minimum=1)
 # How often due scheduled crawls are looked for (a run starts at most this late).
 CRAWLHUB_SCHEDULES_SECONDS = env_int("CRAWLHUB_SCHEDULES_SECONDS", 30, minimum=1)
 

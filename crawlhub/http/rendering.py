@@ -4,21 +4,25 @@ which runs its scripts; the rendered DOM becomes the page's body, title and link
 The document itself is never fetched by the browser. The client fetched it already, with
 everything a fetch gets (guard, proxy, timeouts, size limit, credentials, redirects as
 answers), and the browser is handed that answer (route.fulfill). What the page's scripts then
-ask for (scripts, XHR/fetch, stylesheets, frames) is routed through one handler that applies
-the same rules: the private-network guard for the URL and each redirect hop (followed here, one
-hop at a time, so the browser never follows one unchecked), the crawl's credentials only for
-its own hosts, the page's deadline, and max_bytes per response. Images, media and fonts are not
-loaded; a navigation of the page away (a script setting location) is not followed, its target is
-kept as a link. Subresources go through the browser context's proxy: the one the page was
-fetched through.
+ask for goes through render_routing.Router, by the rules of a fetch. Images, media and fonts are
+not loaded; a navigation of the page away (a script setting location) is not followed, its
+target is kept as a link. Subresources go through the browser context's proxy: the one the page
+was fetched through.
+
+Tabs. Making a browser context and its page costs more than rendering a page in it (the browser
+starts a renderer process for each): a tab (context + page) is kept after its page, blank, for
+the next page through the same proxy, its cookies cleared; the client's user agent is set on it
+for each page. At most CRAWLHUB_BROWSER_PAGES tabs are kept. A tab that failed, timed out or
+crashed is closed, not kept.
 
 Threads. Playwright's objects belong to the thread (and event loop) that made them. A slice
 fetches from a pool of threads, so one BrowserPool per worker process runs Playwright's async
 API on an event loop in a thread of its own; fetch threads hand it pages
 (asyncio.run_coroutine_threadsafe) and wait for their answer. At most CRAWLHUB_BROWSER_PAGES
 pages are open at once; a browser is replaced after CRAWLHUB_BROWSER_RECYCLE_PAGES pages (the
-old one closes once its pages are done), and relaunched when it died. A page whose browser died
-under it is a retryable failure (error_kind "browser"), so the crawl fetches it again.
+old one closes once its pages are done, its kept tabs with it), and relaunched when it died. A
+page whose browser died under it is a retryable failure (error_kind "browser"), so the crawl
+fetches it again.
 """
 
 from __future__ import annotations
@@ -31,16 +35,21 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import unquote, urljoin, urlsplit
 
 import soupsieve
 from django.conf import settings
 
 from crawlhub.http import chromium, links
-from crawlhub.http.client import REDIRECT_STATUSES, FetchResult, refusal
+from crawlhub.http.client import FetchResult
+from crawlhub.http.render_routing import RenderOptions, Router, guard_web_socket, proxy_settings
+
+__all__ = [
+    "BrowserPool", "RenderOptions", "RenderingUnavailable", "close_pool", "proxy_settings",
+    "renders", "selector_problem", "shared_pool",
+]  # fmt: skip
 
 log = logging.getLogger(__name__)
 
@@ -49,27 +58,13 @@ CHROMIUM_ARGS = (
     "--no-first-run", "--disable-background-networking", "--disable-component-update",
     "--disable-sync", "--disable-extensions", "--mute-audio",
 )  # fmt: skip
-SKIPPED_RESOURCES = frozenset({"image", "media", "font"})
-MAX_HOPS = 10
 LAUNCH_SECONDS = 60.0
 CLOSE_SECONDS = 5.0
-# Response headers that described the bytes on the wire, not the decoded body handed over.
-_WIRE_HEADERS = frozenset({"content-encoding", "content-length", "transfer-encoding"})
 RENDERED_TYPE = "text/html; charset=utf-8"
 
 
 class RenderingUnavailable(ValueError):
     """Rendering cannot run here: no Chromium, or no Playwright. The message says how to fix it."""
-
-
-@dataclass(frozen=True)
-class RenderOptions:
-    timeout: float  # seconds the page may take, from the browser's first step to its DOM
-    max_bytes: int  # the rendered DOM, and each response a script asks for
-    wait_selector: str = ""  # wait for this CSS selector rather than for the network to settle
-    # The headers a request to a URL carries besides the browser's own (a crawl's credentials,
-    # for its own hosts only).
-    headers_for: Callable[[str], Mapping[str, str]] | None = None
 
 
 def selector_problem(selector: str) -> str:
@@ -100,87 +95,43 @@ def _failed(document: FetchResult, message: str, kind: str, started: float) -> F
     )  # fmt: skip
 
 
-def proxy_settings(proxy: str | None) -> dict[str, str] | None:
-    """A proxy URL ("http://user:pass@host:port") as Playwright's proxy option."""
-    if not proxy:
-        return None
-    parts = urlsplit(proxy)
-    server = f"{parts.scheme}://{parts.hostname}" + (f":{parts.port}" if parts.port else "")
-    found = {"server": server}
-    if parts.username is not None:
-        found["username"] = unquote(parts.username)
-        found["password"] = unquote(parts.password or "")
-    return found
+@dataclass(eq=False)
+class _Tab:
+    """A browser context with one page, kept from one rendered page to the next through the
+    same proxy. Its requests go to the router of the page it renders now; between
+    pages it shows about:blank (nothing of the last page runs on) and routes nothing."""
 
-
-class _Router:
-    """Every request of one page: the document handed over, the rest fetched by the rules."""
-
-    def __init__(self, document: FetchResult, options: RenderOptions, deadline: float) -> None:
-        self.document = document
-        self.options = options
-        self.deadline = deadline
-        self.served = False
-        self.navigations: list[str] = []  # where a script sent the page, kept as links
+    browser: Any
+    proxy: str
+    context: Any
+    page: Any = None
+    devtools: Any = None  # the page's CDP session (its user agent is set through it)
+    user_agent: str = ""
+    router: Router | None = None
+    crashed: bool = False
 
     async def handle(self, route: Any) -> None:
         from playwright.async_api import Error as PlaywrightError
 
-        request = route.request
-        try:
-            if request.is_navigation_request() and request.frame.parent_frame is None:
-                if not self.served:
-                    self.served = True
-                    await route.fulfill(**self._document())
-                else:
-                    self.navigations.append(request.url)
-                    await route.abort("aborted")
-            elif request.resource_type in SKIPPED_RESOURCES:
-                await route.abort("blockedbyclient")
-            else:
-                await self._fetch(route, request)
-        except PlaywrightError:
-            pass  # the page or the browser went away meanwhile: its own error says so
-
-    def _document(self) -> dict:
-        headers = {
-            name: value
-            for name, value in self.document.headers.items()
-            if name not in _WIRE_HEADERS
-        }
-        return {"status": self.document.status, "headers": headers, "body": self.document.body}
-
-    async def _fetch(self, route: Any, request: Any) -> None:
-        """The request through the guard, hop by hop, bounded in time and size."""
-        loop = asyncio.get_running_loop()
-        url, method, hops = request.url, request.method, 0
-        while True:
-            if await loop.run_in_executor(None, refusal, url):
-                await route.abort("blockedbyclient")
-                return
-            remaining = self.deadline - time.monotonic()
-            if remaining <= 0:
-                await route.abort("timedout")
-                return
-            own = self.options.headers_for(url) if self.options.headers_for else {}
-            headers = {**request.headers, **own}
-            response = await route.fetch(
-                url=url, method=method, headers=headers, max_redirects=0,
-                timeout=remaining * 1000,
-            )  # fmt: skip
-            location = response.headers.get("location", "")
-            if response.status in REDIRECT_STATUSES and location and hops < MAX_HOPS:
-                url, hops = urljoin(url, location), hops + 1
-                if response.status == 303:
-                    method = "GET"
-                await response.dispose()
-                continue
-            body = await response.body()
-            if len(body) > self.options.max_bytes:
-                await route.abort("blockedbyclient")
-                return
-            await route.fulfill(response=response, body=body)
+        if self.router is not None:
+            await self.router.handle(route)
             return
+        with contextlib.suppress(PlaywrightError):
+            await route.abort("aborted")
+
+    async def blank(self) -> bool:
+        """Leave the page rendered (its scripts stop, its requests end); False if it failed."""
+        self.router = None
+        try:
+            await self.page.goto("about:blank", timeout=CLOSE_SECONDS * 1000)
+        except Exception:  # noqa: BLE001 - a tab that cannot go blank is not kept, that is all
+            return False
+        return not self.crashed
+
+    async def close(self) -> None:
+        self.router = None
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.context.close(), CLOSE_SECONDS)
 
 
 class BrowserPool:
@@ -199,6 +150,9 @@ class BrowserPool:
         self._rendered = 0  # pages given to the current browser
         self._open: dict[Any, int] = {}  # browser -> its pages open now
         self._pids: dict[Any, list[int]] = {}  # browser -> its process id
+        self._idle: list[_Tab] = []  # tabs kept for the next page, oldest first
+        self._pages = pages
+        self.tabs_made = 0
         self._slots = self._call(self._make_slots(pages))
         self._launching = self._call(self._make_lock())
         self._closed = False
@@ -258,6 +212,7 @@ class BrowserPool:
         return browser
 
     def _retire(self, browser: Any) -> None:
+        self._idle = [tab for tab in self._idle if tab.browser is not browser]
         if self._open.get(browser, 0) == 0:
             self._open.pop(browser, None)
             self._pids.pop(browser, None)
@@ -286,9 +241,17 @@ class BrowserPool:
                 return _failed(
                     document, f"the browser did not start: {_first_line(exc)}", "browser", started
                 )
+            tab: _Tab | None = None
             try:
                 # The page's time starts once it has a browser (a launch has its own timeout).
-                return await self._render_in(browser, document, proxy, options, time.monotonic())
+                deadline = time.monotonic() + options.timeout
+                user_agent = _header(document.request_headers, "user-agent")
+                tab = await self._tab_for(browser, proxy, user_agent)
+                result = await self._render_in(tab, document, options, deadline, started)
+                if not result.error and await tab.blank():
+                    self._keep(tab)
+                    tab = None
+                return result
             except PlaywrightError as exc:
                 if not browser.is_connected() or _closed(exc):
                     log.warning("the browser went away rendering %s: %s", document.url, exc)
@@ -301,32 +264,70 @@ class BrowserPool:
                 kind = "timeout" if isinstance(exc, PlaywrightTimeout) else "render"
                 return _failed(document, f"rendering failed: {_first_line(exc)}", kind, started)
             finally:
+                if tab is not None:
+                    await tab.close()
                 self._page_done(browser)
 
+    async def _tab_for(self, browser: Any, proxy: str | None, user_agent: str) -> _Tab:
+        """A kept tab of this browser for the proxy (its cookies cleared), or a new one: a
+        context and its page, whose every request goes to the tab's router; either way with
+        the page's user agent (the client's, which may change from page to page)."""
+        tab = None
+        for kept in reversed(self._idle):
+            if kept.browser is browser and kept.proxy == (proxy or ""):
+                self._idle.remove(kept)
+                if kept.crashed or kept.page.is_closed():
+                    await kept.close()
+                else:
+                    await kept.context.clear_cookies()
+                    tab = kept
+                break
+        if tab is None:
+            tab = await self._new_tab(browser, proxy)
+        if user_agent and user_agent != tab.user_agent:
+            await tab.devtools.send("Emulation.setUserAgentOverride", {"userAgent": user_agent})
+            tab.user_agent = user_agent
+        return tab
+
+    async def _new_tab(self, browser: Any, proxy: str | None) -> _Tab:
+        context = await browser.new_context(
+            proxy=proxy_settings(proxy), service_workers="block", accept_downloads=False
+        )
+        tab = _Tab(browser=browser, proxy=proxy or "", context=context)
+        try:
+            await context.route("**/*", tab.handle)
+            await context.route_web_socket("**/*", guard_web_socket)
+            tab.page = await context.new_page()
+            tab.devtools = await context.new_cdp_session(tab.page)
+        except BaseException:
+            await tab.close()
+            raise
+        tab.page.on("crash", lambda _page: setattr(tab, "crashed", True))
+        self.tabs_made += 1
+        return tab
+
+    def _keep(self, tab: _Tab) -> None:
+        """A tab back among the kept ones, at most as many as pages may be open (the oldest
+        beyond that is closed): the next page with its proxy skips making a context and a page,
+        the bulk of a page's time in the browser."""
+        if tab.browser is not self._browser or not tab.browser.is_connected():
+            asyncio.ensure_future(tab.close())
+            return
+        self._idle.append(tab)
+        while len(self._idle) > self._pages:
+            asyncio.ensure_future(self._idle.pop(0).close())
+
     async def _render_in(
-        self, browser: Any, document: FetchResult, proxy: str | None, options: RenderOptions,
+        self, tab: _Tab, document: FetchResult, options: RenderOptions, deadline: float,
         started: float,
     ) -> FetchResult:  # fmt: skip
-        deadline = started + options.timeout
-        context = await browser.new_context(
-            proxy=proxy_settings(proxy), service_workers="block", accept_downloads=False,
-            user_agent=_header(document.request_headers, "user-agent") or None,
-        )  # fmt: skip
-        try:
-            router = _Router(document, options, deadline)
-            await context.route("**/*", router.handle)
-            await context.route_web_socket("**/*", _guard_web_socket)
-            page = await context.new_page()
-            crashed = asyncio.Event()
-            page.on("crash", lambda _page: crashed.set())
-            await page.goto(document.url, wait_until="domcontentloaded", timeout=_ms_left(deadline))
-            await _settle(page, options, deadline)
-            if crashed.is_set():
-                return _failed(document, "the page crashed the browser tab", "browser", started)
-            html = await page.content()
-        finally:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(context.close(), CLOSE_SECONDS)
+        router = tab.router = Router(document, options, deadline)
+        page = tab.page
+        await page.goto(document.url, wait_until="domcontentloaded", timeout=_ms_left(deadline))
+        await _settle(page, options, deadline)
+        if tab.crashed:
+            return _failed(document, "the page crashed the browser tab", "browser", started)
+        html = await page.content()
         return _rendered(document, html, router.navigations, options, started)
 
     def close(self) -> None:
@@ -340,6 +341,7 @@ class BrowserPool:
         self._thread.join(timeout=10)
 
     async def _close_all(self) -> None:
+        self._idle.clear()  # closed with their browser
         for browser in {*self._open, *filter(None, [self._browser])}:
             await self._close_browser(browser)
         self._open.clear()
@@ -348,6 +350,13 @@ class BrowserPool:
             with contextlib.suppress(Exception):
                 await self._playwright.stop()
             self._playwright = None
+        # What is left (a route handler of a closed page, say) ends here rather than being
+        # destroyed pending with the loop.
+        left = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+        for task in left:
+            task.cancel()
+        if left:
+            await asyncio.wait(left, timeout=CLOSE_SECONDS)
 
 
 async def _settle(page: Any, options: RenderOptions, deadline: float) -> None:
@@ -362,14 +371,6 @@ async def _settle(page: Any, options: RenderOptions, deadline: float) -> None:
             )
         else:
             await page.wait_for_load_state("networkidle", timeout=_ms_left(deadline))
-
-
-async def _guard_web_socket(ws: Any) -> None:
-    """A page's WebSocket connects only where a fetch could."""
-    if await asyncio.get_running_loop().run_in_executor(None, refusal, ws.url):
-        await ws.close(code=1008, reason="blocked")
-    else:
-        ws.connect_to_server()
 
 
 def _rendered(

@@ -30,7 +30,7 @@ from crawlhub.workers import JOB_CRAWL
 from crawls.engine import lifecycle, live
 from crawls.engine.frontier import Frontier, supervisor_lock
 from crawls.engine.proxying import PROXY_TRIES
-from crawls.engine.slices import CannotStart, run_slice
+from crawls.engine.slices import CannotStart, run_slice, slice_seconds
 from crawls.models import Crawl, CrawlState, ProxyUse
 
 log = logging.getLogger(__name__)
@@ -46,7 +46,7 @@ STOPPED_WITHIN_SECONDS = 10.0
 
 def slice_timeout(crawl: Crawl) -> int:
     """A slice job's hard deadline (RQ's job_timeout), in seconds: its budget
-    (CRAWLHUB_SLICE_SECONDS), then the fetches it started, each within its own deadlines, then
+    (slices.slice_seconds), then the fetches it started, each within its own deadlines, then
     its last write. A fetch has 3 x the crawl's timeout (Fetcher.total_timeout); first the
     host's robots.txt, as long again; through the proxy pool, up to PROXY_TRIES proxies, each
     waited for up to the crawl's timeout."""
@@ -60,7 +60,7 @@ def slice_timeout(crawl: Crawl) -> int:
         # threads share CRAWLHUB_BROWSER_PAGES of them), in a browser that may have to start.
         turns = math.ceil(crawl.threads / settings.CRAWLHUB_BROWSER_PAGES)
         page += turns * crawl.timeout + rendering.LAUNCH_SECONDS
-    return math.ceil(settings.CRAWLHUB_SLICE_SECONDS + robots + page + SLICE_WRITE_SECONDS)
+    return math.ceil(slice_seconds(crawl) + robots + page + SLICE_WRITE_SECONDS)
 
 
 def enqueue_slices(crawl: Crawl, count: int | None = None) -> int:
@@ -191,9 +191,21 @@ def stop_slices_soon(crawl_id: int) -> threading.Thread:
     return thread
 
 
+def stop_grace(crawl: Crawl | None) -> float:
+    """How long a stopped crawl's slices have to end on their own before they are stopped:
+    CRAWLHUB_STOP_GRACE_SECONDS, and for a crawl that renders at least its timeout, within
+    which the pages its browsers are rendering finish (a slice killed mid-page would fetch
+    them again after a resume)."""
+    grace = settings.CRAWLHUB_STOP_GRACE_SECONDS
+    if crawl is not None and crawl.effective_render_javascript():
+        grace = max(grace, crawl.timeout)
+    return grace
+
+
 def _stop_slices_thread(crawl_id: int) -> None:
     try:
-        stop_slices(crawl_id, grace=settings.CRAWLHUB_STOP_GRACE_SECONDS)
+        crawl = Crawl.objects.filter(pk=crawl_id).select_related("channel").first()
+        stop_slices(crawl_id, grace=stop_grace(crawl))
     except Exception:  # a thread of its own: nobody else would hear of it
         log.exception("stopping the slices of crawl %s failed", crawl_id)
     finally:

@@ -187,13 +187,23 @@ def credentials_of(crawl: Crawl) -> Credentials | None:
     return credentials.from_row(row, crawl.seeds)
 
 
+def slice_seconds(crawl: Crawl) -> float:
+    """How long a slice crawls before handing over (its budget): CRAWLHUB_SLICE_SECONDS, and
+    at least CRAWLHUB_RENDER_SLICE_SECONDS for a crawl that renders, whose slice first starts a
+    browser and opens its tabs (RQ runs each slice in a work horse of its own, and the browsers
+    end with it)."""
+    if crawl.effective_render_javascript():
+        return max(settings.CRAWLHUB_SLICE_SECONDS, settings.CRAWLHUB_RENDER_SLICE_SECONDS)
+    return settings.CRAWLHUB_SLICE_SECONDS
+
+
 class Slice:
     def __init__(self, crawl: Crawl, slice_id: str, *, budget_seconds: float | None = None):
         self.crawl = crawl
         self.channel = crawl.channel
         self.slice_id = slice_id
         self.frontier = Frontier(crawl.pk)
-        self.budget = budget_seconds or settings.CRAWLHUB_SLICE_SECONDS
+        self.budget = budget_seconds or slice_seconds(crawl)
         self.lease = settings.CRAWLHUB_LEASE_SECONDS
         self.scope = scope_of(crawl)
         self.fetcher = Fetcher(**fetcher_options(crawl))
@@ -342,11 +352,23 @@ class Slice:
             self.last_flush = time.monotonic()
 
     def _shut_down(self, pool: ThreadPoolExecutor) -> None:
-        """Requests not started yet go back; those being fetched finish and are kept."""
-        self.unstarted += [request for future, request in self.running.items() if future.cancel()]
-        for future in list(self.running):
-            if not future.cancelled():
-                self._keep(future.result())
+        """Requests not started yet go back; those being fetched finish and are kept, their
+        leases renewed meanwhile (a page being rendered may take longer than a lease: let run
+        out, it would be handed out again, and a pause would settle while it is fetched)."""
+        for future, request in list(self.running.items()):
+            if future.cancel():
+                self.unstarted.append(request)
+                self.running.pop(future)
+        while self.running:
+            for future in _drain(self.completed, timeout=0.25):
+                if self.running.pop(future, None) is not None:
+                    self._keep(future.result())
+            if self.running and time.monotonic() - self.last_renew >= self.lease / 3:
+                self.last_renew = time.monotonic()
+                held = list(self.running.values()) + [r.request for r in self.done]
+                # Redis away: the leases run out as they would have, the fetches still finish.
+                with contextlib.suppress(*REDIS_ERRORS):
+                    self.frontier.renew(held, lease_seconds=self.lease)
         pool.shutdown(wait=True)
         self._release_kept_proxies()
         self._flush(self.done)

@@ -18,7 +18,7 @@ from crawls.models import Channel, FailedRequest, ProxyUse
 from tests.engine.test_crawling_through_proxies import admit
 from tests.support.crawling import drive, fetched_paths, start_site_crawl
 from tests.support.forward_proxy import ForwardProxy
-from tests.support.sites import Request, script_site
+from tests.support.sites import Request, pages_site, script_site
 
 pytestmark = [pytest.mark.django_db, pytest.mark.browser]
 
@@ -155,6 +155,34 @@ def test_a_browser_is_replaced_after_its_pages(make_site):
                 )  # fmt: skip
                 assert rendered.title == f"Item {n % 4}"
         assert pool.launches == 3
+    finally:
+        pool.close()
+
+
+# Each page says what it sees of the last one's cookies, and which user agent runs it.
+WHO_AM_I = (
+    "<!doctype html><html><head><title>-</title></head><body><script>"
+    "document.title = 'ua=' + navigator.userAgent + ' cookie=' + document.cookie;"
+    "document.cookie = 'seen=' + location.pathname.slice(1);"
+    "</script></body></html>"
+)
+
+
+def test_pages_through_one_proxy_reuse_a_tab_that_carries_nothing_over(make_site):
+    site = make_site(pages_site({f"/{n}": WHO_AM_I for n in range(4)}))
+    pool = rendering.BrowserPool(chromium.locate().path, pages=2, recycle_after=100)
+    options = rendering.RenderOptions(timeout=20, max_bytes=10**6)
+    try:
+        with Fetcher(timeout=10, max_bytes=10**6) as fetcher:
+            for n in range(4):
+                document = fetcher.fetch(f"{site.url}/{n}", follow_redirects=False)
+                rendered = pool.render(document, proxy=None, options=options)
+                # The client's user agent (it changes from page to page), and no cookie the
+                # page before set.
+                agent = document.request_headers["User-Agent"]
+                assert rendered.title == f"ua={agent} cookie=", (n, rendered.title)
+        assert pool.tabs_made == 1
+        assert pool.launches == 1
     finally:
         pool.close()
 

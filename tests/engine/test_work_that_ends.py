@@ -12,13 +12,14 @@ import pytest
 from rq.job import Job
 
 from crawlhub.connections import get_redis
+from crawlhub.http.rendering import LAUNCH_SECONDS
 from crawls import services
 from crawls.engine import jobs
 from crawls.engine.frontier import SUPERVISOR_LOCK_KEY, Frontier
 from crawls.engine.jobs import SLICE_WRITE_SECONDS
 from crawls.engine.request import Request
 from crawls.engine.retry import MAX_CRASHES
-from crawls.engine.slices import run_slice
+from crawls.engine.slices import run_slice, slice_seconds
 from crawls.models import CrawlState
 from tests.support.crawling import database_refuses_pages, drive, start_site_crawl
 from tests.support.sites import pages_site
@@ -119,6 +120,31 @@ def test_a_slice_job_is_killed_after_its_budget_and_its_fetches_deadlines(
         timeouts[crawl.name] = timeout
     assert timeouts["slow"] == 20 + (1800 + 2) + 1800 + SLICE_WRITE_SECONDS
     assert timeouts["quick"] == 20 + 3 + SLICE_WRITE_SECONDS
+
+
+@pytest.mark.browser
+def test_a_rendering_slice_runs_longer_and_its_job_timeout_counts_it(
+    user, settings, django_capture_on_commit_callbacks
+):
+    """A slice of a crawl that renders crawls at least CRAWLHUB_RENDER_SLICE_SECONDS (its
+    browser's start is paid once per slice); its job_timeout adds the browser's wait and
+    launch to each page."""
+    settings.CRAWLHUB_SLICE_SECONDS = 20
+    settings.CRAWLHUB_RENDER_SLICE_SECONDS = 45
+    settings.CRAWLHUB_BROWSER_PAGES = 4
+    crawl = services.crawl_create(
+        user=user, name="spa", seeds=["http://e.test/"], timeout=1, obey_robots=False,
+        threads=4, render_javascript=True,
+    )  # fmt: skip
+    plain = services.crawl_create(user=user, name="plain", seeds=["http://e.test/"])
+    assert slice_seconds(crawl) == 45 and slice_seconds(plain) == 20
+    with django_capture_on_commit_callbacks(execute=True):
+        services.crawl_start(crawl=crawl, user=user)
+    (timeout,) = {
+        Job.fetch(j, connection=get_redis()).timeout
+        for j in django_rq.get_queue("crawls").get_job_ids()
+    }
+    assert timeout == 45 + 3 + 1 + LAUNCH_SECONDS + SLICE_WRITE_SECONDS
 
 
 @pytest.mark.django_db(transaction=True)
