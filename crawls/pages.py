@@ -43,6 +43,9 @@ WALK_LIMIT = 20_000
 # its matches sorted on an index alone (crawls.models._covering): cheaper than a long walk that
 # reads the table for each row, so its walk is kept short.
 COVERED_WALK_LIMIT = 2_000
+# A search walks at most this far (each row read from the table), and when these rows hold
+# less than a screen, the screen is partial: the matches among them (page_slice).
+SEARCH_LIMIT = 10_000
 COVERED = frozenset({"id", "status", "depth", "bytes", "elapsed_ms", "fetched_at"})
 STATUS_CLASSES = {
     "2xx": (200, 299), "3xx": (300, 399), "4xx": (400, 499), "5xx": (500, 599), "none": None,
@@ -321,7 +324,7 @@ def page_slice(
     read first, and a short first screen is its own count.
 
     A search of one or two characters (no index finds it) or a text search whose matches sit
-    far along the order is never read to the end of a big crawl: when the next WALK_LIMIT
+    far along the order is never read to the end of a big crawl: when the next SEARCH_LIMIT
     pages of the order hold less than a screen, the screen shows the matches among them, and
     only those, with `searched` saying how many pages were read; `next` goes on from there.
     """
@@ -361,7 +364,9 @@ def page_slice(
         rows = list(in_order(flt.apply(base, unindexed=True).defer("body"), key)[:wanted])
     elif count is None or count > limit:
         walk_limit = WALK_LIMIT
-        if flt.sort in COVERED and _status_and_depth_only(flt):
+        if flt.q:
+            walk_limit = min(WALK_LIMIT, SEARCH_LIMIT)
+        elif flt.sort in COVERED and _status_and_depth_only(flt):
             walk_limit = min(WALK_LIMIT, COVERED_WALK_LIMIT)
         rows, edge = _walk(in_order, base, flt, key, desc=desc, limit=walk_limit)
         if edge and len(rows) <= flt.size and not flt.q:
@@ -377,7 +382,7 @@ def page_slice(
     if backwards:
         rows.reverse()
     if partial:
-        return _partial(rows, edge, cursor, flt, backwards=backwards)
+        return _partial(rows, edge, cursor, flt, backwards=backwards, searched=walk_limit)
     capped = None  # over the count's limit
     if short_q and (count is None or count > limit):  # the screen found by a walk
         count, capped = _short_count(base, flt, rows, more=more, first=cursor is None)
@@ -413,7 +418,7 @@ def _short_count(base: QuerySet[Page], flt: PageFilter, rows: list, *, more: boo
     bigger one, the screen's rows and whether more follow (counting would read it all)."""
     if first and not more:
         return len(rows), False
-    if _count(base, WALK_LIMIT) <= WALK_LIMIT:
+    if _count(base, SEARCH_LIMIT) <= SEARCH_LIMIT:
         count = _count(flt.apply(base, unindexed=True), COUNT_LIMIT)
         return min(count, COUNT_LIMIT), count > COUNT_LIMIT
     return len(rows), more
@@ -442,15 +447,17 @@ def _walk(in_order, base: QuerySet[Page], flt: PageFilter, key, *, desc: bool, l
     return list(pages[: flt.size + 1]), (edge[0] if edge else None)
 
 
-def _partial(rows: list, edge: tuple, cursor, flt: PageFilter, *, backwards: bool) -> PageSlice:
-    """A screen of the matches among the WALK_LIMIT pages read: `next` (or `previous`, going
+def _partial(
+    rows: list, edge: tuple, cursor, flt: PageFilter, *, backwards: bool, searched: int
+) -> PageSlice:
+    """A screen of the matches among the `searched` pages read: `next` (or `previous`, going
     back) goes on past the last page read; the other way, back to where this one started."""
     onward = _encode_key(*edge, flt)
     if rows:
         back = _encode(rows[-1] if backwards else rows[0], flt)
     else:
         back = _back_to(cursor, flt, backwards=backwards) if cursor is not None else ""
-    found = PageSlice(rows=rows, count=len(rows), count_capped=True, searched=WALK_LIMIT)
+    found = PageSlice(rows=rows, count=len(rows), count_capped=True, searched=searched)
     found.next, found.previous = (back, onward) if backwards else (onward, back)
     return found
 
