@@ -436,7 +436,9 @@ def _walk(in_order, base: QuerySet[Page], flt: PageFilter, key, *, desc: bool, l
     rows are every match in the window, and there may be more beyond it.
     The window is a range of the index, up to the key of its last row (read on the index
     alone), so that the walk stays on the index and stops there."""
-    edge = list(in_order(base, key).values_list("sort_key", "id")[limit - 1 : limit])
+    # The window's last row, and whether any follows it (else the window is the rest).
+    edge = list(in_order(base, key).values_list("sort_key", "id")[limit - 1 : limit + 1])
+    edge = edge[:1] if len(edge) > 1 else []
     pages = in_order(flt.apply(base, unindexed=True).defer("body"), key)
     if edge:
         # Up to the edge row, included: the rows beyond it in the opposite order.
