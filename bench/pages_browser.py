@@ -412,6 +412,8 @@ def measure(crawl, params: dict, how: tuple, runs: int) -> dict:
             break
     p95 = statistics.quantiles(times, n=20, method="inclusive")[-1] if len(times) > 1 else times[0]
     count = f"{found.count:,}" + ("+" if found.count_capped else "")
+    if found.searched:  # a partial screen: the matches among the pages read
+        count = f"{found.count:,}/{found.searched // 1000}k"
     return {"runs": len(times), "p50": statistics.median(times), "p95": p95, "max": max(times),
             "rows": len(found.rows), "count": count, "after": after, "before": before}  # fmt: skip
 
@@ -487,7 +489,8 @@ def child(args) -> None:
     head = f"{'request':<42} {'runs':>4} {'p50 ms':>8} {'p95 ms':>8} {'max ms':>8} {'rows':>5} "
     print(f"\n{head}{'count':>8}")
     results = {}
-    for name, params, how in REQUESTS:
+    requests = [r for r in REQUESTS if not args.match or any(m in r[0] for m in args.match)]
+    for name, params, how in requests:
         try:
             r = results[name] = measure(crawl, params, how, args.runs)
         except LookupError as exc:
@@ -502,7 +505,7 @@ def child(args) -> None:
     )
     print(f"\nquery plans ({how}): each request's queries, its rows then its count, and the time")
     print("of one run of each")
-    for name, params, _ in REQUESTS:
+    for name, params, _ in requests:
         if name in results and (name in PLANNED or name in slow):
             print_plans(crawl, name, params, results[name]["after"], results[name]["before"])
 
@@ -514,6 +517,7 @@ def run_child(args, env: dict) -> None:
     argv = [sys.executable, __file__, "--child", "--pages", str(args.pages), "--other",
             str(args.other), "--runs", str(args.runs)]  # fmt: skip
     argv += ["--reuse"] if args.reuse else []
+    argv += [f"--match={m}" for m in args.match]
     result = subprocess.run(argv, cwd=ROOT, env={**os.environ, "LOG_LEVEL": "WARNING", **env})
     if result.returncode:
         raise SystemExit(f"the benchmark exited {result.returncode}")
@@ -561,6 +565,10 @@ def main() -> None:
     parser.add_argument(
         "--reuse", action="store_true",
         help="measure the PostgreSQL database an earlier --keep run left (kept again)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--match", action="append", default=[],
+        help="only the requests whose name contains this (repeatable)",
     )  # fmt: skip
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()

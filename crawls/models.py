@@ -378,6 +378,17 @@ def _by_crawl(*columns: str) -> models.Index:
     )
 
 
+COVERED = ("bytes", "elapsed_ms", "fetched_at")
+
+
+def _covering(column: str, other: str) -> models.Index:
+    """_by_crawl(column) with `other` and the numeric sorts (COVERED) after id: the same order,
+    and what sorting a filter's matches by any of them reads, on the index alone."""
+    return models.Index(
+        fields=["crawl", column, "id", other, *COVERED], name=f"page_{column}_cover"
+    )
+
+
 class Page(models.Model):
     """One fetched URL of a crawl: what was sent and what came back (or the error), what was
     pulled out of it, where it links to, and how it compares with the crawl's baseline."""
@@ -437,8 +448,11 @@ class Page(models.Model):
         indexes = [
             models.Index(fields=["crawl", "id"], name="page_crawl_id"),
             models.Index(fields=["crawl", "fp"], name="page_fp"),
-            _by_crawl("status"),
-            _by_crawl("depth"),
+            # Status and depth, the filters that pick few pages far along another sort, cover
+            # the numeric sorts: their matches are then sorted on the index alone (no table
+            # reads). Ordered by (crawl, status or depth, id) as the other indexes are.
+            _covering("status", "depth"),
+            _covering("depth", "status"),
             _by_crawl("bytes"),
             _by_crawl("elapsed_ms"),
             _by_crawl("fetched_at"),

@@ -202,8 +202,20 @@ PAGE_FILTER_PARAMETERS = [
 
 
 class PageListSerializer(serializers.Serializer):
-    count = serializers.IntegerField(help_text="Matching pages, counted up to 10,000.")
-    count_capped = serializers.BooleanField(help_text="More match than `count`.")
+    count = serializers.IntegerField(
+        help_text="Matching pages, counted up to 10,000 (1,000 with a text search `q`); with "
+        "`searched`, the matches among the pages searched."
+    )
+    count_capped = serializers.BooleanField(
+        help_text="More match than `count` (with `searched`: more may match further on)."
+    )
+    searched = serializers.IntegerField(
+        allow_null=True,
+        help_text="Set when the answer is partial: a search (one of one or two characters, "
+        "which no index finds, or one whose matches sit far along the order) read only this "
+        "many pages of the order, and `results` are the matches among them; `next` searches "
+        "on from there. null: the answer is exact.",
+    )
     next = serializers.CharField(allow_null=True, help_text="URL of the next pages.")
     previous = serializers.CharField(allow_null=True, help_text="URL of the previous pages.")
     results = PageSerializer(many=True)
@@ -461,6 +473,7 @@ class CrawlViewSet(
         base = request.build_absolute_uri(request.path) + "?" + urlencode(flt.params())
         return Response({
             "count": found.count, "count_capped": found.count_capped,
+            "searched": found.searched or None,
             "next": f"{base}&after={found.next}" if found.next else None,
             "previous": f"{base}&before={found.previous}" if found.previous else None,
             "results": PageSerializer(found.rows, many=True).data,

@@ -25,3 +25,9 @@ def is_list(value: object) -> bool:
 def as_json(value: object) -> str:
     """A JSON value as indented text (escaped by the template like any text)."""
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
+
+
+@register.filter
+def thousands(value: int) -> str:
+    """10000 as 10,000."""
+    return f"{value:,}"

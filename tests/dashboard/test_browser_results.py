@@ -11,8 +11,10 @@ import pytest
 from django.utils import timezone
 
 from crawls import services
+from crawls.engine.rows import url_hash
 from crawls.models import Crawl, CrawlState, Page
-from tests.dashboard.test_browser import PHONE, WIDE, log_in, shoot, wait_for_js
+from crawls.pages import SEARCH_LIMIT
+from tests.dashboard.test_browser import ARTIFACTS, PHONE, WIDE, log_in, shoot, wait_for_js
 from tests.support.sites import Response, pages_site
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -142,3 +144,39 @@ def test_two_runs_are_compared_on_their_own_page(page, dashboard, user):
     shoot(page, "compare")
     page.set_viewport_size(PHONE)
     assert no_sideways_scroll(page), "the comparison scrolls sideways at 390 px"
+
+
+def test_a_short_search_on_a_big_crawl_says_which_pages_it_read(page, dashboard, user):
+    """A search of two characters (no index finds it) on a crawl of more pages than one
+    search reads (pages.SEARCH_LIMIT): the screen says it read only those, and searching on
+    finds the matches past them."""
+    crawl = services.crawl_create(user=user, name="big", seeds=["http://big.test/"])
+    now = timezone.now()
+    total = SEARCH_LIMIT + 20
+    urls = [f"http://big.test/{'zq-' if n >= total - 3 else ''}page/{n}" for n in range(total)]
+    Page.objects.bulk_create(
+        [Page(crawl=crawl, url=u, url_hash=url_hash(u), status=200, title=f"Page {n}",
+              fetched_at=now) for n, u in enumerate(urls)],
+        batch_size=2000,
+    )  # fmt: skip
+    log_in(page, dashboard, "alice")
+    page.set_viewport_size(WIDE)
+    page.goto(f"{dashboard}/crawls/{crawl.pk}/pages/?q=zq")
+    heading = page.locator("#h-pages").inner_text()
+    assert heading == f"0 pages found in the {SEARCH_LIMIT:,} searched", heading
+    notice = page.locator(".partial-search")
+    assert f"Only the next {SEARCH_LIMIT:,} pages in this order were searched" in (
+        notice.inner_text()
+    )
+    assert page.locator(".empty").count() == 0
+    for label, size in (("1366", {"width": 1366, "height": 900}), ("390", PHONE)):
+        page.set_viewport_size(size)
+        page.wait_for_timeout(300)
+        page.screenshot(path=str(ARTIFACTS / f"pages-partial-search-{label}.png"), full_page=True)
+        assert no_sideways_scroll(page)
+    page.set_viewport_size(WIDE)
+    notice.get_by_role("link", name="Search the next pages →").click()
+    page.wait_for_selector("table.pages-table")
+    assert page.locator("#h-pages").inner_text() == "3 pages match"
+    shown = page.locator("table.pages-table tbody td.url a:not(.live)").all_inner_texts()
+    assert shown == urls[-3:]

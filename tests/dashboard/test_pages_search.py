@@ -10,6 +10,7 @@ from django.core.management import call_command
 from django.db import connection
 from django.utils import timezone
 
+from crawls import pages as pages_module
 from crawls import services
 from crawls.engine.rows import PAGE_ROWS, url_hash
 from crawls.models import Page
@@ -129,3 +130,82 @@ def test_the_text_index_migration_goes_back_and_forth(crawl):
     # Rows written before the index was made are in it.
     assert len(search(crawl, "while-unindexed")[0]) == 1
     assert search(crawl, "pricing")[0] == containing(crawl, "pricing")
+
+
+# -- bounded searches: exact, or partial and saying so -------------------------------------------
+
+
+def search_through(crawl, flt: PageFilter) -> tuple[list[int], list[int]]:
+    """Every screen by the `next` cursors: (the ids, in order; each screen's `searched`)."""
+    ids, searched, cursor = [], [], ""
+    while True:
+        found = page_slice(crawl, flt, after=cursor)
+        ids += [p.pk for p in found.rows]
+        searched.append(found.searched)
+        if found.searched:  # partial: its rows are its count, and more may follow
+            assert found.count == len(found.rows) and found.count_capped and found.next
+        if not found.next:
+            return ids, searched
+        cursor = found.next
+
+
+@pytest.mark.parametrize(("q", "sort", "desc"), [
+    ("ab", "id", False), ("ab", "bytes", True), ("x", "url", False), ("zq", "id", False),
+    ("pricing", "id", False), ("shop.test/p", "title", True),
+])  # fmt: skip
+def test_a_search_reading_a_window_at_a_time_says_it_is_partial_and_misses_nothing(
+    crawl, monkeypatch, q, sort, desc
+):
+    """A short search (no index), or a text search with more matches than it counts, reads
+    at most SEARCH_LIMIT pages of the order for a screen: when they hold less than a screen,
+    the screen is the matches among them, says how many pages it read, and `next` goes on.
+    Screen after screen, that is every match once, in order."""
+    monkeypatch.setattr(pages_module, "SEARCH_LIMIT", 4)
+    monkeypatch.setattr(pages_module, "TEXT_LIMIT", 1)  # "pricing" has 3 matches: walked
+    flt = PageFilter(q=q, sort=sort, desc=desc, size=25)
+    ids, searched = search_through(crawl, flt)
+    by = (f"-{sort}", "-id") if desc else (sort, "id")
+    order = [p.pk for p in crawl.pages.order_by(*by)]
+    assert ids == [pk for pk in order if pk in set(containing(crawl, q))]
+    # 10 pages read 4 at a time: two partial screens, then the last 2 pages, read to the end.
+    assert searched == [4, 4, 0]
+
+
+def test_a_search_that_reads_to_the_end_is_exact(crawl, monkeypatch):
+    """A window past the crawl's end (or a screen filled within it) is no partial answer."""
+    monkeypatch.setattr(pages_module, "SEARCH_LIMIT", 10)
+    for q in ("ab", "zq", "x", "pricing", "zzqx"):
+        found = page_slice(crawl, PageFilter(q=q, size=25))
+        assert not found.searched and not found.next
+        assert [p.pk for p in found.rows] == containing(crawl, q)
+        assert found.count == len(found.rows) and not found.count_capped
+    # A screen filled within the window: exact rows; "more than" the screen, which is true.
+    monkeypatch.setattr(pages_module, "SEARCH_LIMIT", 4)
+    found = page_slice(crawl, PageFilter(q="s", size=2))  # "s" is in every URL
+    assert [p.pk for p in found.rows] == containing(crawl, "s")[:2]
+    assert not found.searched and found.count_capped and found.count == 2 and found.next
+
+
+def test_a_common_word_is_counted_to_the_text_limit(crawl, monkeypatch):
+    monkeypatch.setattr(pages_module, "TEXT_LIMIT", 2)
+    found = page_slice(crawl, PageFilter(q="shop.test", size=25))
+    assert found.count == 2 and found.count_capped and not found.searched
+    assert [p.pk for p in found.rows] == containing(crawl, "shop.test")
+
+
+def test_a_partial_search_says_so_on_the_page_and_in_the_api(crawl, user_client, monkeypatch):
+    monkeypatch.setattr(pages_module, "SEARCH_LIMIT", 4)
+    html = user_client.get(f"/crawls/{crawl.pk}/pages/?q=ab").content.decode()
+    assert "0 pages found in the 4 searched" in html
+    assert "Only the next 4 pages in this order were searched" in html
+    assert "Search the next pages" in html and "No page matches" not in html
+    api = user_client.get(f"/api/crawls/{crawl.pk}/pages/?q=ab").json()
+    assert api["searched"] == 4 and api["results"] == [] and api["next"]
+    # Searching on: the next window holds the page whose URL has "ab".
+    further = user_client.get(api["next"]).json()
+    assert [r["url"] for r in further["results"]] == ["https://shop.test/docs/ab"]
+    assert further["searched"] == 4
+    last = user_client.get(further["next"]).json()
+    assert last["searched"] is None and [r["title"] for r in last["results"]] == ["ab initio"]
+    exact = user_client.get(f"/api/crawls/{crawl.pk}/pages/?q=pricing").json()
+    assert exact["searched"] is None and exact["count"] == 3 and not exact["count_capped"]
