@@ -20,6 +20,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.routers import DefaultRouter
 
+from crawlhub import serializers as api_fields
 from crawlhub import tokens
 from crawlhub.api_errors import JSONErrors
 from crawlhub.models import ApiToken
@@ -42,7 +43,7 @@ class BearerTokenScheme(OpenApiAuthenticationExtension):
 # --- Tokens -----------------------------------------------------------------------------------
 
 
-class TokenSerializer(serializers.ModelSerializer):
+class TokenSerializer(api_fields.ModelSerializer):
     active = serializers.BooleanField(source="is_active", read_only=True)
 
     class Meta:

@@ -276,6 +276,8 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
             ],
+            # |moment and |ago, the one date style, on every template.
+            "builtins": ["crawlhub.templatetags.dates"],
         },
     },
 ]

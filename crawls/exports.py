@@ -21,6 +21,7 @@ from django.db.models import QuerySet
 from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
 
+from crawlhub.dates import machine
 from crawls.models import Crawl, Page
 from crawls.pages import PageFilter
 from crawls.services import CrawlActionError
@@ -31,14 +32,30 @@ FORMATS = {
     "csv": ("text/csv; charset=utf-8", "csv"),
     "warc": ("application/warc", "warc.gz"),
 }
+# The columns of a page, as the crawl page counts it (README, "Exports"): `counted_as` names the
+# counter the page is in ("responses": it got an HTTP status; "errors": it got no usable
+# answer); `error` is why an error got none, and is empty for a response; `note` is what went
+# wrong with a response that still counts as one (too many redirects, a body that could not be
+# decoded). A request that used up its retries (a 500 each time) is no page: it is in the
+# failure queue and its export (FAILURE_COLUMNS).
 COLUMNS = (
-    "id", "url", "final_url", "status", "content_type", "bytes", "elapsed_ms", "depth",
-    "referrer", "fetched_at", "title", "error", "redirects", "redirect_to", "source", "digest",
-    "change",
+    "id", "url", "final_url", "status", "counted_as", "content_type", "bytes", "elapsed_ms",
+    "depth", "referrer", "fetched_at", "title", "error", "note", "redirects", "redirect_to",
+    "source", "digest", "change",
 )  # fmt: skip
+# The columns of COLUMNS read as they are stored; the others are made from `status` and `error`.
+STORED = tuple(c for c in COLUMNS if c not in ("counted_as", "note"))
 # Read with the columns: the extracted fields (JSONL "fields"; a CSV column per rule) and the
 # structured data (JSONL only).
 EXTRA = ("extracted", "structured_data")
+# A request in the failure queue (it used up its retries): each counts in the errors and
+# failed counters, and one whose last attempt had an answer (`last_status`, a 500) also in
+# that status class and in failed_http. `last_error` is what the last attempt got ("HTTP 500",
+# "timed out ..."), as the failure queue shows it.
+FAILURE_COLUMNS = (
+    "id", "url", "depth", "referrer", "attempts", "last_status", "last_error", "failed_at",
+)  # fmt: skip
+NO_RESPONSE = "no response"
 # What a spreadsheet takes as the start of a formula (OWASP's list, tab and CR included).
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 CHUNK_ROWS = 2000
@@ -66,13 +83,22 @@ def filename(crawl: Crawl, fmt: str) -> str:
     return f"crawl-{crawl.pk}.{FORMATS[fmt][1]}"
 
 
+def counted(status: int | None, error: str) -> dict:
+    """`counted_as`, `error` and `note` of a page with this status and stored error: the
+    meaning of "error" the crawl page's counters and lists have."""
+    if status is None:
+        return {"counted_as": "errors", "error": error or NO_RESPONSE, "note": ""}
+    return {"counted_as": "responses", "error": "", "note": error}
+
+
 def _rows(pages: QuerySet[Page]) -> Iterator[dict]:
     """Each page as a dict of COLUMNS and EXTRA, in id order, a chunk of rows at a time."""
-    names = (*COLUMNS, *EXTRA)
+    names = (*STORED, *EXTRA)
     for values in pages.order_by("id").values_list(*names).iterator(chunk_size=CHUNK_ROWS):
-        row = dict(zip(names, values, strict=True))
-        row["fetched_at"] = row["fetched_at"].isoformat() if row["fetched_at"] else None
-        yield row
+        stored = dict(zip(names, values, strict=True))
+        stored.update(counted(stored["status"], stored["error"]))
+        stored["fetched_at"] = machine(stored["fetched_at"])
+        yield {name: stored[name] for name in (*COLUMNS, *EXTRA)}
 
 
 def pages_of(crawl: Crawl, flt: PageFilter | None = None) -> QuerySet[Page]:
@@ -148,6 +174,36 @@ def iter_csv(pages: QuerySet[Page], field_names: list[str] = ()) -> Iterator[byt
             yield writer.writerow([neutralised(cell) for cell in cells]).encode()
 
     return _buffered(lines())
+
+
+def iter_failures(crawl: Crawl, fmt: str) -> Iterator[bytes]:
+    """The crawl's failure queue, oldest first, as JSONL or CSV of FAILURE_COLUMNS."""
+    if fmt not in ("jsonl", "csv"):
+        raise ExportError(f"Unknown failure export format {fmt!r}; use jsonl or csv.")
+    rows = (
+        dict(zip(FAILURE_COLUMNS, values, strict=True))
+        for values in crawl.failures.order_by("failed_at", "id")
+        .values_list(*FAILURE_COLUMNS)
+        .iterator(chunk_size=CHUNK_ROWS)
+    )
+
+    def lines() -> Iterator[bytes]:
+        if fmt == "csv":
+            yield csv.writer(_Line()).writerow(FAILURE_COLUMNS).encode()
+            writer = csv.writer(_Line(), quoting=csv.QUOTE_NONNUMERIC)
+        for row in rows:
+            row["failed_at"] = machine(row["failed_at"])
+            if fmt == "jsonl":
+                yield (json.dumps(row, ensure_ascii=False) + "\n").encode()
+            else:
+                cells = ["" if row[c] is None else row[c] for c in FAILURE_COLUMNS]
+                yield writer.writerow([neutralised(c) for c in cells]).encode()
+
+    return _buffered(lines())
+
+
+def failures_filename(crawl: Crawl, fmt: str) -> str:
+    return f"crawl-{crawl.pk}-failures.{FORMATS[fmt][1]}"
 
 
 def csv_of(pages: QuerySet[Page]) -> Iterator[bytes]:

@@ -459,7 +459,8 @@ def crawl_host_hold(*, crawl: Crawl, host: str, minutes: Any, user=None) -> date
     until_ms = frontier.now_ms() + round(minutes * 60_000)
     frontier.host_hold(host, until_ms=until_ms)
     until = _datetime_of(until_ms)
-    _event(crawl, CrawlEvent.Kind.HOST_HELD, user, f"{host} until {until:%Y-%m-%d %H:%M:%S} UTC")
+    # How long, not until when: the trail shows the event's own time in the one date style.
+    _event(crawl, CrawlEvent.Kind.HOST_HELD, user, f"{host} for {round(minutes)} min")
     return until
 
 

@@ -13,6 +13,9 @@ urlpatterns = [
     path("crawls/<int:pk>/hosts/", crawls.crawl_hosts, name="crawl_hosts"),
     path("crawls/demo/", crawls.crawl_demo, name="crawl_demo"),
     path("crawls/<int:pk>/export.<str:fmt>", exports.crawl_export, name="crawl_export"),
+    path(
+        "crawls/<int:pk>/failures.<str:fmt>", exports.failures_export, name="crawl_failures_export"
+    ),
     path("crawls/<int:pk>/pages/", pages.page_list, name="page_list"),
     path("crawls/<int:pk>/pages/<int:page_pk>/", pages.page_detail, name="page_detail"),
     path("crawls/<int:pk>/pages/<int:page_pk>/body", pages.page_body, name="page_body"),

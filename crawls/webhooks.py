@@ -35,6 +35,7 @@ from django.db import close_old_connections, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from crawlhub.dates import machine
 from crawlhub.http import Fetcher, FetchResult, netguard
 from crawlhub.http.urls import is_http_url
 from crawls.changes import change_counts
@@ -221,7 +222,7 @@ def payload_for(crawl: Crawl, event: str, delivery_id: int, changes: dict | None
 
 
 def _iso(value: datetime | None) -> str | None:
-    return value.isoformat() if value else None
+    return machine(value)
 
 
 def crawl_ended(crawl_id: int, event: str) -> list[int]:
@@ -267,7 +268,7 @@ def test_payload(webhook: Webhook, delivery_id: int) -> dict:
         "delivery": delivery_id,
         "webhook": {"id": webhook.pk, "target": webhook.target},
         "crawl": None,
-        "sent_at": timezone.now().isoformat(),
+        "sent_at": machine(timezone.now()),
     }
 
 
@@ -367,7 +368,7 @@ def deliver(delivery_id: int, *, now: datetime | None = None, retry: bool = True
     status_code, snippet, error = _post(delivery.webhook, delivery)
     elapsed_ms = round((time.monotonic() - started) * 1000)
     finished = now + timedelta(milliseconds=elapsed_ms)
-    delivery.log = [*delivery.log, {"at": now.isoformat(), "status_code": status_code,
+    delivery.log = [*delivery.log, {"at": machine(now), "status_code": status_code,
                                     "error": error, "ms": elapsed_ms}]  # fmt: skip
     delivery.response_status, delivery.response_snippet, delivery.error = (
         status_code,

@@ -13,11 +13,12 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from crawlhub import serializers as api_fields
 from proxies import pool, services, validation
 from proxies.models import Proxy, ProxyJob
 
 
-class ProxySerializer(serializers.ModelSerializer):
+class ProxySerializer(api_fields.ModelSerializer):
     url = serializers.CharField(
         source="masked_url", read_only=True,
         help_text="Credentials masked; the password is never shown.",
@@ -72,8 +73,8 @@ class JobSerializer(serializers.Serializer):
         "enabled), unchanged.",
     )
     error = serializers.CharField(help_text="Why the job failed.")
-    created_at = serializers.DateTimeField()
-    finished_at = serializers.DateTimeField(allow_null=True)
+    created_at = api_fields.DateTimeField()
+    finished_at = api_fields.DateTimeField(allow_null=True)
     status_url = serializers.URLField(help_text="Where to follow it.")
     report = ImportReportSerializer(
         required=False, help_text="An import's whole report, once it has ended."

@@ -24,6 +24,7 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from crawlhub.dates import machine
 from proxies import importer, inventory, lists, validation
 from proxies.health import announce
 from proxies.models import Proxy, ProxyJob, ProxyJobLine, ProxyState
@@ -344,8 +345,8 @@ def status(job: ProxyJob, *, report: bool = False) -> dict:
     shown = {
         "id": job.pk, "kind": job.kind, "state": job.state, "source": job.source,
         "total": job.total, "done": job.done, "percent": job.percent, "counts": counts,
-        "error": job.error, "created_at": job.created_at.isoformat(),
-        "finished_at": job.finished_at.isoformat() if job.finished_at else None,
+        "error": job.error, "created_at": machine(job.created_at),
+        "finished_at": machine(job.finished_at),
     }  # fmt: skip
     if report and job.kind == Kind.IMPORT and job.ended:
         shown["report"] = import_report(job).as_dict()

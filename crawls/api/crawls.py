@@ -15,6 +15,7 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from crawlhub import serializers as api_fields
 from crawlhub.api_errors import JSONErrors
 from crawls import exports, services
 from crawls.models import (
@@ -33,7 +34,7 @@ from crawls.services import visible_crawls
 from crawls.views.exports import export_response
 
 
-class ChannelSerializer(serializers.ModelSerializer):
+class ChannelSerializer(api_fields.ModelSerializer):
     extract_rules = serializers.ListField(
         child=serializers.DictField(), required=False,
         help_text="Extraction rules of the channel's crawls that give none of their own.",
@@ -58,7 +59,7 @@ class ChannelSerializer(serializers.ModelSerializer):
 _LIST_KWARGS = {"required", "allow_null", "label", "help_text", "validators", "read_only"}
 
 
-class CrawlFieldsSerializer(serializers.ModelSerializer):
+class CrawlFieldsSerializer(api_fields.ModelSerializer):
     """A crawl serializer's base: a list of lines (LinesField) is a list of strings, not any
     JSON, so the options' types come from the model alone."""
 
@@ -158,10 +159,30 @@ class CrawlCreateSerializer(CrawlFieldsSerializer):
         return crawl
 
 
-class PageSerializer(serializers.ModelSerializer):
+class PageSerializer(api_fields.ModelSerializer):
     fields_ = serializers.JSONField(
         source="extracted", read_only=True, help_text="Extracted values by rule name."
     )
+    # As the exports write them (crawls.exports.counted): the meaning of "error" on screen.
+    counted_as = serializers.SerializerMethodField(
+        help_text='"responses" (an HTTP status came) or "errors" (no usable answer came).'
+    )
+    error = serializers.SerializerMethodField(
+        help_text="Why no usable answer came; empty for a response."
+    )
+    note = serializers.SerializerMethodField(
+        help_text="What went wrong with a response that still counts as one (e.g. too many "
+        "redirects); empty for an error."
+    )
+
+    def get_counted_as(self, page: Page) -> str:
+        return exports.counted(page.status, page.error)["counted_as"]
+
+    def get_error(self, page: Page) -> str:
+        return exports.counted(page.status, page.error)["error"]
+
+    def get_note(self, page: Page) -> str:
+        return exports.counted(page.status, page.error)["note"]
 
     class Meta:
         model = Page
@@ -221,13 +242,10 @@ class PageListSerializer(serializers.Serializer):
     results = PageSerializer(many=True)
 
 
-class FailureSerializer(serializers.ModelSerializer):
+class FailureSerializer(api_fields.ModelSerializer):
     class Meta:
         model = FailedRequest
-        fields = [
-            "id", "url", "depth", "referrer", "attempts", "last_error", "last_status",
-            "failed_at",
-        ]  # fmt: skip
+        fields = list(exports.FAILURE_COLUMNS)
 
 
 class SeedsSerializer(serializers.Serializer):
@@ -257,10 +275,10 @@ class HostSerializer(serializers.Serializer):
     done = serializers.IntegerField(help_text="Requests it answered.")
     errors = serializers.IntegerField(help_text="Requests it did not answer.")
     delay = serializers.FloatField(help_text="Seconds between requests now, push-back included.")
-    next_at = serializers.DateTimeField(
+    next_at = api_fields.DateTimeField(
         allow_null=True, help_text="When it may be asked next; null: now."
     )
-    held_until = serializers.DateTimeField(allow_null=True, help_text="null: not held.")
+    held_until = api_fields.DateTimeField(allow_null=True, help_text="null: not held.")
     why = serializers.CharField(allow_blank=True, help_text="Why it is parked or slowed.")
 
 
@@ -274,7 +292,7 @@ class HostHoldSerializer(HostActionSerializer):
 
 class HostHeldSerializer(serializers.Serializer):
     host = serializers.CharField()
-    held_until = serializers.DateTimeField()
+    held_until = api_fields.DateTimeField()
 
 
 class HostDroppedSerializer(serializers.Serializer):

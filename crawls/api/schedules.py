@@ -9,12 +9,13 @@ from rest_framework import serializers, status, viewsets
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from crawlhub import serializers as api_fields
 from crawls import schedules
 from crawls.api.fields import RECENT, CrawlField
 from crawls.models import Crawl, CrawlSchedule
 
 
-class RunSerializer(serializers.ModelSerializer):
+class RunSerializer(api_fields.ModelSerializer):
     """A crawl a schedule started."""
 
     class Meta:
@@ -22,7 +23,7 @@ class RunSerializer(serializers.ModelSerializer):
         fields = ["id", "name", "state", "created_at", "started_at", "finished_at", "error"]
 
 
-class ScheduleSerializer(serializers.ModelSerializer):
+class ScheduleSerializer(api_fields.ModelSerializer):
     template_name = serializers.CharField(source="template.name", read_only=True)
     created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
     run_count = serializers.IntegerField(read_only=True, help_text="Crawls it has started.")
@@ -46,7 +47,7 @@ class ScheduleDetailSerializer(ScheduleSerializer):
         read_only_fields = fields
 
     def get_upcoming(self, schedule: CrawlSchedule) -> list[str]:
-        field = serializers.DateTimeField()
+        field = api_fields.DateTimeField()
         return [field.to_representation(at) for at in schedules.upcoming(schedule)]
 
     @extend_schema_field(RunSerializer(many=True))

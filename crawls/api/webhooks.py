@@ -9,13 +9,14 @@ from rest_framework import serializers, status, viewsets
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from crawlhub import serializers as api_fields
 from crawls import webhooks
 from crawls.api.fields import RECENT, CrawlField
 from crawls.models import Channel, Webhook, WebhookDelivery, WebhookEvent
 from crawls.services import visible_crawls
 
 
-class DeliverySerializer(serializers.ModelSerializer):
+class DeliverySerializer(api_fields.ModelSerializer):
     class Meta:
         model = WebhookDelivery
         fields = [
@@ -24,7 +25,7 @@ class DeliverySerializer(serializers.ModelSerializer):
         ]  # fmt: skip
 
 
-class WebhookSerializer(serializers.ModelSerializer):
+class WebhookSerializer(api_fields.ModelSerializer):
     """Never the secret: it is shown once, in the answer to the webhook's creation."""
 
     channel = serializers.SlugRelatedField(slug_field="slug", read_only=True)

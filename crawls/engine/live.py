@@ -15,6 +15,7 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 
 from crawlhub.connections import REDIS_ERRORS
+from crawlhub.dates import machine
 from crawls.engine.frontier import SERIES_POINTS, Frontier, live_views
 from crawls.models import Crawl
 
@@ -82,8 +83,8 @@ def _snapshot(crawl: Crawl, view: dict | Exception) -> dict:
         "state": crawl.state,
         "state_label": crawl.get_state_display(),
         "max_pages": crawl.max_pages,
-        "started_at": crawl.started_at.isoformat() if crawl.started_at else None,
-        "finished_at": crawl.finished_at.isoformat() if crawl.finished_at else None,
+        "started_at": machine(crawl.started_at),
+        "finished_at": machine(crawl.finished_at),
         "actions": actions(crawl),
         "at": time.time(),
     }

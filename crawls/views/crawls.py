@@ -220,7 +220,7 @@ ACTIONS = {
 
 # The host view's buttons (crawl_hosts): the host comes as a form field.
 HOST_ACTIONS = {
-    "host-hold": (services.crawl_host_hold, "{host} held until {result:%H:%M:%S} UTC."),
+    "host-hold": (services.crawl_host_hold, "{host} held until the time in its row."),
     "host-release": (services.crawl_host_release, "{host} released."),
     "host-drop": (services.crawl_host_drop, "{host}: {result} queued request(s) dropped."),
 }

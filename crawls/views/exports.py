@@ -1,4 +1,5 @@
-"""Export downloads of a crawl's pages (JSONL, CSV, WARC), streamed."""
+"""Export downloads of a crawl's pages (JSONL, CSV, WARC) and failure queue (JSONL, CSV),
+streamed."""
 
 from __future__ import annotations
 
@@ -38,3 +39,18 @@ def crawl_export(request: HttpRequest, pk: int, fmt: str) -> HttpResponse:
         return export_response(request, crawl, fmt, flt if flt.active else None)
     except exports.ExportError as exc:
         return HttpResponse(str(exc), status=409, content_type="text/plain; charset=utf-8")
+
+
+def failures_export(request: HttpRequest, pk: int, fmt: str) -> HttpResponse:
+    crawl = get_object_or_404(visible_crawls(request.user), pk=pk)
+    try:
+        chunks = exports.iter_failures(crawl, fmt)
+    except exports.ExportError as exc:
+        return HttpResponse(str(exc), status=404, content_type="text/plain; charset=utf-8")
+    if isinstance(request, ASGIRequest):
+        chunks = exports.aiter_export(chunks)
+    response = StreamingHttpResponse(chunks, content_type=exports.FORMATS[fmt][0])
+    name = exports.failures_filename(crawl, fmt)
+    response["Content-Disposition"] = f'attachment; filename="{name}"'
+    response["X-Content-Type-Options"] = "nosniff"
+    return response

@@ -52,6 +52,18 @@
       const end = snap.finished_at ? new Date(snap.finished_at) : new Date();
       cell.textContent = duration((end - new Date(cell.dataset.started)) / 1000);
     });
+    // A crawl that starts or ends while the list is open shows when, in the one date style.
+    const started = row.querySelector(".c-started");
+    if (started && snap.started_at && !started.querySelector("time")) {
+      started.replaceChildren(window.crawlhubDates.timeEl(snap.started_at));
+    }
+    row.querySelectorAll('[data-field="duration"]').forEach(function (cell) {
+      if (snap.finished_at && !cell.dataset.when) {
+        cell.dataset.when = snap.finished_at;
+        cell.dataset.whenLabel = "Finished ";
+        window.crawlhubDates.localize(row);
+      }
+    });
     row.querySelectorAll("form[data-action]").forEach(function (form) {
       form.hidden = snap.actions.indexOf(form.dataset.action) === -1;
     });

@@ -8,13 +8,11 @@
   function pick(obj, path) {
     return path.split(".").reduce(function (o, k) { return o == null ? undefined : o[k]; }, obj);
   }
-  // The words of proxies/templatetags/proxy_dates.py's age(): one way of showing dates.
-  function age(seconds) {
-    if (seconds == null) return "never";
-    if (seconds < 90) return Math.round(seconds) + " s ago";
-    if (seconds < 5400) return Math.round(seconds / 60) + " min ago";
-    if (seconds < 172800) return Math.round(seconds / 3600) + " h ago";
-    return Math.round(seconds / 86400) + " d ago";
+  // An age as every page shows one (crawlhub/templatetags/dates.py's |ago): "5 min ago", the
+  // exact time in the one date style on hover.
+  function showAge(el, seconds) {
+    if (seconds == null) { el.textContent = "never"; return; }
+    el.replaceChildren(window.crawlhubDates.timeEl(new Date(Date.now() - seconds * 1000), true));
   }
   function cell(text, cls) {
     const td = document.createElement("td");
@@ -30,7 +28,7 @@
     panel.querySelectorAll("[data-h]").forEach(function (el) {
       let value = pick(h, el.dataset.h);
       if (value == null && el.dataset.h.startsWith("counters.")) value = 0; // never bumped yet
-      if (el.dataset.format === "age") el.textContent = age(value);
+      if (el.dataset.format === "age") showAge(el, value);
       else if (value == null) el.textContent = "—";
       else el.textContent = Math.round(value).toLocaleString("en-US") + (el.dataset.unit || "");
     });

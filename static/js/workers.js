@@ -12,7 +12,7 @@
       .then(function (r) { if (!r.ok) throw new Error(r.status); return r.text(); })
       .then(function (html) {
         const fresh = new DOMParser().parseFromString(html, "text/html").getElementById("workers-live");
-        if (fresh) box.innerHTML = fresh.innerHTML;
+        if (fresh) { box.innerHTML = fresh.innerHTML; window.crawlhubDates.localize(box); }
         liveEl.textContent = "live"; liveEl.className = "health ok";
       })
       .catch(function () { liveEl.textContent = "stale"; liveEl.className = "health stale"; })

@@ -307,7 +307,7 @@ def test_a_hostile_body_is_shown_as_text_and_downloaded_as_bytes(user, user_clie
     html = lxml.html.fromstring(response.content)
     # Nothing of the body became markup of this page: no script but ours, no iframe, no img.
     assert [s.get("src") for s in html.iter("script")] == [
-        "/static/js/nav.js", "/static/js/live.js", "/static/js/health.js"
+        "/static/js/nav.js", "/static/js/dates.js", "/static/js/live.js", "/static/js/health.js"
     ]  # fmt: skip
     assert not html.cssselect("iframe") and not html.cssselect("main img")
     assert html.cssselect("pre.body")[0].text_content() == HOSTILE.decode()

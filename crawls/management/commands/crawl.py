@@ -14,6 +14,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import models
 from django.utils import timezone
 
+from crawlhub.dates import machine
 from crawls import exports, services
 from crawls.engine import credentials
 from crawls.models import CRAWL_OPTIONS, Channel, Crawl, CrawlState, LinesField, RulesField
@@ -357,4 +358,9 @@ def _until(text: str) -> float | datetime:
 
 
 def _json(value) -> str:
-    return json.dumps(value, indent=2, sort_keys=False, default=str)
+    """JSON for the terminal: moments as the exports and the API write them (crawlhub.dates)."""
+    return json.dumps(value, indent=2, sort_keys=False, default=_plain)
+
+
+def _plain(value) -> str:
+    return machine(value) if isinstance(value, datetime) else str(value)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from crawlhub.dates import machine
 from proxies import services, validation
 from proxies.models import ProxyJob, ProxyState
 
@@ -102,9 +103,7 @@ class Command(BaseCommand):
                 "successes": p.successes,
                 "failures": p.failures,
                 "last_error": p.last_error,
-                "last_validated_at": p.last_validated_at.isoformat()
-                if p.last_validated_at
-                else None,  # noqa: E501
+                "last_validated_at": machine(p.last_validated_at),
             }  # fmt: skip
             for p in services.filter_proxies(params)
         ]
