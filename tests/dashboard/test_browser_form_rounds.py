@@ -106,7 +106,7 @@ def test_a_draft_clears_its_saved_credentials_with_a_checkbox(page, dashboard, u
     kept = page.locator("#credentials-kept").inner_text()
     assert "X-Api-Key" in kept and "hdr-SECRET-1111" not in page.content()
     shoot(page, "draft-credentials")
-    page.check("#id_clear_headers")
+    page.check("#id_remove_headers")
     page.get_by_role("button", name="Save settings").click()
     page.wait_for_url(re.compile(rf"/crawls/{crawl.pk}/$"))
     shown = page.inner_text("#settings-list")
@@ -114,12 +114,13 @@ def test_a_draft_clears_its_saved_credentials_with_a_checkbox(page, dashboard, u
     row = CrawlAuth.objects.get(crawl=crawl)
     assert (row.headers, row.basic_password) == ([], "basic-SECRET-4444")
     detail = CrawlEvent.objects.filter(crawl=crawl, kind=CrawlEvent.Kind.EDITED).get().detail
-    assert "removed extra headers" in detail and "SECRET" not in detail
+    assert "removed the saved extra headers" in detail and "SECRET" not in detail
 
     # The last kind of secret removed: the crawl has no credentials left.
     page.goto(dashboard + f"/crawls/{crawl.pk}/edit/")
-    page.check("#id_clear_basic_auth")
+    page.check("#id_remove_basic_auth")
     page.get_by_role("button", name="Save settings").click()
     page.wait_for_url(re.compile(rf"/crawls/{crawl.pk}/$"))
     assert not CrawlAuth.objects.filter(crawl=crawl).exists()
-    assert "basic" not in page.inner_text("#settings-list").lower()
+    shown = page.inner_text("#settings-list")
+    assert "HTTP basic auth\nnot set" in shown and "user bob" not in shown
