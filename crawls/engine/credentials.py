@@ -129,8 +129,9 @@ def parse_cookie_header(text: str) -> list[Cookie]:
         name, equals, value = part.strip().partition("=")
         if not equals or not name.strip() or not set(name.strip()) <= _TOKEN:
             raise CredentialsError(
-                "cookie", f"part {number} ({name.strip()[:40]!r}...) is not name=value; write "
-                "'name=value; other=value', as a Cookie header",
+                # Not quoted: a part without "=" is most likely a cookie's value, a secret.
+                "cookie", f"part {number} (counting from 1, parts separated by ';') is not "
+                "name=value; write 'name=value; other=value', as a Cookie header",
             )  # fmt: skip
         cookies.append(Cookie(name=name.strip(), value=value.strip()))
     return cookies

@@ -203,3 +203,9 @@ def test_a_schedule_without_a_template_and_with_a_bad_cron_says_both(user_client
     response = user_client.post("/schedules/new/", {"template": "", "cron": "61 * * * *"})
     assert response.status_code == 400
     assert set(response.context["form"].errors) == {"template", "cron"}
+
+
+def test_a_cookie_without_a_name_is_refused_without_echoing_it(user_client):
+    response = user_client.post("/crawls/new/", form_data(cookie=f"a=b; {SECRETS[1]}"))
+    assert "part 2" in response.context["form"].errors["cookie"][0]
+    assert no_secret_in(response.content.decode())
