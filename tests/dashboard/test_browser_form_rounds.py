@@ -95,7 +95,7 @@ def test_each_error_followed_from_the_summary_and_fixed_creates_the_crawl(page, 
     )
 
 
-def test_a_draft_clears_its_saved_credentials_with_a_checkbox(page, dashboard, user):
+def test_a_draft_removes_its_saved_credentials_with_a_checkbox(page, dashboard, user):
     crawl = services.crawl_create(
         user=user, name="behind a login", seeds=["http://shop.test/"],
         auth={"headers": "X-Api-Key: hdr-SECRET-1111", "basic_user": "bob",
