@@ -266,6 +266,9 @@ def _saved_text(kind: str, shown: dict) -> str:
 
 
 CRAWL_FIELDS = frozenset({"name", "channel", "seeds", *CRAWL_OPTIONS})
+# Where credentials.masked says that a kind of credentials is saved.
+SAVED_KEY = {"headers": "headers", "cookies": "cookies", "basic_auth": "basic_user",
+             "login": "login_url"}  # fmt: skip
 
 
 class CrawlForm(forms.ModelForm, AuthFields):
@@ -293,12 +296,8 @@ class CrawlForm(forms.ModelForm, AuthFields):
         if problem := rendering_problem():  # said where the option is, before anyone picks it
             self.fields["render_javascript"].help_text = f"Not available here: {problem}"
         self.saved = saved or {}
-        for kind in credentials.KINDS:
-            if kind == "basic_auth" and "basic_user" not in self.saved:
-                continue
-            if kind == "login" and "login_url" not in self.saved:
-                continue
-            if kind in ("headers", "cookies") and not self.saved.get(kind):
+        for kind, key in SAVED_KEY.items():
+            if not self.saved.get(key):
                 continue
             words = credentials.KINDS[kind][0]
             self.fields[f"remove_{kind}"] = forms.BooleanField(
