@@ -53,11 +53,15 @@ def _shown(value: Any) -> str:
 
 def crawl_update(
     *, crawl: Crawl, user, name: str, seeds: list[str] | str, channel: Channel | None = None,
-    auth: dict[str, Any] | None = None, **options: Any,
+    auth: dict[str, Any] | None = None, remove_credentials: list[str] | tuple[str, ...] = (),
+    **options: Any,
 ) -> list[str]:  # fmt: skip
     """Change every setting of a draft; credentials are replaced only when some are given
-    (secrets are write-only: left empty, the crawl keeps its own). Raises ValidationError
-    naming each bad field, as crawl_create does. Returns the names of the fields changed."""
+    (secrets are write-only: left empty, the crawl keeps its own), and the saved ones of each
+    kind in `remove_credentials` (credentials.KINDS: headers, cookies, basic_auth, login) are
+    removed. Raises ValidationError naming every bad field at once, the credentials' with the
+    seeds', as crawl_create does. Returns the names of the fields changed ("credentials" for
+    any change to them)."""
     if not can_edit(crawl):
         raise CrawlActionError(
             f"A {crawl.get_state_display().lower()} crawl's settings cannot be edited; "
@@ -70,13 +74,18 @@ def crawl_update(
     except ValidationError as exc:
         errors.update(exc.message_dict)
     found = None
-    if auth and any(auth.values()) and "seeds" not in errors:
+    if auth and any(auth.values()):
         try:
             found = services.clean_credentials(
-                seeds=fresh.seeds if fresh is not None else seeds, auth=auth
+                seeds=None if "seeds" in errors else fresh.seeds if fresh else seeds, auth=auth
             )
         except ValidationError as exc:
             errors.update(exc.message_dict)
+    unknown = set(remove_credentials) - set(credentials.KINDS)
+    if unknown:
+        raise TypeError(f"unknown kinds of credentials: {', '.join(sorted(unknown))}")
+    for kind, message in credentials.removal_conflicts(auth or {}, remove_credentials).items():
+        errors[f"remove_{kind}"] = [message]
     if errors:
         raise ValidationError(errors)
     changed = [f for f in SETTINGS if getattr(crawl, f) != getattr(fresh, f)]
@@ -84,17 +93,39 @@ def crawl_update(
         for field in changed:
             setattr(crawl, field, getattr(fresh, field))
         crawl.save()
+        notes = [f"changed {', '.join(_label(f) for f in changed)}"] if changed else []
         if found is not None:
             CrawlAuth.objects.update_or_create(
                 crawl=crawl, defaults=credentials.to_row_values(found)
             )
+            notes.append("new " + services.credentials_note(found))
+        if removed := _remove_credentials(crawl, remove_credentials):
+            notes.append("removed the saved " + ", ".join(removed))
+        if found is not None or removed:
             changed.append("credentials")
-        if changed:
-            detail = "changed " + ", ".join(_label(f) for f in changed)
+        if notes:
             CrawlEvent.objects.create(
-                crawl=crawl, kind=CrawlEvent.Kind.EDITED, user=user, detail=detail
+                crawl=crawl, kind=CrawlEvent.Kind.EDITED, user=user, detail="; ".join(notes)
             )
     return changed
+
+
+def _remove_credentials(crawl: Crawl, kinds: list[str] | tuple[str, ...]) -> list[str]:
+    """Empty the saved credentials of these kinds (the row goes once nothing is left); the
+    words for the kinds that were there."""
+    row = CrawlAuth.objects.filter(crawl=crawl).first()
+    if row is None:
+        return []
+    held = credentials.kinds_set(credentials.from_row(row, crawl.seeds))
+    removed = [kind for kind in credentials.KINDS if kind in kinds and kind in held]
+    for kind in removed:
+        for field in credentials.KINDS[kind][2]:
+            setattr(row, field, CrawlAuth._meta.get_field(field).get_default())
+    if removed and not credentials.kinds_set(credentials.from_row(row, crawl.seeds)):
+        row.delete()
+    elif removed:
+        row.save()
+    return [credentials.KINDS[kind][0] for kind in removed]
 
 
 def crawl_change_live(*, crawl: Crawl, user, **changes: Any) -> list[str]:

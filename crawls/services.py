@@ -81,16 +81,16 @@ def clean_seeds(urls: list[str] | str, *, field: str = "seeds") -> list[str]:
 def _clean_domains(domains: list[str] | str) -> list[str]:
     if isinstance(domains, str):
         domains = domains.replace(",", "\n")
-    cleaned = []
+    cleaned, errors = [], []
     for raw in _lines(domains, "allowed_domains"):
         domain = raw.strip().lower().rstrip(".")
         if not domain:
             continue
         if "/" in domain or " " in domain or ":" in domain or not domain.isprintable():
-            raise ValidationError(
-                {"allowed_domains": [f"{raw!r} is not a domain name (no scheme, path or port)"]}
-            )
+            errors.append(f"{raw!r} is not a domain name (no scheme, path or port)")
         cleaned.append(domain)
+    if errors:  # every bad line at once
+        raise ValidationError({"allowed_domains": errors})
     return cleaned
 
 
@@ -207,18 +207,22 @@ def _crawl_checked(
 
 
 def clean_credentials(
-    *, seeds: list[str] | str, auth: dict[str, Any]
+    *, seeds: list[str] | str | None, auth: dict[str, Any]
 ) -> credentials.Credentials | None:
     """A crawl's credentials from a door's inputs (credentials.INPUTS: headers, cookie,
     cookies_txt, basic_user, basic_password, login_url, login_fields, login_check_selector,
     login_check_url); None when they are all empty. ValidationError names each bad input, and
-    its line where it has lines, never repeating a secret."""
+    its line where it has lines, never repeating a secret. Seeds None (they were refused):
+    every input is checked but for what depends on the seeds' hosts."""
     unknown = set(auth) - set(credentials.INPUTS)
     if unknown:
         raise TypeError(f"unknown credentials: {', '.join(sorted(unknown))}")
-    lines = seeds.splitlines() if isinstance(seeds, str) else [str(seed) for seed in seeds]
+    found = None
+    if seeds is not None:
+        lines = seeds.splitlines() if isinstance(seeds, str) else [str(seed) for seed in seeds]
+        found = [line.strip() for line in lines if line.strip()]
     try:
-        parsed = credentials.parse([line.strip() for line in lines if line.strip()], auth)
+        parsed = credentials.parse(found, auth)
     except credentials.CredentialsProblems as exc:
         raise ValidationError({k: [v] for k, v in exc.problems.items()}) from None
     return None if credentials.is_empty(parsed) else parsed
@@ -229,7 +233,7 @@ def credentials_shown(crawl: Crawl) -> dict:
     return credentials.masked(credentials_of(crawl))
 
 
-def _credentials_note(found: credentials.Credentials) -> str:
+def credentials_note(found: credentials.Credentials) -> str:
     """What the audit trail says of a crawl's credentials: which kinds, no value."""
     shown = credentials.masked(found)
     kinds = [f"{label} {', '.join(shown[key])}" for key, label in (
@@ -256,7 +260,7 @@ def crawl_create(
         crawl.save()
         if found is not None:
             CrawlAuth.objects.create(crawl=crawl, **credentials.to_row_values(found))
-        _event(crawl, CrawlEvent.Kind.CREATED, user, _credentials_note(found) if found else "")
+        _event(crawl, CrawlEvent.Kind.CREATED, user, credentials_note(found) if found else "")
     return crawl
 
 
@@ -275,11 +279,11 @@ def _crawl_and_credentials(
 ) -> tuple[Crawl, credentials.Credentials | None, dict[str, list[str]]]:
     crawl, errors = _crawl_checked(name=name, seeds=seeds, channel=channel, options=options)
     found = None
-    # The credentials are checked against the seeds' hosts: with seeds that are wrong, that
-    # check would only add noise, so it waits for them.
-    if auth and "seeds" not in errors:
+    if auth:
+        # Checked in the same round as the seeds; with seeds that are wrong, but for what
+        # depends on their hosts (that would only add noise).
         try:
-            found = clean_credentials(seeds=crawl.seeds, auth=auth)
+            found = clean_credentials(seeds=None if "seeds" in errors else crawl.seeds, auth=auth)
         except ValidationError as exc:
             errors.update(exc.message_dict)
     return crawl, found, errors

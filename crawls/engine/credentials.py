@@ -129,8 +129,9 @@ def parse_cookie_header(text: str) -> list[Cookie]:
         name, equals, value = part.strip().partition("=")
         if not equals or not name.strip() or not set(name.strip()) <= _TOKEN:
             raise CredentialsError(
-                "cookie", f"part {number} ({name.strip()[:40]!r}...) is not name=value; write "
-                "'name=value; other=value', as a Cookie header",
+                # Not quoted: a part without "=" is most likely a cookie's value, a secret.
+                "cookie", f"part {number} (counting from 1, parts separated by ';') is not "
+                "name=value; write 'name=value; other=value', as a Cookie header",
             )  # fmt: skip
         cookies.append(Cookie(name=name.strip(), value=value.strip()))
     return cookies
@@ -277,9 +278,12 @@ def seed_origins(seeds: list[str]) -> frozenset[tuple[str, str, int]]:
     return frozenset(found for found in map(origin, seeds) if found)
 
 
-def check_login(credentials: Credentials) -> None:
-    """CredentialsError for a login step that could not run: its URL off the crawl's origins
-    (it would get the credentials), fields without a URL, a success check that is no URL."""
+def login_problems(credentials: Credentials, *, origins_known: bool = True) -> dict[str, str]:
+    """What keeps the login step from running, by input: its URL off the crawl's origins (it
+    would get the credentials), fields without a URL, a success check that is no URL or no
+    selector. Every problem at once. With origins_known=False (the seeds are wrong themselves)
+    the URL is not held against the seeds' hosts."""
+    problems: dict[str, str] = {}
     if not credentials.login_url:
         given = [name for name, value in (
             ("login_fields", credentials.login_fields),
@@ -287,32 +291,32 @@ def check_login(credentials: Credentials) -> None:
             ("login_check_url", credentials.login_check_url),
         ) if value]  # fmt: skip
         if given:
-            raise CredentialsError(given[0], "give the login URL too (the login step needs it)")
-        return
+            problems[given[0]] = "give the login URL too (the login step needs it)"
+        return problems
     try:
         validate_url(credentials.login_url, field="login URL")
     except ValueError as exc:
-        raise CredentialsError("login_url", str(exc)) from None
-    if not credentials.sends_to(credentials.login_url):
-        hosts = ", ".join(sorted(f"{s}://{h}:{p}" for s, h, p in credentials.origins))
-        raise CredentialsError(
-            "login_url", f"{credentials.login_url[:200]} is not on the crawl's own hosts "
-            f"({hosts}): the login step and the credentials stay on the seeds' hosts",
-        )  # fmt: skip
+        problems["login_url"] = str(exc)
+    else:
+        if origins_known and not credentials.sends_to(credentials.login_url):
+            hosts = ", ".join(sorted(f"{s}://{h}:{p}" for s, h, p in credentials.origins))
+            problems["login_url"] = (
+                f"{credentials.login_url[:200]} is not on the crawl's own hosts ({hosts}): the "
+                "login step and the credentials stay on the seeds' hosts"
+            )
     if not credentials.login_fields:
-        raise CredentialsError("login_fields", "give the form's fields, 'name=value' a line")
+        problems["login_fields"] = "give the form's fields, 'name=value' a line"
     if selector := credentials.login_check_selector:
         try:
             Selector(text="<html></html>").css(selector)
         except (SyntaxError, RuntimeError, ValueError) as exc:  # cssselect's SelectorErrors
-            raise CredentialsError(
-                "login_check_selector", f"{selector[:100]!r} is not a CSS selector: {exc}"
-            ) from None
+            problems["login_check_selector"] = f"{selector[:100]!r} is not a CSS selector: {exc}"
     if url := credentials.login_check_url:
         try:
             validate_url(url, field="success URL")
         except ValueError as exc:
-            raise CredentialsError("login_check_url", str(exc)) from None
+            problems["login_check_url"] = str(exc)
+    return problems
 
 
 def masked(credentials: Credentials | None) -> dict:
@@ -356,10 +360,15 @@ INPUTS: tuple[str, ...] = (
 )  # fmt: skip
 
 
-def parse(seeds: list[str], values: dict[str, object]) -> Credentials:
+def parse(seeds: list[str] | None, values: dict[str, object]) -> Credentials:
     """Credentials from a door's inputs (INPUTS) for a crawl of these seeds; CredentialsProblems
-    with every bad input at once, each message naming its line where it has lines."""
+    with every bad input at once, each message naming its line where it has lines. Seeds None:
+    the crawl's seeds are wrong themselves; every input is checked all the same, except against
+    the seeds' hosts (the login URL on them, cookies.txt holding some of theirs), so that the
+    credentials' problems come in the same round as the seeds'."""
     problems: dict[str, str] = {}
+    origins_known = seeds is not None
+    seeds = seeds or []
 
     def text(name: str) -> str:
         value = values.get(name) or ""
@@ -401,14 +410,12 @@ def parse(seeds: list[str], values: dict[str, object]) -> Credentials:
         login_check_selector=text("login_check_selector").strip(),
         login_check_url=text("login_check_url").strip(),
     )  # fmt: skip
-    if parsed.get("cookies_txt") and not any(c.domain for c in credentials.cookies):
+    on_hosts = any(c.domain for c in credentials.cookies)
+    if parsed.get("cookies_txt") and origins_known and not on_hosts:
         hosts = ", ".join(sorted({h for _, h, _ in credentials.origins}))
         problems["cookies_txt"] = f"no cookie in cookies.txt is for the seeds' hosts ({hosts})"
-    if not problems:
-        try:
-            check_login(credentials)
-        except CredentialsError as exc:
-            problems[exc.field] = exc.message
+    for name, message in login_problems(credentials, origins_known=origins_known).items():
+        problems.setdefault(name, message)
     if problems:
         raise CredentialsProblems(problems)
     return credentials
@@ -431,6 +438,40 @@ def _on_origins(cookies: tuple[Cookie, ...], seeds: list[str]) -> tuple[Cookie, 
         if cookie.domain in hosts
         or (cookie.subdomains and any(h.endswith("." + cookie.domain) for h in hosts))
     )  # fmt: skip
+
+
+# The kinds of saved credentials a door may remove one by one: kind -> (words for it, the
+# inputs that give it, the crawls.models.CrawlAuth fields that hold it).
+KINDS: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
+    "headers": ("extra headers", ("headers",), ("headers",)),
+    "cookies": ("cookies", ("cookie", "cookies_txt"), ("cookies",)),
+    "basic_auth": ("basic auth", ("basic_user", "basic_password"),
+                   ("basic_user", "basic_password")),
+    "login": ("login step", ("login_url", "login_fields", "login_check_selector",
+                             "login_check_url"),
+              ("login_url", "login_fields", "login_check_selector", "login_check_url")),
+}  # fmt: skip
+
+
+def kinds_set(credentials: Credentials | None) -> list[str]:
+    """The KINDS these credentials hold, in KINDS' order."""
+    if credentials is None:
+        return []
+    held = {
+        "headers": credentials.headers, "cookies": credentials.cookies,
+        "basic_auth": credentials.basic_user or credentials.basic_password,
+        "login": credentials.login_url,
+    }  # fmt: skip
+    return [kind for kind in KINDS if held[kind]]
+
+
+def removal_conflicts(auth: dict[str, object], remove: list[str] | tuple[str, ...]) -> dict:
+    """Kinds both given anew and asked to be removed, kind -> message: one or the other."""
+    return {
+        kind: f"either give new {KINDS[kind][0]} or remove the saved ones, not both"
+        for kind in remove
+        if kind in KINDS and any(auth.get(name) for name in KINDS[kind][1])
+    }  # fmt: skip
 
 
 def is_empty(credentials: Credentials) -> bool:

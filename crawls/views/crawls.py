@@ -13,8 +13,7 @@ from crawlhub.access import next_path
 from crawlhub.http import netguard
 from crawls import changes, editing, listing, services
 from crawls.engine import live
-from crawls.engine.credentials import INPUTS as AUTH_INPUTS
-from crawls.models import CRAWL_OPTIONS, Channel, Crawl, CrawlState
+from crawls.models import Channel, Crawl, CrawlState
 from crawls.services import visible_crawls
 from crawls.views.forms import CrawlForm, add_service_errors
 from crawls.views.settings_shown import settings_rows
@@ -108,7 +107,7 @@ def crawl_demo(request: HttpRequest) -> HttpResponse:
 
 def crawl_new(request: HttpRequest) -> HttpResponse:
     form = CrawlForm(request.POST or None, request.FILES or None)
-    if request.method == "POST" and _crawl_form_checked(form):
+    if request.method == "POST" and form.check():
         auth = form.auth()  # takes the Authentication section's inputs out of cleaned_data
         values = dict(form.cleaned_data)
         start_now = values.pop("start_now")
@@ -122,31 +121,6 @@ def crawl_new(request: HttpRequest) -> HttpResponse:
                 (messages.success if ok else messages.error)(request, text)
             return redirect(crawl)
     return render(request, "crawls/crawl_new.html", {"nav": "crawls", "form": form})
-
-
-CRAWL_FIELDS = frozenset({"name", "channel", "seeds", *CRAWL_OPTIONS})
-
-
-def _crawl_form_checked(form: CrawlForm) -> bool:
-    """True when the crawl can be created. Otherwise every problem is on the form at once:
-    what could not be read (a number that is no number), and what the services refuse in
-    everything that could (checked with crawl_problems, in the same round)."""
-    if not form.is_bound:  # a POST with no fields at all: the empty form again
-        return False
-    readable = form.is_valid()
-    values = {k: v for k, v in form.cleaned_data.items() if k in CRAWL_FIELDS}
-    auth = {k: v for k, v in form.cleaned_data.items() if k in AUTH_INPUTS}
-    problems = services.crawl_problems(
-        name=values.pop("name", ""), seeds=values.pop("seeds", ""), auth=auth, **values
-    )
-    for field, errors in problems.items():
-        if field in form.errors:
-            continue  # its input could not be read: that is what it says
-        if field == "seeds" and "seeds" not in form.cleaned_data:
-            continue
-        for error in errors:
-            form.add_error(field if field in form.fields else None, error)
-    return readable and not problems
 
 
 def crawl_detail(request: HttpRequest, pk: int) -> HttpResponse:

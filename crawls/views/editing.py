@@ -69,11 +69,13 @@ def crawl_edit(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 def _edit_draft(request: HttpRequest, crawl: Crawl) -> HttpResponse:
+    saved = services.credentials_shown(crawl)
     form = CrawlForm(
-        request.POST or None, request.FILES or None, instance=crawl,
+        request.POST or None, request.FILES or None, instance=crawl, saved=saved,
         initial={"seeds": "\n".join(crawl.seeds), "start_now": False},
     )  # fmt: skip
-    if request.method == "POST" and form.is_valid():
+    if request.method == "POST" and form.check():
+        removals = form.removals()
         auth = form.auth()
         data = dict(form.cleaned_data)
         start_now = data.pop("start_now")
@@ -81,7 +83,7 @@ def _edit_draft(request: HttpRequest, crawl: Crawl) -> HttpResponse:
         try:
             editing.crawl_update(
                 crawl=crawl, user=request.user, name=name, seeds=seeds, channel=channel,
-                auth=auth, **data,
+                auth=auth, remove_credentials=removals, **data,
             )  # fmt: skip
         except ValidationError as exc:
             crawl.refresh_from_db()
@@ -102,7 +104,7 @@ def _edit_draft(request: HttpRequest, crawl: Crawl) -> HttpResponse:
         "crawls/crawl_new.html",
         {"nav": "crawls", "form": form, "heading": f"Edit draft #{crawl.pk}",
          "submit": "Save settings", "crawl": crawl,
-         "has_credentials": services.credentials_shown(crawl)},
+         "has_credentials": saved},
     )  # fmt: skip
 
 

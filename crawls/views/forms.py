@@ -13,6 +13,7 @@ from django.db import models
 from django.utils.text import capfirst
 
 from crawls import schedules
+from crawls.engine import credentials
 from crawls.engine.credentials import INPUTS as AUTH_INPUTS
 from crawls.models import (
     CRAWL_OPTIONS,
@@ -23,7 +24,7 @@ from crawls.models import (
     RulesField,
     WebhookEvent,
 )
-from crawls.services import rendering_problem, visible_crawls
+from crawls.services import crawl_problems, rendering_problem, visible_crawls
 
 
 class LinesFormField(forms.CharField):
@@ -255,10 +256,27 @@ LAID_OUT = frozenset({
 })  # fmt: skip
 
 
+# What the draft's "remove" box says of each kind of saved credentials (credentials.masked).
+def _saved_text(kind: str, shown: dict) -> str:
+    if kind == "basic_auth":
+        return f"user {shown.get('basic_user')}"
+    if kind == "login":
+        return f"at {shown.get('login_url')}"
+    return ", ".join(shown.get(kind) or [])
+
+
+CRAWL_FIELDS = frozenset({"name", "channel", "seeds", *CRAWL_OPTIONS})
+# Where credentials.masked says that a kind of credentials is saved.
+SAVED_KEY = {"headers": "headers", "cookies": "cookies", "basic_auth": "basic_user",
+             "login": "login_url"}  # fmt: skip
+
+
 class CrawlForm(forms.ModelForm, AuthFields):
     """Parses input only; crawl_create validates seeds and patterns and says what is wrong.
     Its option fields come from the model (CRAWL_OPTIONS, through crawl_formfield); its
-    Authentication section from AuthFields (the crawl's credentials, kept apart)."""
+    Authentication section from AuthFields (the crawl's credentials, kept apart). A draft
+    with saved credentials (`saved`: credentials.masked of them) gets a "remove" box for each
+    kind it has, named by what the crawl page shows of it (names, never values)."""
 
     seeds = forms.CharField(
         widget=forms.Textarea(attrs={"rows": 3, "placeholder": "https://example.com/"}),
@@ -271,18 +289,66 @@ class CrawlForm(forms.ModelForm, AuthFields):
         fields = ["name", "channel", "seeds", *CRAWL_OPTIONS]
         formfield_callback = crawl_formfield
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args, saved: dict | None = None, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.fields["channel"].queryset = Channel.objects.all()
         self.fields["channel"].initial = Channel.default().pk
         if problem := rendering_problem():  # said where the option is, before anyone picks it
             self.fields["render_javascript"].help_text = f"Not available here: {problem}"
+        self.saved = saved or {}
+        for kind, key in SAVED_KEY.items():
+            if not self.saved.get(key):
+                continue
+            words = credentials.KINDS[kind][0]
+            self.fields[f"remove_{kind}"] = forms.BooleanField(
+                required=False, label=f"Remove the saved {words} "
+                f"({_saved_text(kind, self.saved)})",
+            )  # fmt: skip
+
+    def clean(self) -> dict:
+        data = super().clean()
+        asked = self.removals()
+        given = {name: data.get(name) for name in AUTH_INPUTS}
+        for kind, message in credentials.removal_conflicts(given, asked).items():
+            self.add_error(f"remove_{kind}", message)
+        return data
+
+    def removals(self) -> list[str]:
+        """The kinds of saved credentials the draft's "remove" boxes ask to remove."""
+        return [kind for kind in credentials.KINDS if self.cleaned_data.get(f"remove_{kind}")]
+
+    def check(self) -> bool:
+        """True when the crawl can be saved. Otherwise every problem is on the form at once:
+        what could not be read (a number that is no number), and what the services refuse in
+        everything that could (checked with crawl_problems, in the same round)."""
+        if not self.is_bound:  # a POST with no fields at all: the empty form again
+            return False
+        readable = self.is_valid()
+        values = {k: v for k, v in self.cleaned_data.items() if k in CRAWL_FIELDS}
+        auth = {k: v for k, v in self.cleaned_data.items() if k in AUTH_INPUTS}
+        problems = crawl_problems(
+            name=values.pop("name", ""), seeds=values.pop("seeds", ""), auth=auth, **values
+        )
+        for field, errors in problems.items():
+            if field in self.errors:
+                continue  # its input could not be read: that is what it says
+            if field == "seeds" and "seeds" not in self.cleaned_data:
+                continue
+            for error in errors:
+                self.add_error(field if field in self.fields else None, error)
+        return readable and not problems
+
+    def remove_fields(self) -> list[forms.BoundField]:
+        return [self[name] for name in self.fields if name.startswith("remove_")]
 
     def _post_clean(self) -> None:
         """Model validation happens in crawl_create, the one place every door goes through."""
 
     def auth(self) -> dict[str, str]:
-        """The Authentication section's inputs, taken out of cleaned_data."""
+        """The Authentication section's inputs, taken out of cleaned_data (the "remove" boxes
+        too: removals() has read them)."""
+        for name in [name for name in self.cleaned_data if name.startswith("remove_")]:
+            del self.cleaned_data[name]
         return {name: self.cleaned_data.pop(name, "") or "" for name in AUTH_INPUTS}
 
     def secrets_to_retype(self) -> bool:
@@ -323,6 +389,14 @@ class ScheduleForm(forms.Form):
     def __init__(self, *args, user, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.fields["template"].queryset = schedules.template_choices(user)
+
+    def clean_cron(self) -> str:
+        """Checked here too, so that a bad expression is said with a missing template, in the
+        same round (schedule_create checks it again for every other door)."""
+        try:
+            return schedules.clean_cron(self.cleaned_data["cron"])
+        except ValidationError as exc:
+            raise ValidationError(exc.message_dict["cron"]) from None
 
 
 class WebhookForm(forms.Form):

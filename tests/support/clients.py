@@ -41,11 +41,12 @@ def post(client: Client, path: str, data=None, **headers):
 
 
 def form_data(client, path: str, **overrides) -> dict:
-    """The values a browser would post from the page's own form (the one without an action:
-    the navigation has forms too), plus overrides."""
+    """The values a browser would post from the page's own form (the one posting to the page
+    itself, with no action or its own address: the navigation has forms too), plus overrides."""
     response = client.get(path)
     assert response.status_code == 200, path
-    form = next(f for f in lxml.html.fromstring(response.content).forms if not f.get("action"))
+    forms = lxml.html.fromstring(response.content).forms
+    form = next(f for f in forms if f.get("action") in (None, "", path.split("?")[0]))
     data = {k: v for k, v in form.form_values() if k != "csrfmiddlewaretoken"}
     data.update(overrides)
     return {k: v for k, v in data.items() if v is not None}
