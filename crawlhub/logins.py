@@ -30,11 +30,11 @@ def lockout_response(request: HttpRequest, *_) -> HttpResponse:
     minutes = math.ceil(seconds / 60)
     message = (
         f"Too many failed logins for “{username}” from your address. Try again in {minutes} "
-        f"minute{'s' if minutes != 1 else ''}, after {timezone.localtime(until):%H:%M %Z}."
+        f"minute{'s' if minutes != 1 else ''}, after"
     )
     response = render(
         request, "registration/login.html",
-        {"form": AuthenticationForm(request), "locked_out": message,
+        {"form": AuthenticationForm(request), "locked_out": message, "locked_until": until,
          "next": request.POST.get("next", "")},
         status=429,
     )  # fmt: skip

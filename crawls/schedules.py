@@ -174,7 +174,7 @@ def run_due_schedules(now: datetime | None = None) -> dict:
         except (ValidationError, services.CrawlActionError, *services.REDIS_ERRORS) as exc:
             text = "; ".join(getattr(exc, "messages", None) or [str(exc)])
             CrawlSchedule.objects.filter(pk=schedule.pk).update(
-                last_error=f"{now:%Y-%m-%d %H:%M:%S} {text}"[:2000]
+                last_error=text[:2000]  # when: last_run_at, set by _claim
             )
             log.warning("schedule %s: run not started: %s", schedule.pk, text)
             report["errors"] += 1

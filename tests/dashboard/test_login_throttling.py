@@ -20,7 +20,7 @@ WRONG = "not the password"
 LIMIT = 5  # CRAWLHUB_LOGIN_FAILURES, by default
 LOCKED = re.compile(
     r"Too many failed logins for “alice” from your address\. Try again in (\d+) minutes?, "
-    r"after \d\d:\d\d UTC\."
+    r'after <time datetime="[^"]+\+00:00" title="([^"]+)">\2</time>\.'
 )
 
 

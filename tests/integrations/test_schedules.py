@@ -201,6 +201,8 @@ def test_a_run_that_cannot_start_is_reported_on_the_schedule(user, settings):
     assert report == {"started": [], "errors": 1}
     schedule.refresh_from_db()
     assert "Error" in schedule.last_error or "connect" in schedule.last_error.lower()
+    assert not schedule.last_error[:1].isdigit(), "its time is last_run_at, shown in the one style"
+    assert schedule.last_run_at is not None
     assert schedule.next_run_at > timezone.now(), "a failed run does not repeat every pass"
 
 
