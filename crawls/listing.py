@@ -1,13 +1,20 @@
 """The crawl list's query: search by name, seed or number, a state and channel filter, an order,
 and each crawl's duration; one database query a page whatever the number of crawls (the
-counters of the page's rows come from Redis, crawls.services.crawls_stats_safe)."""
+counters of the page's rows come from Redis, crawls.services.crawls_stats_safe).
+
+The duration is computed by the database only to sort by it: as a column of every row it cost
+SQLite a Python call per crawl matched, not per crawl shown (the rows are sorted whole before
+the page is cut), 150 ms a page at 10,000 crawls. The page's own rows get it from durations()."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import timedelta
 
 from django.db.models import DurationField, ExpressionWrapper, F, Q, QuerySet, TextField
 from django.db.models.functions import Cast, Coalesce, Now
+from django.utils import timezone
 
 from crawls.models import Crawl, CrawlState
 from crawls.services import visible_crawls
@@ -18,8 +25,8 @@ SORTS: dict[str, tuple[str, tuple]] = {
     "oldest": ("Oldest first", (F("created_at").asc(), F("id").asc())),
     "name": ("Name, A to Z", (F("name").asc(), F("id").desc())),
     "started": ("Started most recently", (F("started_at").desc(nulls_last=True), F("id").desc())),
-    "longest": ("Longest running", (F("duration").desc(nulls_last=True), F("id").desc())),
-    "shortest": ("Shortest running", (F("duration").asc(nulls_last=True), F("id").desc())),
+    "longest": ("Longest running", (F("run_time").desc(nulls_last=True), F("id").desc())),
+    "shortest": ("Shortest running", (F("run_time").asc(nulls_last=True), F("id").desc())),
     "state": ("State", (F("state").asc(), F("id").desc())),
 }
 OWNER_SORT = ("owner", ("Owner, A to Z", (F("created_by__username").asc(), F("id").desc())))
@@ -63,8 +70,8 @@ def sorts_for(*, staff: bool) -> dict[str, tuple[str, tuple]]:
 
 
 def crawl_list(user, query: ListQuery) -> QuerySet[Crawl]:
-    """The crawls `user` may see that match `query`, in its order, with `duration` (started to
-    finished, or to now while it runs; None before it started)."""
+    """The crawls `user` may see that match `query`, in its order (by `run_time`, started to
+    finished or to now, for the duration sorts)."""
     crawls = visible_crawls(user).select_related("channel", "created_by")
     if query.state:
         crawls = crawls.filter(state=query.state)
@@ -73,12 +80,23 @@ def crawl_list(user, query: ListQuery) -> QuerySet[Crawl]:
     if query.q:
         crawls = crawls.annotate(seeds_text=Cast("seeds", TextField()))
         crawls = crawls.filter(_search(query.q, staff=user.is_staff))
-    crawls = crawls.annotate(
-        duration=ExpressionWrapper(
-            Coalesce("finished_at", Now()) - F("started_at"), output_field=DurationField()
+    if query.sort in ("longest", "shortest"):
+        crawls = crawls.annotate(
+            run_time=ExpressionWrapper(
+                Coalesce("finished_at", Now()) - F("started_at"), output_field=DurationField()
+            )
         )
-    )
     return crawls.order_by(*sorts_for(staff=user.is_staff)[query.sort][1])
+
+
+def durations(crawls: Iterable[Crawl]) -> dict[int, timedelta | None]:
+    """Each crawl's duration by id: started to finished, or to now while it runs; None before
+    it started."""
+    now = timezone.now()
+    return {
+        crawl.pk: (crawl.finished_at or now) - crawl.started_at if crawl.started_at else None
+        for crawl in crawls
+    }
 
 
 def _search(text: str, *, staff: bool) -> Q:

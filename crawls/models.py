@@ -285,6 +285,9 @@ class Crawl(CrawlOptions):
 
     class Meta:
         ordering = ["-created_at", "-id"]
+        # The crawl list's default order, read from the index a page at a time rather than
+        # sorting every crawl for each page.
+        indexes = [models.Index(F("created_at").desc(), F("id").desc(), name="crawl_newest")]
 
     def __str__(self) -> str:
         return f"#{self.pk} {self.name}"

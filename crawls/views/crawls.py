@@ -31,9 +31,12 @@ def crawl_list(request: HttpRequest) -> HttpResponse:
     crawls = listing.crawl_list(request.user, query)
     page = Paginator(crawls, CRAWLS_PER_PAGE).get_page(request.GET.get("page"))
     stats = services.crawls_stats_safe(list(page))
+    durations = listing.durations(page)
     rows = [
-        (crawl, stats[crawl.pk], services.crawl_progress(crawl, stats[crawl.pk])) for crawl in page
-    ]
+        (crawl, stats[crawl.pk], services.crawl_progress(crawl, stats[crawl.pk]),
+         durations[crawl.pk])
+        for crawl in page
+    ]  # fmt: skip
     no_crawls = not rows and not query.filtered and not visible_crawls(request.user).exists()
     return render(
         request,

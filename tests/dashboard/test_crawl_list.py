@@ -72,7 +72,8 @@ def test_a_finished_crawl_reads_100_percent_in_the_list_whatever_its_max_pages(u
     a_crawl(user, "small site", max_pages=60, state=CrawlState.FINISHED, started_at=now,
             finished_at=now, stats={"requests": 13, "responses": 12, "errors": 1})  # fmt: skip
     response = user_client.get("/")
-    ((crawl, stats, progress),) = response.context["rows"]
+    ((crawl, stats, progress, duration),) = response.context["rows"]
     assert (progress["done"], progress["known"], progress["percent"]) == (13, 13, 100)
+    assert duration == timedelta(0)
     html = response.content.decode()
     assert 'data-field="percent">100%<' in html and 'max="13" value="13"' in html
