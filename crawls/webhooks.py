@@ -208,9 +208,9 @@ def payload_for(crawl: Crawl, event: str, delivery_id: int, changes: dict | None
             "channel": crawl.channel.slug,
             "seeds": crawl.seeds,
             "created_by": crawl.created_by.get_username() if crawl.created_by else None,
-            "created_at": _iso(crawl.created_at),
-            "started_at": _iso(crawl.started_at),
-            "finished_at": _iso(crawl.finished_at),
+            "created_at": machine(crawl.created_at),
+            "started_at": machine(crawl.started_at),
+            "finished_at": machine(crawl.finished_at),
             "stats": crawl.stats,
             "error": crawl.error,
             "page": crawl.get_absolute_url(),
@@ -219,10 +219,6 @@ def payload_for(crawl: Crawl, event: str, delivery_id: int, changes: dict | None
             "changes": changes,
         },
     }
-
-
-def _iso(value: datetime | None) -> str | None:
-    return machine(value)
 
 
 def crawl_ended(crawl_id: int, event: str) -> list[int]:
