@@ -43,14 +43,19 @@ def age(seconds: float) -> str:
     return f"{round(seconds / 86400)} d ago"
 
 
+def _time(value: datetime, text: str, extra: str = "") -> SafeString:
+    """A <time> of `value` (machine form), its exact time in the one style on hover."""
+    shown = timezone.localtime(value).strftime(SHOWN)
+    return format_html(
+        '<time datetime="{}"{} title="{}">{}</time>', machine(value), extra, shown, text or shown
+    )
+
+
 @register.filter
 def moment(value: datetime | str | None, never: str = "—") -> SafeString | str:
     """A <time> showing `value` in the one style; `never` for None."""
     value = _moment(value)
-    if value is None:
-        return never
-    shown = timezone.localtime(value).strftime(SHOWN)
-    return format_html('<time datetime="{}" title="{}">{}</time>', machine(value), shown, shown)
+    return never if value is None else _time(value, "")
 
 
 @register.filter
@@ -59,8 +64,4 @@ def ago(value: datetime | str | None, never: str = "never") -> SafeString | str:
     value = _moment(value)
     if value is None:
         return never
-    shown = timezone.localtime(value).strftime(SHOWN)
-    return format_html(
-        '<time datetime="{}" data-age title="{}">{}</time>',
-        machine(value), shown, age((timezone.now() - value).total_seconds()),
-    )  # fmt: skip
+    return _time(value, age((timezone.now() - value).total_seconds()), " data-age")
