@@ -176,13 +176,20 @@ class PageSerializer(api_fields.ModelSerializer):
     )
 
     def get_counted_as(self, page: Page) -> str:
-        return exports.counted(page.status, page.error)["counted_as"]
+        return self._counted(page)["counted_as"]
 
     def get_error(self, page: Page) -> str:
-        return exports.counted(page.status, page.error)["error"]
+        return self._counted(page)["error"]
 
     def get_note(self, page: Page) -> str:
-        return exports.counted(page.status, page.error)["note"]
+        return self._counted(page)["note"]
+
+    @staticmethod
+    def _counted(page: Page) -> dict[str, str]:
+        """exports.counted() once a page for its three fields."""
+        if not hasattr(page, "_counted"):
+            page._counted = exports.counted(page.status, page.error)
+        return page._counted
 
     class Meta:
         model = Page
