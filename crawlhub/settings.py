@@ -17,6 +17,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from crawlhub import launcher, redis_config
+from crawlhub.http import netguard
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -412,6 +413,13 @@ SECURE_CONTENT_TYPE_NOSNIFF = True
 # of the operator's own PROXY_CHECK_URL. On in production; off by default so that local
 # development and the tests can crawl sites on 127.0.0.1.
 CRAWLHUB_BLOCK_PRIVATE_NETWORKS = env_bool("CRAWLHUB_BLOCK_PRIVATE_NETWORKS", HTTPS)
+# What the guard lets through all the same: an intranet site crawled on purpose. Addresses or
+# networks, each with a port or without: "10.1.2.3:8080, 10.9.0.0/16, [fd00::5]:443".
+CRAWLHUB_PRIVATE_NETWORKS_ALLOWED = env_list("CRAWLHUB_PRIVATE_NETWORKS_ALLOWED", [])
+try:
+    netguard.allowed_networks(tuple(CRAWLHUB_PRIVATE_NETWORKS_ALLOWED))
+except ValueError as exc:
+    raise ImproperlyConfigured(str(exc)) from None
 SESSION_COOKIE_HTTPONLY = True
 X_FRAME_OPTIONS = "DENY"
 

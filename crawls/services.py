@@ -68,7 +68,8 @@ def clean_seeds(urls: list[str] | str, *, field: str = "seeds") -> list[str]:
             cleaned.append(validate_url(raw, field=f"line {n}"))
             netguard.guard_url(cleaned[-1])
         except netguard.BlockedAddress as exc:
-            errors.append(f"line {n}: {cleaned.pop()!r} is refused: {exc}")
+            cleaned.pop()
+            errors.append(f"line {n}: {raw.strip()!r} is refused: {exc}")
         except ValueError as exc:
             errors.append(str(exc))
     if errors:

@@ -30,14 +30,13 @@ from datetime import datetime, timedelta
 import django_rq
 import redis
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.core.validators import URLValidator
 from django.db import close_old_connections, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
 from crawlhub.dates import machine
 from crawlhub.http import Fetcher, FetchResult, netguard
-from crawlhub.http.urls import is_http_url
+from crawlhub.http.urls import URLError, normalize
 from crawls.changes import change_counts
 from crawls.models import Channel, Crawl, DeliveryEvent, Webhook, WebhookDelivery, WebhookEvent
 
@@ -85,11 +84,11 @@ def encode(payload: dict) -> bytes:
 def _clean_url(url: str) -> str:
     url = (url or "").strip()
     try:
-        URLValidator(schemes=["http", "https"])(url)
-        if not is_http_url(url):  # the crawls' own check: no control characters either
-            raise ValidationError("not a URL a crawl could fetch")
-    except ValidationError:
-        raise ValidationError({"url": ["Enter an http:// or https:// URL."]}) from None
+        # Stored as the client will send it: the guard below reads the host it connects to.
+        url = normalize(url)
+    except URLError as exc:
+        why = "" if "http(s)" in str(exc) else f": this one {exc}"
+        raise ValidationError({"url": [f"Enter an http:// or https:// URL{why}."]}) from None
     try:
         netguard.guard_url(url)
     except netguard.BlockedAddress as exc:

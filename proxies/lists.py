@@ -27,7 +27,7 @@ def check_url(url: str) -> None:
     shown = shown_url(url)
     if not url.startswith(("http://", "https://")):
         raise ImportFailed("the list URL must start with http:// or https://")
-    if problem := url_problem(url):  # before the fetcher, whose error would repeat the URL
+    if problem := url_problem(url, userinfo=True):  # before the fetcher, which repeats the URL
         raise ImportFailed(f"could not fetch {shown}: {problem}")
     if blocked := refusal(url):
         raise ImportFailed(f"refused to fetch {shown}: {blocked.removeprefix('blocked: ')}")

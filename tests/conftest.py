@@ -147,11 +147,12 @@ def redis(redis_server):
 
 @pytest.fixture
 def make_site() -> Iterator[Callable[[Handler], LocalSite]]:
-    """Start local HTTP sites for a test: make_site(handler) -> LocalSite (stopped after)."""
+    """Start local HTTP sites for a test: make_site(handler, host="127.0.0.1") -> LocalSite
+    (stopped after)."""
     sites: list[LocalSite] = []
 
-    def make(handler: Handler) -> LocalSite:
-        site = LocalSite(handler).start()
+    def make(handler: Handler, host: str = "127.0.0.1") -> LocalSite:
+        site = LocalSite(handler, host).start()
         sites.append(site)
         return site
 

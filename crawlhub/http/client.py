@@ -36,7 +36,7 @@ from requests.structures import CaseInsensitiveDict
 from requests.utils import get_encoding_from_headers
 
 from crawlhub.http import bodies, links, netguard
-from crawlhub.http.deadline import arm, disarm, new_session, set_socket_timeout
+from crawlhub.http.deadline import arm, disarm, set_socket_timeout
 from crawlhub.http.errors import (
     PROXY_REFUSED,
     PROXY_TIMED_OUT,
@@ -46,7 +46,8 @@ from crawlhub.http.errors import (
     describe,
     timeout_error,
 )
-from crawlhub.http.urls import url_problem
+from crawlhub.http.session import new_session, unguarded
+from crawlhub.http.urls import normalize, url_problem
 from crawlhub.http.useragents import MODES, pick_user_agent
 
 ACCEPT = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
@@ -365,15 +366,19 @@ class Fetcher:
     def _follow(
         self, url: str, result: FetchResult, proxy: str | None, deadline: float, call: _Call
     ) -> requests.Response:
-        """The final response (body unread), recording each redirect in `result`."""
-        if problem := url_problem(url):
+        """The final response (body unread), recording each redirect in `result`.
+
+        What is sent is `url` in normal form (urls.normalize): the guard, and every hop's
+        check, read the host the socket connects to."""
+        if problem := url_problem(url, userinfo=True):
             raise FetchError(f"{problem}: {url[:200]!r}", "invalid")
-        current, guarded = url, call.guard_first
+        current = normalize(url, userinfo=True)
+        guarded = call.guard_first
         while True:
             if guarded and (refused := refusal(current)):
                 raise FetchError(refused, "blocked")
+            response, sent = self._send(current, proxy, deadline, call, guarded)
             guarded = True  # every redirect hop, whoever named the first URL
-            response, sent = self._send(current, proxy, deadline, call)
             result.final_url = current
             result.status = response.status_code
             result.content_type = response.headers.get("Content-Type", "").strip()
@@ -396,7 +401,7 @@ class Fetcher:
             result.redirects.append(current)
 
     def _send(
-        self, url: str, proxy: str | None, deadline: float, call: _Call
+        self, url: str, proxy: str | None, deadline: float, call: _Call, guarded: bool
     ) -> tuple[requests.Response, Mapping[str, str]]:
         """One request, redirects not followed (we follow them ourselves to record and check
         each hop), body not read; and the headers it sent.
@@ -422,16 +427,19 @@ class Fetcher:
                 cookies=session.cookies, hooks={},
             )  # fmt: skip
             arm(deadline)
-            response = session.get_adapter(prepared.url).send(
-                prepared,
-                stream=True,
-                timeout=(timeout, timeout),
-                verify=True,
-                cert=None,
-                proxies={"http": proxy, "https": proxy} if proxy else {},
-            )
+            with contextlib.nullcontext() if guarded else unguarded():
+                response = session.get_adapter(prepared.url).send(
+                    prepared,
+                    stream=True,
+                    timeout=(timeout, timeout),
+                    verify=True,
+                    cert=None,
+                    proxies={"http": proxy, "https": proxy} if proxy else {},
+                )
             extract_cookies_to_jar(session.cookies, prepared, response.raw)
             return response, prepared.headers
+        except netguard.BlockedAddress as exc:  # at connection time (session.py)
+            raise FetchError(f"blocked: {exc}", "blocked") from None
         except (requests.RequestException, urllib3.exceptions.HTTPError) as exc:
             if time.monotonic() >= deadline:  # the watchdog cut a response head short
                 raise deadline_error(self.total_timeout) from None

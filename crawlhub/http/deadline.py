@@ -1,9 +1,9 @@
-"""The whole-fetch deadline while a response head is awaited, and the session that honours it.
+"""The whole-fetch deadline while a response head is awaited (session.py's connections honour it).
 
 The (connect, read) timeouts restart on every byte, so a server that trickles its status line
 and headers would otherwise hold a fetch thread (and the slice waiting for it) for as long as it
 liked. A fetch arms its deadline for its thread (arm/disarm) around each send; the connections
-of new_session()'s pools hand themselves to one watchdog thread while they wait for the head,
+of session.py's pools hand themselves to one watchdog thread while they wait for the head,
 and the watchdog shuts the socket of any still waiting at its deadline. The body is bounded by
 the client itself, between reads.
 """
@@ -16,12 +16,9 @@ import socket
 import threading
 import time
 
-import requests
 import urllib3
 import urllib3.connection
 import urllib3.response
-from requests.adapters import HTTPAdapter
-from urllib3.contrib.socks import SOCKSConnection, SOCKSHTTPSConnection, SOCKSProxyManager
 
 _deadlines = threading.local()  # .value: the running fetch's deadline, in this thread
 
@@ -33,18 +30,6 @@ def arm(deadline: float) -> None:
 
 def disarm() -> None:
     _deadlines.value = None
-
-
-def new_session(pool_size: int) -> requests.Session:
-    """A requests.Session whose connections (direct and through proxies) honour arm()."""
-    session = requests.Session()
-    # No proxies, .netrc or CA bundle from the environment: a fetch's behaviour must not
-    # depend on the shell the process happened to start in; proxies come per request.
-    session.trust_env = False
-    adapter = _Adapter(pool_connections=pool_size, pool_maxsize=pool_size, max_retries=0)
-    session.mount("http://", adapter)
-    session.mount("https://", adapter)
-    return session
 
 
 def set_socket_timeout(raw: urllib3.response.HTTPResponse, timeout: float) -> None:
@@ -108,7 +93,7 @@ def _shut(conn: urllib3.connection.HTTPConnection) -> None:
 _WATCHDOG = _Watchdog()
 
 
-class _Watched:
+class Watched:
     """An HTTP(S) connection whose wait for a response head ends at the fetch's deadline."""
 
     def getresponse(self, *args, **kwargs):
@@ -120,57 +105,3 @@ class _Watched:
             return super().getresponse(*args, **kwargs)
         finally:
             _WATCHDOG.unwatch(self)
-
-
-class _WatchedHTTPConnection(_Watched, urllib3.connection.HTTPConnection):
-    pass
-
-
-class _WatchedHTTPSConnection(_Watched, urllib3.connection.HTTPSConnection):
-    pass
-
-
-class _WatchedHTTPPool(urllib3.HTTPConnectionPool):
-    ConnectionCls = _WatchedHTTPConnection
-
-
-class _WatchedHTTPSPool(urllib3.HTTPSConnectionPool):
-    ConnectionCls = _WatchedHTTPSConnection
-
-
-_WATCHED_POOLS = {"http": _WatchedHTTPPool, "https": _WatchedHTTPSPool}
-
-
-# Through a SOCKS proxy (socks5://, socks5h://): the same, on urllib3's SOCKS connections.
-class _WatchedSOCKSConnection(_Watched, SOCKSConnection):
-    pass
-
-
-class _WatchedSOCKSHTTPSConnection(_Watched, SOCKSHTTPSConnection):
-    pass
-
-
-class _WatchedSOCKSHTTPPool(urllib3.HTTPConnectionPool):
-    ConnectionCls = _WatchedSOCKSConnection
-
-
-class _WatchedSOCKSHTTPSPool(urllib3.HTTPSConnectionPool):
-    ConnectionCls = _WatchedSOCKSHTTPSConnection
-
-
-_WATCHED_SOCKS_POOLS = {"http": _WatchedSOCKSHTTPPool, "https": _WatchedSOCKSHTTPSPool}
-
-
-class _Adapter(HTTPAdapter):
-    """requests' adapter with connections that honour the whole-fetch deadline (_Watchdog),
-    direct and through proxies, HTTP or SOCKS."""
-
-    def init_poolmanager(self, *args, **kwargs) -> None:
-        super().init_poolmanager(*args, **kwargs)
-        self.poolmanager.pool_classes_by_scheme = _WATCHED_POOLS
-
-    def proxy_manager_for(self, proxy, **proxy_kwargs):
-        manager = super().proxy_manager_for(proxy, **proxy_kwargs)
-        socks = isinstance(manager, SOCKSProxyManager)
-        manager.pool_classes_by_scheme = _WATCHED_SOCKS_POOLS if socks else _WATCHED_POOLS
-        return manager

@@ -10,6 +10,8 @@ from lxml import etree
 from w3lib.encoding import html_body_declared_encoding, http_content_type_encoding, read_bom
 from w3lib.url import safe_url_string
 
+from crawlhub.http.urls import URLError, URLTooLong, normalize
+
 HTML_TYPES = ("text/html", "application/xhtml+xml")
 MAX_TITLE = 500
 # <link rel=...> values that point at other pages (not stylesheets, icons or preloads).
@@ -325,22 +327,20 @@ class Resolver:
 
 
 def _http_only(url: str, encoding: str) -> str | None:
-    scheme, sep, rest = url.partition("://")
-    # Keeping only http(s) drops mailto:, javascript:, data:, tel:, ftp: and the like.
-    if not sep or scheme.lower() not in ("http", "https") or not rest or rest[0] in "/?#":
-        return None
-    if "[" in url:
+    """`url` in the form the client sends it (urls.normalize), or None when it is not an http(s)
+    URL the client would fetch: mailto:, javascript:, data:, a user name before the host..."""
+    if not (url.isascii() and url.isprintable() and " " not in url):
+        # Non-ASCII hosts become punycode and paths/queries are percent-encoded (the query in
+        # the page's encoding, as a browser would send it) before the URL is read.
         try:
-            urlsplit(url).hostname  # noqa: B018 - rejects a malformed IPv6 literal
-        except ValueError:
+            url = safe_url_string(url, encoding=encoding)
+        except (LookupError, ValueError):  # UnicodeError is a ValueError
             return None
-    if url.isascii() and url.isprintable() and " " not in url:
-        return url
-    # Non-ASCII hosts become punycode and paths/queries are percent-encoded (the query in the
-    # page's encoding, as a browser would send it), so every link is a plain ASCII URL.
     try:
-        return safe_url_string(url, encoding=encoding)
-    except (LookupError, ValueError):  # UnicodeError is a ValueError
+        return normalize(url)
+    except URLTooLong as exc:
+        return exc.normal  # kept, to be recorded with its error rather than lost
+    except URLError:
         return None
 
 

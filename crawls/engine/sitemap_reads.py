@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from crawlhub.http.client import FetchResult
-from crawlhub.http.urls import is_http_url
 from crawls.engine import sitemaps
 from crawls.engine.request import VIA_SITEMAP_ROOT, Request
 
@@ -59,7 +58,7 @@ def read(
     site's robots.txt, for a site's root request) among its sitemaps. The sitemaps an index
     lists are read only on the crawl's sites (`site_allowed`); a robots.txt may name a sitemap
     anywhere (the protocol's cross-submission)."""
-    found = SitemapRead(sitemaps=[url for url in robots_listed if is_http_url(url)])
+    found = SitemapRead(sitemaps=sitemaps.usable_sitemaps(robots_listed))
     root = request.via == VIA_SITEMAP_ROOT
     if fetch.error or fetch.status is None:
         found.problems.append(f"{request.url}: {fetch.error or 'no response'}")

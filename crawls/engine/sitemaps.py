@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from lxml import etree
 from protego import Protego
 
-from crawlhub.http.urls import MAX_URL_LENGTH, is_http_url
+from crawlhub.http.urls import MAX_URL_LENGTH, URLError, normalize
 
 MAX_SITEMAP_BYTES = 50 * 1024 * 1024  # decompressed, per file (the protocol's limit)
 MAX_URLS = 50_000  # entries per file (the protocol's limit)
@@ -42,9 +42,6 @@ _XML_STARTS = (b"<", b"\xff\xfe", b"\xfe\xff")
 # A line of a text with something on it, from its first non-space (matched in C: a text may
 # have 25 million lines).
 _LINE = re.compile(rb"\S[^\n]*")
-# URLs that is_http_url accepts, surely: ASCII, no space or control character, a host name
-# that starts with a letter or digit, a port under 10000.
-_PLAIN_URL = re.compile(r"https?://[A-Za-z0-9][A-Za-z0-9.-]*(?::[0-9]{1,4})?(?:[/?#][!-~]*)?")
 _XML_POSITION = re.compile(r",? line \d+, column \d+$")
 
 
@@ -179,8 +176,8 @@ class _Locs:
         self.entries += 1
         if self.entries > MAX_URLS:
             return  # counted, for the problem, and no more
-        url = text.strip()
-        if _is_url(url):
+        url = _normal_url(text.strip())
+        if url is not None:
             self.urls.append(url)
         else:
             self.bad += 1
@@ -196,12 +193,12 @@ class _Locs:
         return problems
 
 
-def _is_url(url: str) -> bool:
-    """is_http_url(url), sooner for the plain URLs nearly every sitemap has: its checks, one
-    character at a time, would take half the time a 50,000-URL file is read in."""
-    if len(url) <= MAX_URL_LENGTH and _PLAIN_URL.fullmatch(url):
-        return True
-    return is_http_url(url)
+def _normal_url(url: str) -> str | None:
+    """`url` as the client will send it (urls.normalize), or None when it is no http(s) URL."""
+    try:
+        return normalize(url)
+    except URLError:
+        return None
 
 
 def _read_xml(
@@ -328,4 +325,4 @@ def usable_sitemaps(listed: list[str]) -> list[str]:
     """The absolute http(s) URLs among Sitemap: lines, in order, without repeats. Anything
     else (a relative path, garbage) is left out: the protocol wants full URLs."""
     stripped = (url.strip() for url in listed if isinstance(url, str))
-    return [url for url in dict.fromkeys(stripped) if is_http_url(url)]
+    return [url for url in dict.fromkeys(map(_normal_url, stripped)) if url is not None]

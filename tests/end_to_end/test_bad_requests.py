@@ -200,7 +200,9 @@ def test_a_webhook_url_with_a_control_character_is_refused(user, client):
     body = {"crawl": crawl.pk, "url": "http://127.0.0.1:9/\x01hook"}
     response = post(client, "/api/webhooks/", body, **bearer(user))
     assert response.status_code == 400
-    assert response.json() == {"url": ["Enter an http:// or https:// URL."]}
+    assert response.json() == {
+        "url": ["Enter an http:// or https:// URL: this one has a space or a control character."]
+    }
     assert not Webhook.objects.exists()
 
 

@@ -377,7 +377,7 @@ def test_an_external_entity_does_not_read_a_local_file(fetcher, site, tmp_path: 
     )
     found = read_root(fetcher, site)
     assert found == SitemapRead(
-        pages=[f"{u}/a?"],
+        pages=[f"{u}/a"],
         problems=[f"{u}/sitemap.xml: 1 <loc> is not an absolute http(s) URL: skipped"],
     )
     assert "SECRET" not in repr(found)
@@ -392,7 +392,7 @@ def test_an_external_dtd_is_not_loaded(fetcher, site, tmp_path: Path):
         f'[<!ENTITY % remote SYSTEM "{u}/evil.dtd"> %remote;]>'
         f'<urlset xmlns="{NS}"><url><loc>{u}/a?&x;</loc></url></urlset>'
     )
-    assert read_root(fetcher, site) == SitemapRead(pages=[f"{u}/a?"])
+    assert read_root(fetcher, site) == SitemapRead(pages=[f"{u}/a"])
     assert site.paths() == ["/sitemap.xml"]
 
 

@@ -473,11 +473,20 @@ def test_dns_failure(fetcher):
     assert result.error_kind == "dns" and not result.retryable
 
 
-@pytest.mark.parametrize("url", ["ftp://example.com/", "/relative", "http://", "http://[::1/x", ""])
-def test_invalid_url_is_reported_not_raised(fetcher, url):
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("ftp://example.com/", "not an http(s) URL"),
+        ("/relative", "not an http(s) URL"),
+        ("http://", "has no host"),
+        ("http://[::1/x", "has a malformed IPv6 address"),
+        ("", "not an http(s) URL"),
+    ],
+)
+def test_invalid_url_is_reported_not_raised(fetcher, url, why):
     result = fetcher.fetch(url)
     assert result.error_kind == "invalid" and result.status is None
-    assert result.error.startswith("not an http(s) URL")
+    assert result.error == f"{why}: {url!r}"
 
 
 # -- content ---------------------------------------------------------------------------------

@@ -85,7 +85,7 @@ def test_relative_links_resolve_like_a_browser():
         "http://example.com/dir/same",
         "http://example.com/abs",
         "http://example.com/dir/page.html?q=1",
-        "http://Other.example.com/X",
+        "http://other.example.com/X",  # the host as browsers send it: lowercase
     ]
 
 

@@ -16,11 +16,12 @@ from pathlib import Path
 
 import pytest
 from django.core.exceptions import ValidationError
+from django.utils import timezone
 
 from crawlhub.http import netguard
 from crawlhub.http.client import Fetcher, refusal
-from crawls import services
-from crawls.models import CrawlState
+from crawls import services, webhooks
+from crawls.models import CrawlState, Webhook, WebhookDelivery
 from tests.support.clients import form_data
 from tests.support.crawling import drive
 from tests.support.sites import Response, pages_site
@@ -44,17 +45,13 @@ def blocked(host: str) -> str:
 
 
 @pytest.fixture
-def first_hop_allowed(guard_on, monkeypatch):
-    """first_hop_allowed(site_url): the real guard, on, except for URLs of `site_url`, which
-    plays a public site."""
-    real_check = netguard.check_url
+def site_allowed(guard_on):
+    """site_allowed(site_url): the real guard, on, with the address and port of `site_url`
+    let through (CRAWLHUB_PRIVATE_NETWORKS_ALLOWED), so that it plays a public site; every
+    other address on loopback stays private, other ports of 127.0.0.1 included."""
 
     def allow(site_url: str) -> None:
-        def check(url: str) -> None:
-            if not url.startswith(site_url + "/"):
-                real_check(url)
-
-        monkeypatch.setattr(netguard, "check_url", check)
+        guard_on.CRAWLHUB_PRIVATE_NETWORKS_ALLOWED = [site_url.partition("://")[2]]
 
     return allow
 
@@ -131,11 +128,11 @@ def test_fetcher_refuses_a_loopback_url_without_connecting(make_site, guard_on):
     assert site.log == []
 
 
-def test_a_redirect_to_a_private_address_is_not_followed(make_site, first_hop_allowed):
+def test_a_redirect_to_a_private_address_is_not_followed(make_site, site_allowed):
     site = make_site(
         pages_site({"/": Response(status=302, headers={"Location": "http://10.255.255.1/"})})
     )
-    first_hop_allowed(site.url)
+    site_allowed(site.url)
     # 10.255.255.1 blackholes: connecting would take the whole 5 s timeout.
     with Fetcher(timeout=5, max_bytes=10_000) as f:
         started = time.monotonic()
@@ -153,16 +150,16 @@ def test_a_redirect_to_a_private_address_is_not_followed(make_site, first_hop_al
         ("http://[::1]:{port}/secret", "::1 is a loopback"),
         ("http://[::ffff:127.0.0.1]:{port}/secret", "::ffff:7f00:1 is a loopback"),
         ("http://localhost:{port}/secret", "localhost resolves to"),
-        ("http://2130706433:{port}/secret", "2130706433 resolves to 127.0.0.1"),
+        ("http://2130706433:{port}/secret", "127.0.0.1 is a loopback"),  # read as 127.0.0.1
     ],
 )
 def test_redirects_to_loopback_in_any_spelling_never_reach_it(
-    make_site, first_hop_allowed, target, kind
+    make_site, site_allowed, target, kind
 ):
     inner = make_site(pages_site({"/secret": "<title>internal</title>"}))
     location = target.format(port=inner.port)
     outer = make_site(pages_site({"/": Response(status=301, headers={"Location": location})}))
-    first_hop_allowed(outer.url)
+    site_allowed(outer.url)
     with Fetcher(timeout=1, max_bytes=10_000) as f:
         result = f.fetch(outer.url + "/")
     assert result.error.startswith(f"blocked: {kind}") and result.error_kind == "blocked"
@@ -241,13 +238,13 @@ def test_a_crawl_of_loopback_is_refused_page_by_page_with_the_setting_on(user, m
 
 @pytest.mark.django_db
 def test_a_crawl_s_redirect_to_a_private_address_is_a_page_refused_without_connecting(
-    user, make_site, first_hop_allowed
+    user, make_site, site_allowed
 ):
     target = "http://10.255.255.1/"  # blackholes: connecting would take the whole timeout
     site = make_site(pages_site({
         "/": '<a href="/old">old</a>', "/old": Response(status=302, headers={"Location": target}),
     }))  # fmt: skip
-    first_hop_allowed(site.url)
+    site_allowed(site.url)
     crawl = services.crawl_create(
         user=user, name="t", seeds=[site.url + "/"], obey_robots=False, timeout=5,
         allowed_domains=["127.0.0.1", "10.255.255.1"],
@@ -329,3 +326,128 @@ def test_the_setting_is_on_in_production_and_off_in_development(tmp_path, env, e
                             capture_output=True, text=True, timeout=60)  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert result.stdout.split()[-1] == expected
+
+
+# -- one reading of a URL: what the guard checks is where the socket goes ----------------------
+#
+# urllib.parse ends an authority at "/", requests and urllib3 (and browsers) at "\" too: before
+# URLs were read once (crawlhub/http/urls.py), the guard and scope saw public.example in
+# http://127.0.0.2:PORT\@public.example/../secret while the client connected to 127.0.0.2 and
+# asked for /secret. The internal server here listens on 127.0.0.2, a loopback address; the
+# site playing a public one on 127.0.0.1, let through by CRAWLHUB_PRIVATE_NETWORKS_ALLOWED.
+
+
+@pytest.fixture
+def internal(make_site):
+    """An internal service on 127.0.0.2 that must never be reached."""
+    return make_site(pages_site({"/secret": "<title>internal secret</title>"}), host="127.0.0.2")
+
+
+def backslashed(internal) -> str:
+    return f"http://127.0.0.2:{internal.port}\\@public.example/../secret"
+
+
+def test_a_redirect_to_a_backslashed_authority_never_reaches_the_internal_host(
+    make_site, site_allowed, internal
+):
+    outer = make_site(
+        pages_site({"/": Response(status=302, headers={"Location": backslashed(internal)})})
+    )
+    site_allowed(outer.url)
+    with Fetcher(timeout=1, max_bytes=10_000) as f:
+        result = f.fetch(outer.url + "/", follow_redirects=False)
+        followed = f.get(outer.url + "/")
+    assert result.redirect_to == f"http://127.0.0.2:{internal.port}/secret"
+    assert followed.error == f"blocked: 127.0.0.2 is a loopback address {SETTING}"
+    assert internal.log == []
+
+
+@pytest.mark.django_db
+def test_a_crawl_never_fetches_an_internal_page_through_a_backslashed_link_or_redirect(
+    user, make_site, site_allowed, internal
+):
+    target = backslashed(internal)
+    site = make_site(pages_site({
+        "/": f'<a href="{target}">x</a> <a href="/moved">moved</a>',
+        "/moved": Response(status=302, headers={"Location": target}),
+    }))  # fmt: skip
+    site_allowed(site.url)
+    crawl = services.crawl_create(
+        user=user, name="t", seeds=[site.url + "/"], obey_robots=False,
+        allowed_domains=["127.0.0.1", "127.0.0.2", "public.example"],
+    )  # fmt: skip
+    services.crawl_start(crawl=crawl, user=user)
+    crawl = drive(crawl, timeout=30)
+    assert internal.log == []
+    # The link and the redirect are one URL, read as the client reads it, and refused.
+    page = crawl.pages.get(url=f"http://127.0.0.2:{internal.port}/secret")
+    assert page.status is None and not page.body
+    assert page.error == f"blocked: 127.0.0.2 is a loopback address {SETTING}"
+    assert "internal secret" not in "".join(crawl.pages.values_list("title", flat=True))
+
+
+@pytest.mark.django_db
+def test_a_backslashed_seed_is_refused_for_the_host_it_really_names(user, guard_on):
+    seed = "http://127.0.0.2:8000\\@public.example/"
+    with pytest.raises(ValidationError) as caught:
+        services.crawl_create(user=user, name="t", seeds=[seed])
+    assert caught.value.message_dict["seeds"] == [
+        f"line 1: {seed!r} is refused: 127.0.0.2 is a loopback address {SETTING}"
+    ]
+
+
+@pytest.mark.django_db
+def test_a_webhook_to_a_backslashed_authority_is_refused_and_never_delivered(
+    user, guard_on, internal
+):
+    crawl = services.crawl_create(user=user, name="t", seeds=["http://93.184.216.34/"])
+    url = f"http://127.0.0.2:{internal.port}\\@public.example/../secret"
+    with pytest.raises(ValidationError, match="127.0.0.2 is a loopback address"):
+        webhooks.webhook_create(user=user, url=url, events=["finished"], crawl=crawl)
+    # One saved before this check (or by any other door) is refused when it is sent.
+    webhook = Webhook.objects.create(
+        crawl=crawl, url=url, events=["finished"], secret="s", created_by=user
+    )
+    delivery = WebhookDelivery.objects.create(
+        webhook=webhook, crawl=crawl, event="finished", payload={}, next_attempt_at=timezone.now()
+    )
+    webhooks.deliver(delivery.pk, retry=False)
+    delivery.refresh_from_db()
+    assert delivery.error == f"BlockedAddress: 127.0.0.2 is a loopback address {SETTING}"
+    assert internal.log == []
+
+
+def test_the_socket_is_checked_when_dns_answers_differently_the_second_time(
+    make_site, guard_on, monkeypatch
+):
+    """DNS rebinding: the name is public when the guard asks, private when the socket does.
+    The answer the guard's own lookup gets is replaced (what a rebinding DNS server does);
+    the socket's lookup is the machine's, where localhost is 127.0.0.1."""
+    site = make_site(pages_site({"/": "<title>internal</title>"}))
+    monkeypatch.setattr(netguard, "_resolve", lambda host: [ipaddress.ip_address("8.8.8.8")])
+    netguard._cache.clear()
+    with Fetcher(timeout=1, max_bytes=10_000) as f:
+        result = f.fetch(f"http://localhost:{site.port}/")
+    netguard._cache.clear()
+    assert result.error == f"blocked: localhost resolves to 127.0.0.1, a loopback address {SETTING}"
+    assert result.error_kind == "blocked" and site.log == []
+
+
+def test_the_operators_url_is_exempt_at_connection_time_too(make_site, guard_on):
+    own = make_site(pages_site({"/echo": '{"origin": "x"}'}))
+    with Fetcher(timeout=1, max_bytes=10_000) as f:
+        assert f.get(own.url + "/echo", operator_url=True).status == 200
+        assert f.get(own.url + "/echo").error_kind == "blocked"  # the same pool, guarded
+    assert own.paths() == ["/echo"]
+
+
+@pytest.mark.parametrize(
+    ("entries", "message"),
+    [
+        (["10.1.2.3:0"], "'10.1.2.3:0' has a port that is not 1 to 65535"),
+        (["intranet"], "'intranet' is not an address or network"),
+    ],
+)
+def test_a_bad_allowed_entry_is_refused_naming_it(entries, message):
+    with pytest.raises(ValueError, match=message):
+        netguard.allowed_networks(tuple(entries))

@@ -49,9 +49,10 @@ def free_port() -> int:
 
 
 class LocalSite:
-    """A threaded HTTP server on a free loopback port serving `handler`."""
+    """A threaded HTTP server on a free loopback port serving `handler` (on `host`: any
+    address of 127.0.0.0/8 is loopback, so 127.0.0.2 plays another machine's address)."""
 
-    def __init__(self, handler: Handler) -> None:
+    def __init__(self, handler: Handler, host: str = "127.0.0.1") -> None:
         self.handler = handler
         self.log: list[Request] = []
         self._lock = threading.Lock()
@@ -90,10 +91,10 @@ class LocalSite:
             def log_message(self, *args) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        self.server = ThreadingHTTPServer((host, 0), _Handler)
         self.server.daemon_threads = True
         self.port = self.server.server_address[1]
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"http://{host}:{self.port}"
         # stop() waits for serve_forever to notice: every poll_interval (0.5 s by default).
         self._thread = threading.Thread(
             target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True

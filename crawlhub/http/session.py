@@ -1,0 +1,208 @@
+"""The requests.Session the client fetches with: connections that honour the whole-fetch
+deadline (deadline.py) and, made directly, the private-network guard at connection time; a
+cookie jar that binds a site's cookies to the scheme and port that set them.
+
+The guard (netguard.py) is asked for every URL before it is fetched, which gives a refusal in
+words before any work is done (a crawl asks before reading robots.txt). That check resolves the
+name itself; the socket then resolves it again, and a DNS server may answer differently the
+second time (rebinding). So a direct connection resolves its host once, here, and asks the
+guard about each address before connecting to it: whatever a URL or a DNS server says, the
+socket never reaches an address the guard refuses. Connections to a proxy are the operator's
+choice and are not checked; the URL asked of the proxy is (client.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.cookiejar
+import socket
+import sys
+import threading
+from collections.abc import Iterator
+from urllib.parse import urlsplit
+
+import requests
+import urllib3
+import urllib3.connection
+from requests.adapters import HTTPAdapter
+from urllib3.contrib.socks import SOCKSConnection, SOCKSHTTPSConnection, SOCKSProxyManager
+from urllib3.exceptions import ConnectTimeoutError, NameResolutionError, NewConnectionError
+from urllib3.util.connection import allowed_gai_family
+from urllib3.util.timeout import _DEFAULT_TIMEOUT
+
+from crawlhub.http import netguard
+from crawlhub.http.deadline import Watched
+from crawlhub.http.urls import DEFAULT_PORTS
+
+_exempt = threading.local()  # .value: this thread's next connections skip the guard
+
+
+@contextlib.contextmanager
+def unguarded() -> Iterator[None]:
+    """Connections made in this thread, inside the block, are not checked: for the operator's
+    own URL only (a proxy check of PROXY_CHECK_URL, on loopback by default)."""
+    _exempt.value = True
+    try:
+        yield
+    finally:
+        _exempt.value = False
+
+
+def new_session(pool_size: int) -> requests.Session:
+    """A requests.Session whose connections (direct and through proxies) honour arm(), and
+    whose direct connections are checked by the guard."""
+    session = requests.Session()
+    # No proxies, .netrc or CA bundle from the environment: a fetch's behaviour must not
+    # depend on the shell the process happened to start in; proxies come per request.
+    session.trust_env = False
+    session.cookies.set_policy(OriginBoundCookies())
+    adapter = _Adapter(pool_connections=pool_size, pool_maxsize=pool_size, max_retries=0)
+    session.mount("http://", adapter)
+    session.mount("https://", adapter)
+    return session
+
+
+class OriginBoundCookies(http.cookiejar.DefaultCookiePolicy):
+    """Cookies a site sets go back to the scheme and port that set them, as browsers that bind
+    cookies to origins do: a cookie of http://host:8000 never reaches http://host:9000 (another
+    service on the same machine) nor https://host. Domain and path rules are the standard ones.
+    """
+
+    _KEY = "crawlhub-origin"
+
+    def set_ok(self, cookie: http.cookiejar.Cookie, request) -> bool:
+        if not super().set_ok(cookie, request):
+            return False
+        cookie._rest[self._KEY] = _scheme_and_port(request.get_full_url())
+        return True
+
+    def return_ok(self, cookie: http.cookiejar.Cookie, request) -> bool:
+        origin = cookie._rest.get(self._KEY)
+        if origin is not None and origin != _scheme_and_port(request.get_full_url()):
+            return False
+        return super().return_ok(cookie, request)
+
+
+def _scheme_and_port(url: str) -> str:
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    return f"{parts.scheme}:{port or DEFAULT_PORTS.get(parts.scheme, 0)}"
+
+
+def connect(host: str, port: int, timeout, source_address, socket_options) -> socket.socket:
+    """urllib3's create_connection, with the guard asked about each address it resolved,
+    before connecting to it (netguard.BlockedAddress, not an OSError: no retry helps)."""
+    name = host.strip("[]")
+    error: OSError | None = None
+    check = not getattr(_exempt, "value", False) and netguard.enabled()
+    for family, kind, proto, _, address in socket.getaddrinfo(
+        name, port, allowed_gai_family(), socket.SOCK_STREAM
+    ):
+        if check:
+            netguard.check_address(address[0], port, name)
+        sock = socket.socket(family, kind, proto)
+        try:
+            for option in socket_options or ():
+                sock.setsockopt(*option)
+            if timeout is not _DEFAULT_TIMEOUT:
+                sock.settimeout(timeout)
+            if source_address:
+                sock.bind(source_address)
+            sock.connect(address)
+            return sock
+        except OSError as exc:
+            error = exc
+            sock.close()
+    raise error if error is not None else OSError("getaddrinfo returns an empty list")
+
+
+class _Guarded:
+    """A direct HTTP(S) connection that connects only to addresses the guard lets through."""
+
+    def _new_conn(self) -> socket.socket:
+        try:
+            sock = connect(
+                self._dns_host, self.port, self.timeout, self.source_address, self.socket_options
+            )
+        except socket.gaierror as exc:
+            raise NameResolutionError(self.host, self, exc) from exc
+        except TimeoutError as exc:
+            raise ConnectTimeoutError(
+                self, f"Connection to {self.host} timed out. (connect timeout={self.timeout})"
+            ) from exc
+        except OSError as exc:
+            raise NewConnectionError(self, f"Failed to establish a new connection: {exc}") from exc
+        sys.audit("http.client.connect", self, self.host, self.port)
+        return sock
+
+
+class _DirectHTTPConnection(_Guarded, Watched, urllib3.connection.HTTPConnection):
+    pass
+
+
+class _DirectHTTPSConnection(_Guarded, Watched, urllib3.connection.HTTPSConnection):
+    pass
+
+
+class _DirectHTTPPool(urllib3.HTTPConnectionPool):
+    ConnectionCls = _DirectHTTPConnection
+
+
+class _DirectHTTPSPool(urllib3.HTTPSConnectionPool):
+    ConnectionCls = _DirectHTTPSConnection
+
+
+class _ProxiedHTTPConnection(Watched, urllib3.connection.HTTPConnection):
+    pass
+
+
+class _ProxiedHTTPSConnection(Watched, urllib3.connection.HTTPSConnection):
+    pass
+
+
+class _ProxiedHTTPPool(urllib3.HTTPConnectionPool):
+    ConnectionCls = _ProxiedHTTPConnection
+
+
+class _ProxiedHTTPSPool(urllib3.HTTPSConnectionPool):
+    ConnectionCls = _ProxiedHTTPSConnection
+
+
+# Through a SOCKS proxy (socks5://, socks5h://): the same, on urllib3's SOCKS connections.
+class _SOCKSConnection(Watched, SOCKSConnection):
+    pass
+
+
+class _SOCKSHTTPSConnection(Watched, SOCKSHTTPSConnection):
+    pass
+
+
+class _SOCKSHTTPPool(urllib3.HTTPConnectionPool):
+    ConnectionCls = _SOCKSConnection
+
+
+class _SOCKSHTTPSPool(urllib3.HTTPSConnectionPool):
+    ConnectionCls = _SOCKSHTTPSConnection
+
+
+_DIRECT_POOLS = {"http": _DirectHTTPPool, "https": _DirectHTTPSPool}
+_PROXIED_POOLS = {"http": _ProxiedHTTPPool, "https": _ProxiedHTTPSPool}
+_SOCKS_POOLS = {"http": _SOCKSHTTPPool, "https": _SOCKSHTTPSPool}
+
+
+class _Adapter(HTTPAdapter):
+    """requests' adapter with connections that honour the whole-fetch deadline, direct and
+    through proxies, HTTP or SOCKS; direct ones checked by the guard as they connect."""
+
+    def init_poolmanager(self, *args, **kwargs) -> None:
+        super().init_poolmanager(*args, **kwargs)
+        self.poolmanager.pool_classes_by_scheme = _DIRECT_POOLS
+
+    def proxy_manager_for(self, proxy, **proxy_kwargs):
+        manager = super().proxy_manager_for(proxy, **proxy_kwargs)
+        socks = isinstance(manager, SOCKSProxyManager)
+        manager.pool_classes_by_scheme = _SOCKS_POOLS if socks else _PROXIED_POOLS
+        return manager
