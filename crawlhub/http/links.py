@@ -10,7 +10,7 @@ from lxml import etree
 from w3lib.encoding import html_body_declared_encoding, http_content_type_encoding, read_bom
 from w3lib.url import safe_url_string
 
-from crawlhub.http.urls import URLError, URLTooLong, normalize
+from crawlhub.http.urls import MAX_URL_LENGTH, URLError, URLTooLong, is_normal_path, normalize
 
 HTML_TYPES = ("text/html", "application/xhtml+xml")
 MAX_TITLE = 500
@@ -268,6 +268,8 @@ class Resolver:
         self.plain = (
             self.scheme in ("http", "https") and bool(parts.netloc) and ";" not in self.path
         )
+        # An origin the client sends as it is: "/path" links then need no normalize().
+        self.normal_origin = _http_only(self.origin + "/", self.encoding) == self.origin + "/"
 
     def join(self, href: str) -> str:
         if href.startswith(("http://", "https://")):
@@ -319,6 +321,11 @@ class Resolver:
         if "\t" in href or "\n" in href or "\r" in href:
             href = href.replace("\t", "").replace("\n", "").replace("\r", "")
         href = href.partition("#")[0]
+        # Most links are "/path" on a page whose origin is in normal form already.
+        if self.normal_origin and href[:1] == "/" and href[1:2] != "/" and is_normal_path(href):
+            url = self.origin + href
+            if len(url) <= MAX_URL_LENGTH:
+                return url
         try:
             url = self.join(href) if href else self.base
         except ValueError:  # e.g. a malformed IPv6 literal

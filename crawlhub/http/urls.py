@@ -36,12 +36,13 @@ MAX_HOST_LENGTH = 253
 _PATH_CHARS = r"A-Za-z0-9\-._~!$&'()*+,;=:@/"
 _OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
 _NORMAL = re.compile(
-    r"(https?)://"
-    rf"(?:(?:[a-z0-9_\-]{{1,63}}\.)*[a-z][a-z0-9_\-]{{0,62}}|{_OCTET}(?:\.{_OCTET}){{3}})"
-    r"(?::([1-9][0-9]{0,4}))?"
+    r"(?:http://|(https)://)([a-z0-9_.\-]+)(?::([1-9][0-9]{0,4}))?"
     rf"/[{_PATH_CHARS}]*(?:\?[{_PATH_CHARS}?]+)?"
 )
-_DOT_SEGMENT = re.compile(r"/\.\.?(?:/|\?|$)")
+_NORMAL_PATH = re.compile(rf"/[{_PATH_CHARS}]*(?:\?[{_PATH_CHARS}?]+)?")
+_PLAIN_HOST = re.compile(
+    rf"(?:[a-z0-9_\-]{{1,63}}\.)*[a-z][a-z0-9_\-]{{0,62}}|{_OCTET}(?:\.{_OCTET}){{3}}"
+)
 
 # What the path and the query keep as they are (RFC 3986 pchar, plus "/" and, in the query,
 # "?"): exactly what urllib3 leaves unescaped, so that the client changes nothing.
@@ -78,23 +79,28 @@ def normalize(url: str, *, userinfo: bool = False) -> str:
     A user name or password before the host is refused unless `userinfo` (a proxy list's
     address may carry its basic-auth credentials; a crawl's never do: they would be shown
     wherever its URLs are). Kept, it is escaped so that no reader can take it for the host."""
-    if _NORMAL.fullmatch(url) and _normal_details(url):
-        return url
-    return _normalize(url, userinfo)
+    match = _NORMAL.fullmatch(url)
+    if match is None or len(url) > MAX_URL_LENGTH or "/." in url:  # dot segments: the long way
+        return _normalize(url, userinfo)
+    https, host, port = match.groups()
+    if not _plain_host(host) or (
+        port is not None and (int(port) > 65535 or port == ("443" if https else "80"))
+    ):
+        return _normalize(url, userinfo)
+    return url
 
 
-def _normal_details(url: str) -> bool:
-    """What _NORMAL cannot say: no default port, no dot segment, no "%", not too long."""
-    if "%" in url or len(url) > MAX_URL_LENGTH:
-        return False
-    scheme, _, rest = url.partition("://")
-    authority, slash, rest = rest.partition("/")
-    host, colon, port = authority.partition(":")
-    if len(host) > MAX_HOST_LENGTH:
-        return False
-    if colon and int(port) in (DEFAULT_PORTS[scheme], 0) or int(port or 0) > 65535:
-        return False
-    return "/." not in rest and not (rest.startswith(".") and _DOT_SEGMENT.match("/" + rest))
+def is_normal_path(path: str) -> bool:
+    """True when `path` (with its query) is as normalize() leaves it: an origin in normal form
+    followed by it is a URL in normal form, if not too long (links.py's shortcut)."""
+    return _NORMAL_PATH.fullmatch(path) is not None and "/." not in path
+
+
+@lru_cache(maxsize=4096)
+def _plain_host(host: str) -> bool:
+    """A host name whose last label starts with a letter, or four decimal numbers: in normal
+    form as it is. Cached: a page's links name a few hosts many times."""
+    return len(host) <= MAX_HOST_LENGTH and _PLAIN_HOST.fullmatch(host) is not None
 
 
 def _normalize(url: str, userinfo: bool) -> str:

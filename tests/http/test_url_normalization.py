@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from urllib3.util import parse_url
 
 from crawlhub.http.client import Fetcher
+from crawlhub.http.links import Resolver
 from crawlhub.http.urls import URLError, normalize
 from tests.support.fuzzing import PROPERTY
 
@@ -241,3 +242,28 @@ def addresses(host: str) -> set[str]:
     except ValueError:
         found = {ipaddress.ip_address(info[4][0]) for info in socket.getaddrinfo(host, None)}
     return {str(getattr(ip, "ipv4_mapped", None) or ip) for ip in found}
+
+
+# -- links take a shortcut to the same normal form ----------------------------------------------
+
+bases = st.sampled_from([
+    "http://example.com/dir/page.html", "https://example.com:8443/a/b?x=1", "http://127.0.0.1:8000/",
+    "http://Example.com/", "http://example.com:80/d/", "http://[::1]:81/x",
+])  # fmt: skip
+hrefs = st.lists(
+    st.sampled_from(
+        ["/", "//", "a", "..", ".", "%2e", "?", "q=1", "é", "%41", "\\", ":", "@", "~"]
+    ),
+    max_size=8,
+).map("".join)
+
+
+@settings(PROPERTY, max_examples=2000)
+@given(bases, hrefs)
+def test_a_link_resolves_to_the_normal_form_of_its_url(base, href):
+    resolver = Resolver(base)
+    slow = Resolver(base)
+    slow.normal_origin = False  # every link through urljoin-like joining and normalize()
+    assert resolver.absolute(href) == slow.absolute(href)
+    if (found := resolver.absolute(href)) is not None:
+        assert normalize(found) == found
