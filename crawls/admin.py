@@ -4,7 +4,7 @@ from django.core.exceptions import ValidationError
 from django.urls import reverse
 from django.utils.html import format_html
 
-from crawls import schedules, services, webhooks
+from crawls import editing, schedules, services, webhooks
 from crawls.models import (
     CRAWL_OPTIONS,
     Channel,
@@ -116,7 +116,9 @@ class CrawlAdmin(admin.ModelAdmin):
     def save_model(self, request, obj, form, change) -> None:
         """New crawls go through crawl_create, like every other door."""
         if change:
+            before = Crawl.objects.get(pk=obj.pk)
             super().save_model(request, obj, form, change)
+            editing.crawl_admin_changed(crawl=obj, before=before, user=request.user)
             return
         fields = {k: getattr(obj, k) for k in CRAWL_OPTIONS}
         created = services.crawl_create(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.exceptions import ValidationError
+from django.core.exceptions import NON_FIELD_ERRORS, PermissionDenied, ValidationError
 from django.db import transaction
 
 from crawls import services
@@ -59,9 +59,11 @@ def crawl_update(
     """Change every setting of a draft; credentials are replaced only when some are given
     (secrets are write-only: left empty, the crawl keeps its own), and the saved ones of each
     kind in `remove_credentials` (credentials.KINDS: headers, cookies, basic_auth, login) are
-    removed. Raises ValidationError naming every bad field at once, the credentials' with the
-    seeds', as crawl_create does. Returns the names of the fields changed ("credentials" for
-    any change to them)."""
+    removed. Credentials given are bound to the origins of the seeds given with them; kept,
+    they stay bound where they were, whatever the seeds become. Only the crawl's owner gives
+    them; anyone who may edit the draft may remove them. Raises ValidationError naming every
+    bad field at once, the credentials' with the seeds', as crawl_create does. Returns the
+    names of the fields changed ("credentials" for any change to them)."""
     if not can_edit(crawl):
         raise CrawlActionError(
             f"A {crawl.get_state_display().lower()} crawl's settings cannot be edited; "
@@ -74,7 +76,9 @@ def crawl_update(
     except ValidationError as exc:
         errors.update(exc.message_dict)
     found = None
-    if auth and any(auth.values()):
+    if auth and any(auth.values()) and not crawl.is_owned_by(user):
+        errors[NON_FIELD_ERRORS] = [owner_only(crawl)]
+    elif auth and any(auth.values()):
         try:
             found = services.clean_credentials(
                 seeds=None if "seeds" in errors else fresh.seeds if fresh else seeds, auth=auth
@@ -95,12 +99,14 @@ def crawl_update(
         crawl.save()
         notes = [f"changed {', '.join(_label(f) for f in changed)}"] if changed else []
         if found is not None:
-            CrawlAuth.objects.update_or_create(
-                crawl=crawl, defaults=credentials.to_row_values(found)
-            )
-            notes.append("new " + services.credentials_note(found))
+            notes.append(_save_credentials(crawl, found))
         if removed := _remove_credentials(crawl, remove_credentials):
             notes.append("removed the saved " + ", ".join(removed))
+        kept = None if found else CrawlAuth.objects.filter(crawl=crawl).first()
+        if notes and kept is not None:  # what the change did to them: nothing, said where
+            what = "the other credentials kept" if removed else "credentials kept"
+            where = services.binding_note(credentials.from_row(kept), crawl.seeds)
+            notes.append(f"{what}, {where}")
         if found is not None or removed:
             changed.append("credentials")
         if notes:
@@ -110,22 +116,99 @@ def crawl_update(
     return changed
 
 
+def crawl_admin_changed(*, crawl: Crawl, before: Crawl, user) -> None:
+    """On the trail: the settings an admin changed in Django's admin (`before`: the row as it
+    was; saved there, in any state), and where the credentials stay: the seeds' origins may
+    have changed, the credentials' have not."""
+    fields = [f for f in SETTINGS if getattr(before, f) != getattr(crawl, f)]
+    if not fields:
+        return
+    notes = [f"changed {', '.join(_label(f) for f in fields)} in the admin"]
+    if kept := CrawlAuth.objects.filter(crawl=crawl).first():
+        where = services.binding_note(credentials.from_row(kept), crawl.seeds)
+        notes.append(f"credentials kept, {where}")
+    CrawlEvent.objects.create(
+        crawl=crawl, kind=CrawlEvent.Kind.EDITED, user=user, detail="; ".join(notes)
+    )
+
+
+def owner_only(crawl: Crawl) -> str:
+    owner = crawl.created_by.get_username() if crawl.created_by else "nobody: its owner is gone"
+    return (
+        f"Only the crawl's owner ({owner}) can enter its credentials: they are the owner's, "
+        "for the owner's sites. Saved ones can be removed."
+    )
+
+
+def _save_credentials(crawl: Crawl, found: credentials.Credentials) -> str:
+    """Save credentials just entered for the crawl, replacing any (they come bound to the
+    origins of the seeds they were entered with); what the trail says of it."""
+    row, created = CrawlAuth.objects.update_or_create(
+        crawl=crawl, defaults=credentials.to_row_values(found)
+    )
+    crawl.auth = row  # what crawl.auth reads from now on
+    return services.credentials_note(found, verb="entered" if created else "re-entered")
+
+
 def _remove_credentials(crawl: Crawl, kinds: list[str] | tuple[str, ...]) -> list[str]:
     """Empty the saved credentials of these kinds (the row goes once nothing is left); the
     words for the kinds that were there."""
     row = CrawlAuth.objects.filter(crawl=crawl).first()
     if row is None:
         return []
-    held = credentials.kinds_set(credentials.from_row(row, crawl.seeds))
+    held = credentials.kinds_set(credentials.from_row(row))
     removed = [kind for kind in credentials.KINDS if kind in kinds and kind in held]
     for kind in removed:
         for field in credentials.KINDS[kind][2]:
             setattr(row, field, CrawlAuth._meta.get_field(field).get_default())
-    if removed and not credentials.kinds_set(credentials.from_row(row, crawl.seeds)):
+    if removed and not credentials.kinds_set(credentials.from_row(row)):
         row.delete()
     elif removed:
         row.save()
     return [credentials.KINDS[kind][0] for kind in removed]
+
+
+# Where the owner may enter a crawl's credentials again: while it may still fetch.
+CREDENTIAL_STATES = (CrawlState.DRAFT, *LIVE_STATES)
+
+
+def can_enter_credentials(crawl: Crawl, user) -> bool:
+    return crawl.state in CREDENTIAL_STATES and crawl.is_owned_by(user)
+
+
+def origins_of_seeds(seeds: list[str]) -> list[str]:
+    """Where credentials entered now for a crawl of these seeds would go."""
+    return sorted(credentials.origin_text(found) for found in credentials.bound_origins(seeds))
+
+
+def crawl_enter_credentials(*, crawl: Crawl, user, auth: dict[str, Any]) -> list[str]:
+    """The owner enters the crawl's credentials again (credentials.INPUTS): they replace the
+    saved ones whole and are bound to the origins of the crawl's seeds as they are now, seeds
+    added since included. A running crawl's slices take them when they start (within
+    CRAWLHUB_SLICE_SECONDS), and a login step logs in anew with them. PermissionDenied for
+    anyone but the owner; ValidationError naming each bad input, never a secret. Returns the
+    origins they are bound to."""
+    if not crawl.is_owned_by(user):
+        raise PermissionDenied(owner_only(crawl))
+    if crawl.state not in CREDENTIAL_STATES:
+        raise CrawlActionError(
+            f"A {crawl.get_state_display().lower()} crawl fetches nothing more: its "
+            "credentials cannot change; Run again makes a draft that can take them."
+        )
+    found = services.clean_credentials(seeds=crawl.seeds, auth=auth)
+    if found is None:
+        raise ValidationError({NON_FIELD_ERRORS: [
+            "Give the credentials to send, all of them: they replace the saved ones whole."
+        ]})  # fmt: skip
+    with transaction.atomic():
+        note = _save_credentials(crawl, found)
+        CrawlEvent.objects.create(
+            crawl=crawl, kind=CrawlEvent.Kind.CREDENTIALS, user=user, detail=note
+        )
+        if crawl.state != CrawlState.DRAFT:
+            # A login with the fields entered now, not the session of the ones replaced.
+            transaction.on_commit(Frontier(crawl.pk).session_forget)
+    return sorted(credentials.origin_text(bound) for bound in found.origins)
 
 
 def crawl_change_live(*, crawl: Crawl, user, **changes: Any) -> list[str]:
@@ -202,21 +285,17 @@ def _label(field: str) -> str:
 
 
 def crawl_run_again(*, crawl: Crawl, user) -> Crawl:
-    """A new draft with the crawl's settings (not its results). Its credentials come along
-    only for the crawl's owner: whoever else may see the crawl (staff) did not give them, and
-    running them as their own would act as the owner on the owner's sites."""
+    """A new draft with the crawl's settings (not its results). Its credentials come along,
+    bound to the same origins, only for the crawl's owner (services.crawl_copy_credentials)."""
     options = {f: getattr(crawl, f) for f in CRAWL_OPTIONS}
-    copy = services.crawl_create(
-        user=user, name=crawl.name, seeds=crawl.seeds, channel=crawl.channel, **options
-    )
-    note = f"a copy of #{crawl.pk}"
-    if user is not None and user.pk == crawl.created_by_id:
-        services.crawl_copy_credentials(source=crawl, crawl=copy)
-        if CrawlAuth.objects.filter(crawl=copy).exists():
-            note += ", with its credentials"
-    elif CrawlAuth.objects.filter(crawl=crawl).exists():
-        note += ", without its credentials (only its owner's copies get them)"
-    CrawlEvent.objects.filter(crawl=copy, kind=CrawlEvent.Kind.CREATED).update(detail=note)
+    with transaction.atomic():
+        copy = services.crawl_create(
+            user=user, name=crawl.name, seeds=crawl.seeds, channel=crawl.channel, **options
+        )
+        note = services.crawl_copy_credentials(source=crawl, crawl=copy, user=user)
+        CrawlEvent.objects.filter(crawl=copy, kind=CrawlEvent.Kind.CREATED).update(
+            detail=", ".join([f"a copy of #{crawl.pk}", *filter(None, [note])])
+        )
     return copy
 
 

@@ -312,6 +312,10 @@ class Crawl(CrawlOptions):
     def is_active(self) -> bool:
         return self.state in (CrawlState.RUNNING, CrawlState.PAUSING)
 
+    def is_owned_by(self, user) -> bool:
+        """`user` created the crawl (staff who may see it do not own it)."""
+        return user is not None and self.created_by_id is not None and user.pk == self.created_by_id
+
     def can_start(self) -> bool:
         return self.state == CrawlState.DRAFT
 
@@ -350,6 +354,9 @@ class CrawlAuth(models.Model):
     login_fields = models.JSONField(default=list, blank=True)  # [[name, value], ...]
     login_check_selector = models.CharField(max_length=500, blank=True)
     login_check_url = models.TextField(blank=True)
+    # Where they go: [[scheme, host, port], ...], the seeds' origins when they were entered
+    # (credentials.bound_origins). Seeds added or edited later do not move them.
+    origins = models.JSONField(default=list, blank=True)
 
     def __str__(self) -> str:
         return f"credentials of crawl #{self.crawl_id}"
@@ -532,6 +539,8 @@ class CrawlEvent(models.Model):
         HOST_DROPPED = "host_dropped"  # detail: the host and how many requests
         EDITED = "edited"  # a draft's settings: detail names each field changed
         CHANGED = "changed", "Settings changed"  # while it ran: detail says "field: old -> new"
+        # Entered again by the owner, or bound by an upgrade: detail names kinds and origins.
+        CREDENTIALS = "credentials", "Credentials"
 
     crawl = models.ForeignKey(Crawl, on_delete=models.CASCADE, related_name="events")
     kind = models.CharField(max_length=20, choices=Kind)

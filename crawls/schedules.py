@@ -1,10 +1,11 @@
 """Scheduled crawls: a template crawl re-run on a cron expression.
 
-Each run is a new crawl copied from the template (channel, seeds, every option), linked to its
-schedule, created and started through crawls/services.py like any other crawl. The periodic job
-run_due_schedules (registered in crawlhub/cron.py, run by RQ's cron scheduler) starts every
-due schedule once: a conditional UPDATE on next_run_at claims each run, so two schedulers
-running at once never start one twice. Cron expressions are read in settings.TIME_ZONE.
+Each run is a new crawl copied from the template (channel, seeds, every option; its credentials
+only for a schedule its owner made), linked to its schedule, created and started through
+crawls/services.py like any other crawl. The periodic job run_due_schedules (registered in
+crawlhub/cron.py, run by RQ's cron scheduler) starts every due schedule once: a conditional
+UPDATE on next_run_at claims each run, so two schedulers running at once never start one
+twice. Cron expressions are read in settings.TIME_ZONE.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from django.db.models import Count, F
 from django.utils import timezone
 
 from crawls import services
-from crawls.models import CRAWL_OPTIONS, Crawl, CrawlSchedule, CrawlState
+from crawls.models import CRAWL_OPTIONS, Crawl, CrawlEvent, CrawlSchedule, CrawlState
 from crawls.services import visible_crawls
 
 log = logging.getLogger(__name__)
@@ -98,6 +99,22 @@ def template_choices(user):
     return visible_crawls(user).filter(schedule=None)
 
 
+def runs_credentials(schedule: CrawlSchedule) -> str:
+    """What the schedule's runs carry of the template's credentials, in words for its page."""
+    shown = services.credentials_shown(schedule.template)
+    if not shown:
+        return ""
+    if schedule.template.is_owned_by(schedule.created_by):
+        return (
+            "Each run carries the template's credentials, sent only to "
+            f"{', '.join(shown['origins'])}, the origins they were entered for."
+        )
+    return (
+        "Runs carry none of the template's credentials: only the schedules its owner makes "
+        "do, and this one was made by someone else."
+    )
+
+
 def schedule_create(
     *, user, template: Crawl, cron: str, enabled: bool = True, now: datetime | None = None
 ) -> CrawlSchedule:
@@ -129,7 +146,9 @@ def schedule_delete(*, schedule: CrawlSchedule) -> None:
 
 
 def schedule_run(*, schedule: CrawlSchedule, now: datetime | None = None, user=None) -> Crawl:
-    """A new crawl copied from the template, linked to the schedule, and started."""
+    """A new crawl copied from the template, linked to the schedule, and started. It belongs
+    to whoever made the schedule, and carries the template's credentials only when that is
+    the template's owner (services.crawl_copy_credentials), whoever pressed "Run now"."""
     now = now or timezone.now()
     template = schedule.template
     stamp = timezone.localtime(now).strftime(RUN_NAME_TIME)
@@ -139,7 +158,13 @@ def schedule_run(*, schedule: CrawlSchedule, now: datetime | None = None, user=N
             user=schedule.created_by, name=f"{template.name[:180]} {stamp}",
             seeds=template.seeds, channel=template.channel, **options,
         )  # fmt: skip
-        services.crawl_copy_credentials(source=template, crawl=crawl)
+        # The run is the schedule maker's: the template's credentials only if that is its owner.
+        note = services.crawl_copy_credentials(
+            source=template, crawl=crawl, user=schedule.created_by
+        )
+        crawl.events.filter(kind=CrawlEvent.Kind.CREATED).update(detail=", ".join(
+            [f"a run of schedule #{schedule.pk} of #{template.pk}", *filter(None, [note])]
+        ))  # fmt: skip
         crawl.schedule = schedule
         # Compared with the run before it: its pages say what changed since, and their
         # validators make this run's requests conditional.

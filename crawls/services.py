@@ -234,8 +234,10 @@ def credentials_shown(crawl: Crawl) -> dict:
     return credentials.masked(credentials_of(crawl))
 
 
-def credentials_note(found: credentials.Credentials) -> str:
-    """What the audit trail says of a crawl's credentials: which kinds, no value."""
+def credentials_note(found: credentials.Credentials, *, verb: str = "") -> str:
+    """What the audit trail says of credentials entered: which kinds and the origins they are
+    bound to, no value ("credentials: headers X-Api-Key; basic auth as bob; bound to ...";
+    with a verb, "credentials re-entered: ...")."""
     shown = credentials.masked(found)
     kinds = [f"{label} {', '.join(shown[key])}" for key, label in (
         ("headers", "headers"), ("cookies", "cookies"), ("login_fields", "login fields"),
@@ -244,7 +246,25 @@ def credentials_note(found: credentials.Credentials) -> str:
         kinds.append(f"basic auth as {found.basic_user}")
     if found.login_url:
         kinds.append(f"login at {found.login_url}")
-    return "credentials: " + "; ".join(kinds)
+    kinds.append(f"bound to {credentials.origins_text(found.origins)}")
+    return (f"credentials {verb}: " if verb else "credentials: ") + "; ".join(kinds)
+
+
+def binding_note(found: credentials.Credentials, seeds: list[str]) -> str:
+    """Where saved credentials go, for a crawl of these seeds: "bound to A", or "bound to A
+    only: not sent to B" when some seeds are on origins they were not entered for."""
+    note = f"bound to {credentials.origins_text(found.origins)}"
+    if left_out := credentials.origins_left_out(found, seeds):
+        note += f" only: not sent to {', '.join(left_out)}"
+    return note
+
+
+def credentials_left_out(crawl: Crawl) -> list[str]:
+    """The origins of the crawl's seeds its saved credentials are not sent to (they stay bound
+    to the origins they were entered for); [] without credentials. What the add-seeds doors
+    say after adding seeds."""
+    found = credentials_of(crawl)
+    return credentials.origins_left_out(found, crawl.seeds) if found else []
 
 
 def crawl_create(
@@ -290,12 +310,23 @@ def _crawl_and_credentials(
     return crawl, found, errors
 
 
-def crawl_copy_credentials(*, source: Crawl, crawl: Crawl) -> None:
-    """Give `crawl` the credentials of `source` (a schedule's run, its template's), unseen."""
+COPIES_GET_NONE = "without its credentials (only the crawl's owner's schedules and copies get them)"
+
+
+def crawl_copy_credentials(*, source: Crawl, crawl: Crawl, user) -> str:
+    """Give `crawl` (a copy of `source` that `user` owns: "run again", a schedule's run) the
+    credentials of `source`, unseen and bound to the same origins, if `user` is the owner of
+    `source`: whoever else may see a crawl (staff) did not give them, and running them as
+    their own would act as the owner on the owner's sites. Returns what the copy's trail says
+    of them ("" when `source` has none)."""
     row = CrawlAuth.objects.filter(crawl=source).first()
-    if row is not None:
-        row.pk, row.crawl = None, crawl
-        row.save(force_insert=True)
+    if row is None:
+        return ""
+    if not source.is_owned_by(user):
+        return COPIES_GET_NONE
+    row.pk, row.crawl = None, crawl
+    row.save(force_insert=True)
+    return "with its credentials, " + binding_note(credentials.from_row(row), crawl.seeds)
 
 
 def _frontier(crawl: Crawl) -> Frontier:
@@ -388,7 +419,10 @@ def crawl_cancel(*, crawl: Crawl, user=None) -> None:
 
 
 def crawl_add_seeds(*, crawl: Crawl, urls: list[str] | str, user=None) -> tuple[int, int]:
-    """Add start URLs, also to a running crawl. Returns (added, already seen)."""
+    """Add start URLs, also to a running crawl. Returns (added, already seen). The crawl's
+    credentials stay bound to the origins they were entered for: a seed on another origin is
+    crawled without them (credentials_left_out says which) until the owner enters them again
+    (crawls.editing.crawl_enter_credentials)."""
     if not crawl.can_add_seeds():
         raise CrawlActionError(
             f"Seeds cannot be added to a {crawl.get_state_display().lower()} crawl."
@@ -405,7 +439,10 @@ def crawl_add_seeds(*, crawl: Crawl, urls: list[str] | str, user=None) -> tuple[
     with transaction.atomic():
         crawl.seeds = crawl.seeds + new
         crawl.save(update_fields=["seeds"])
-        _event(crawl, CrawlEvent.Kind.SEEDS_ADDED, user, f"{added} added, {repeats} already seen")
+        note = f"{added} added, {repeats} already seen"
+        if saved := credentials_of(crawl):  # bound where they were entered: they stay there
+            note += "; credentials kept, " + binding_note(saved, crawl.seeds)
+        _event(crawl, CrawlEvent.Kind.SEEDS_ADDED, user, note)
         announce(crawl.pk, state_change=False)
     return added, repeats
 

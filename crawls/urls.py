@@ -24,6 +24,7 @@ urlpatterns = [
     path("crawls/preview/", crawls.rules_preview, name="rules_preview"),
     path("crawls/<int:pk>/edit/", editing.crawl_edit, name="crawl_edit"),
     path("crawls/<int:pk>/again/", editing.crawl_run_again, name="crawl_run_again"),
+    path("crawls/<int:pk>/credentials/", editing.crawl_credentials, name="crawl_credentials"),
     path("crawls/<int:pk>/delete/", editing.crawl_delete, name="crawl_delete"),
     path("crawls/<int:pk>/<str:action>/", crawls.crawl_action, name="crawl_action"),
     path("schedules/", schedules.schedule_list, name="schedule_list"),

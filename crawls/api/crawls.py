@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from urllib.parse import urlencode
 
+from django.core.exceptions import PermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import QuerySet
 from django.shortcuts import get_object_or_404
@@ -17,7 +18,7 @@ from rest_framework.response import Response
 
 from crawlhub import serializers as api_fields
 from crawlhub.api_errors import JSONErrors
-from crawls import exports, services
+from crawls import editing, exports, services
 from crawls.models import (
     CRAWL_OPTIONS,
     Change,
@@ -75,12 +76,16 @@ class CrawlFieldsSerializer(api_fields.ModelSerializer):
 
 
 class AuthSerializer(serializers.Serializer):
-    """A new crawl's credentials, write-only: what the form's Authentication section takes,
-    as text (services.clean_credentials checks it). Secret values are never sent back."""
+    """A crawl's credentials, write-only: what the form's Authentication section takes, as
+    text (services.clean_credentials checks it). Secret values are never sent back. They are
+    bound to the origins (scheme, host, port) of the crawl's seeds as they are when they are
+    saved: seeds added later on another origin do not get them, unless the crawl's owner
+    enters them again (POST .../credentials/)."""
 
     headers = serializers.CharField(
-        required=False, allow_blank=True, help_text="'Name: value' lines, sent to the seeds' hosts."
-    )
+        required=False, allow_blank=True,
+        help_text="'Name: value' lines, sent to the origins the credentials are bound to.",
+    )  # fmt: skip
     cookie = serializers.CharField(
         required=False, allow_blank=True, help_text="A Cookie header's value: 'a=1; b=2'."
     )
@@ -110,7 +115,9 @@ class CrawlSerializer(CrawlFieldsSerializer):
     page_url = serializers.CharField(source="get_absolute_url", read_only=True)
     auth = serializers.SerializerMethodField(
         help_text="The crawl's credentials: header and cookie names, the basic auth user, the "
-        "login URL and field names; every secret value is '••••• (set)'. {} when none."
+        "login URL and field names; every secret value is '••••• (set)'. `origins`: where they "
+        "are sent, fixed when they were entered (seeds added since on another origin are "
+        "crawled without them). {} when none."
     )
 
     class Meta:
@@ -262,6 +269,13 @@ class SeedsSerializer(serializers.Serializer):
 class SeedsResultSerializer(serializers.Serializer):
     added = serializers.IntegerField()
     already_seen = serializers.IntegerField()
+    credentials_not_sent_to = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="Origins of the crawl's seeds its saved credentials are not sent to: they "
+        "stay bound to the origins they were entered for, and new origins do not get them "
+        "unless the crawl's owner enters them again (POST .../credentials/). [] when every "
+        "seed's origin gets them, or the crawl has none.",
+    )  # fmt: skip
 
 
 class RetrySerializer(serializers.Serializer):
@@ -421,7 +435,27 @@ class CrawlViewSet(
         added, seen = services.crawl_add_seeds(
             crawl=crawl, urls=body.validated_data["urls"], user=request.user
         )
-        return Response({"added": added, "already_seen": seen})
+        return Response({
+            "added": added, "already_seen": seen,
+            "credentials_not_sent_to": services.credentials_left_out(crawl),
+        })  # fmt: skip
+
+    @extend_schema(
+        summary="The owner enters the crawl's credentials again, for its seeds as they are now",
+        description="They replace the saved ones whole (every kind: give all you want sent) "
+        "and are bound to the origins of the crawl's seeds now, seeds added since included. "
+        "Only the crawl's owner (403 for anyone else); a draft, running or paused crawl.",
+        request=AuthSerializer, responses=CrawlSerializer,
+    )  # fmt: skip
+    @action(detail=True, methods=["post"])
+    def credentials(self, request: Request, pk=None) -> Response:
+        crawl = self.get_object()
+        if not crawl.is_owned_by(request.user):  # before reading a body that is not theirs
+            raise PermissionDenied(editing.owner_only(crawl))
+        body = AuthSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        editing.crawl_enter_credentials(crawl=crawl, user=request.user, auth=body.validated_data)
+        return Response(CrawlSerializer(crawl, context=self.get_serializer_context()).data)
 
     @extend_schema(summary="Put failed requests back in the queue", request=RetrySerializer,
                    responses=RetryResultSerializer)  # fmt: skip

@@ -1,11 +1,14 @@
 """A crawl's credentials: extra headers, cookies, HTTP basic auth and a login step, as people
 give them, checked, and applied to the requests that may carry them.
 
-Where they go: only to the crawl's own origins, the scheme, host and port of its seeds (an
-https URL on the host and default port of an http seed too). Not to the other hosts
-allowed_domains lets the crawl visit, and never through a redirect to another host: a crawl's
-fetch does not follow redirects (crawls/engine/slices.py), each hop is a request of its own and
-is asked `sends_to` again.
+Where they go: only to the origins they are bound to, exactly (scheme, host and port, as the
+HTTP client connects). Those are fixed when the credentials are entered, from the seeds as they
+are then (`bound_origins`: each seed's origin, and https on the default port of an http seed's
+host on the default port), and saved with them: a seed added later, or a draft's seed edited to
+another host, does not get them until the crawl's owner enters them again. Not to the other
+hosts allowed_domains lets the crawl visit, and never through a redirect to another host: a
+crawl's fetch does not follow redirects (crawls/engine/slices.py), each hop is a request of its
+own and is asked `sends_to` again.
 
 What is secret: every header value, every cookie value, the basic auth password and every
 login field value. They are never shown again (`masked()` is what the doors show), never
@@ -199,7 +202,10 @@ def parse_fields(text: str) -> list[tuple[str, str]]:
     return pairs
 
 
-def origin(url: str) -> tuple[str, str, int] | None:
+Origin = tuple[str, str, int]  # (scheme, ASCII host, port)
+
+
+def origin(url: str) -> Origin | None:
     """(scheme, ASCII host, port) of an http(s) URL; None for anything else."""
     try:
         parts = urlsplit(url)
@@ -214,9 +220,9 @@ def origin(url: str) -> tuple[str, str, int] | None:
 
 @dataclass(frozen=True)
 class Credentials:
-    """What a crawl sends to its own origins, and how it logs in (all optional)."""
+    """What a crawl sends to the origins they are bound to, and how it logs in (all optional)."""
 
-    origins: frozenset[tuple[str, str, int]]
+    origins: frozenset[Origin]
     headers: tuple[tuple[str, str], ...] = ()
     cookies: tuple[Cookie, ...] = ()
     basic_user: str = ""
@@ -236,14 +242,9 @@ class Credentials:
         return bool(self.login_url)
 
     def sends_to(self, url: str) -> bool:
-        """True when `url` is on one of the crawl's origins (or its https twin)."""
+        """True when `url` is on one of the origins the credentials are bound to, exactly."""
         found = origin(url)
-        if found is None:
-            return False
-        if found in self.origins:
-            return True
-        scheme, host, port = found
-        return scheme == "https" and port == 443 and ("http", host, 80) in self.origins
+        return found is not None and found in self.origins
 
     def headers_for(self, url: str, session: list[Cookie] = ()) -> dict[str, str]:
         """The headers a request to `url` carries: none off the crawl's origins."""
@@ -274,8 +275,33 @@ class Credentials:
         return origin(self.login_url) == origin(url) and (mine.path or "/") == (theirs.path or "/")
 
 
-def seed_origins(seeds: list[str]) -> frozenset[tuple[str, str, int]]:
+def seed_origins(seeds: list[str]) -> frozenset[Origin]:
     return frozenset(found for found in map(origin, seeds) if found)
+
+
+def bound_origins(seeds: list[str]) -> frozenset[Origin]:
+    """The origins credentials entered for a crawl of these seeds are bound to: each seed's,
+    and https on the default port of an http seed's host on the default port (a site that
+    sends its pages to https). Saved with the credentials: the seeds may change, these do not."""
+    found = seed_origins(seeds)
+    twins = {("https", host, 443) for scheme, host, port in found if (scheme, port) == ("http", 80)}
+    return found | twins
+
+
+def origin_text(found: Origin) -> str:
+    """An origin as a URL's start, the port always written: http://127.0.0.1:8001."""
+    scheme, host, port = found
+    return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
+
+
+def origins_text(origins) -> str:
+    """Origins as the trail and the doors name them, sorted, separated by commas."""
+    return ", ".join(sorted(origin_text(found) for found in origins)) or "no origin"
+
+
+def origins_left_out(credentials: Credentials, seeds: list[str]) -> list[str]:
+    """The origins of these seeds that the credentials are not sent to, as origin_text."""
+    return sorted(origin_text(found) for found in seed_origins(seeds) - credentials.origins)
 
 
 def login_problems(credentials: Credentials, *, origins_known: bool = True) -> dict[str, str]:
@@ -299,7 +325,7 @@ def login_problems(credentials: Credentials, *, origins_known: bool = True) -> d
         problems["login_url"] = str(exc)
     else:
         if origins_known and not credentials.sends_to(credentials.login_url):
-            hosts = ", ".join(sorted(f"{s}://{h}:{p}" for s, h, p in credentials.origins))
+            hosts = origins_text(credentials.origins)
             problems["login_url"] = (
                 f"{credentials.login_url[:200]} is not on the crawl's own hosts ({hosts}): the "
                 "login step and the credentials stay on the seeds' hosts"
@@ -336,13 +362,16 @@ def masked(credentials: Credentials | None) -> dict:
         shown["login_fields"] = {name: MASK for name, _ in credentials.login_fields}
         shown["login_check_selector"] = credentials.login_check_selector
         shown["login_check_url"] = credentials.login_check_url
+    if shown:
+        shown["origins"] = sorted(origin_text(found) for found in credentials.origins)
     return shown
 
 
-def from_row(row, seeds: list[str]) -> Credentials:
-    """The Credentials a crawls.models.CrawlAuth row holds, for a crawl of these seeds."""
+def from_row(row) -> Credentials:
+    """The Credentials a crawls.models.CrawlAuth row holds, bound to the origins saved with
+    them (never the crawl's seeds as they are now: those may have changed since)."""
     return Credentials(
-        origins=seed_origins(seeds),
+        origins=frozenset((scheme, host, int(port)) for scheme, host, port in row.origins),
         headers=tuple((name, value) for name, value in row.headers),
         cookies=tuple(Cookie.from_json(cookie) for cookie in row.cookies),
         basic_user=row.basic_user, basic_password=row.basic_password,
@@ -361,11 +390,12 @@ INPUTS: tuple[str, ...] = (
 
 
 def parse(seeds: list[str] | None, values: dict[str, object]) -> Credentials:
-    """Credentials from a door's inputs (INPUTS) for a crawl of these seeds; CredentialsProblems
-    with every bad input at once, each message naming its line where it has lines. Seeds None:
-    the crawl's seeds are wrong themselves; every input is checked all the same, except against
-    the seeds' hosts (the login URL on them, cookies.txt holding some of theirs), so that the
-    credentials' problems come in the same round as the seeds'."""
+    """Credentials from a door's inputs (INPUTS) for a crawl of these seeds, bound to their
+    origins (bound_origins) from now on; CredentialsProblems with every bad input at once,
+    each message naming its line where it has lines. Seeds None: the crawl's seeds are wrong
+    themselves; every input is checked all the same, except against the seeds' hosts (the
+    login URL on them, cookies.txt holding some of theirs), so that the credentials' problems
+    come in the same round as the seeds'."""
     problems: dict[str, str] = {}
     origins_known = seeds is not None
     seeds = seeds or []
@@ -402,7 +432,7 @@ def parse(seeds: list[str] | None, values: dict[str, object]) -> Credentials:
     if any(name.lower() == "authorization" for name, _ in parsed.get("headers", ())) and user:
         problems["headers"] = "an Authorization header and basic auth both set it: give one"
     credentials = Credentials(
-        origins=seed_origins(seeds),
+        origins=bound_origins(seeds),
         headers=parsed.get("headers", ()),
         cookies=parsed.get("cookie", ()) + _on_origins(parsed.get("cookies_txt", ()), seeds),
         basic_user=user.strip(), basic_password=password,
@@ -491,4 +521,5 @@ def to_row_values(credentials: Credentials) -> dict:
         "login_fields": [list(pair) for pair in credentials.login_fields],
         "login_check_selector": credentials.login_check_selector,
         "login_check_url": credentials.login_check_url,
+        "origins": sorted([list(found) for found in credentials.origins]),
     }  # fmt: skip

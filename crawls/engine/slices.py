@@ -184,7 +184,7 @@ def credentials_of(crawl: Crawl) -> Credentials | None:
         row = crawl.auth
     except CrawlAuth.DoesNotExist:
         return None
-    return credentials.from_row(row, crawl.seeds)
+    return credentials.from_row(row)
 
 
 def slice_seconds(crawl: Crawl) -> float:

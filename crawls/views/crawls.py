@@ -131,13 +131,16 @@ def crawl_detail(request: HttpRequest, pk: int) -> HttpResponse:
         visible_crawls(request.user).select_related("channel", "created_by", "auth"), pk=pk
     )
     snapshot = live.snapshot(crawl)
+    shown = services.credentials_shown(crawl)
     return render(
         request,
         "crawls/crawl_detail.html",
         {
             "nav": "crawls",
             "crawl": crawl,
-            "settings": settings_rows(crawl, services.credentials_shown(crawl)),
+            "settings": settings_rows(crawl, shown),
+            "credentials": shown,
+            "can_enter_credentials": editing.can_enter_credentials(crawl, request.user),
             "can_edit": editing.can_edit(crawl),
             "can_change_live": editing.can_change_live(crawl),
             "snapshot": snapshot,
@@ -239,6 +242,12 @@ def crawl_action(request: HttpRequest, pk: int, action: str) -> HttpResponse:
         ok, text = _act(request, services.crawl_add_seeds, crawl,
                         "Seeds added: {result[0]} new, {result[1]} already seen.",
                         urls=request.POST.get("urls", ""))  # fmt: skip
+        if ok and (left_out := services.credentials_left_out(crawl)):
+            text += (
+                f" The saved credentials are not sent to {', '.join(left_out)}: they stay "
+                "bound to the origins they were entered for, unless the crawl's owner enters "
+                "them again."
+            )  # fmt: skip
     elif action == "retry-failed":
         ids = _ids(request.POST.getlist("id")) or None
         ok, text = _act(request, services.crawl_retry_failed, crawl,

@@ -6,15 +6,16 @@ from __future__ import annotations
 
 from django import forms
 from django.contrib import messages
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from crawls import editing, services
+from crawls.engine.credentials import INPUTS as AUTH_INPUTS
 from crawls.models import Crawl
 from crawls.services import visible_crawls
-from crawls.views.forms import CrawlForm
+from crawls.views.forms import AuthFields, CrawlForm
 
 
 class LiveSettingsForm(forms.ModelForm):
@@ -68,6 +69,35 @@ def crawl_edit(request: HttpRequest, pk: int) -> HttpResponse:
     )
 
 
+def crawl_credentials(request: HttpRequest, pk: int) -> HttpResponse:
+    """The owner enters the crawl's credentials again, bound to its seeds as they are now."""
+    crawl = _crawl(request, pk)
+    if not crawl.is_owned_by(request.user):
+        raise PermissionDenied(editing.owner_only(crawl))
+    if crawl.state not in editing.CREDENTIAL_STATES:
+        messages.error(request, f"A {crawl.get_state_display().lower()} crawl fetches nothing "
+                       "more: its credentials cannot change.")  # fmt: skip
+        return redirect(crawl)
+    form = AuthFields(request.POST or None, request.FILES or None)
+    if request.method == "POST" and form.is_valid():
+        auth = {name: form.cleaned_data.get(name) or "" for name in AUTH_INPUTS}
+        try:
+            origins = editing.crawl_enter_credentials(crawl=crawl, user=request.user, auth=auth)
+        except ValidationError as exc:
+            _add_errors(form, exc)
+        except services.CrawlActionError as exc:
+            messages.error(request, str(exc))
+            return redirect(crawl)
+        else:
+            messages.success(request, "Credentials saved: sent to " + ", ".join(origins) + ".")
+            return redirect(crawl)
+    return render(request, "crawls/crawl_credentials.html", {
+        "nav": "crawls", "crawl": crawl, "form": form, "saved": services.credentials_shown(crawl),
+        "left_out": services.credentials_left_out(crawl),
+        "origins": editing.origins_of_seeds(crawl.seeds),
+    })  # fmt: skip
+
+
 def _edit_draft(request: HttpRequest, crawl: Crawl) -> HttpResponse:
     saved = services.credentials_shown(crawl)
     form = CrawlForm(
@@ -104,7 +134,8 @@ def _edit_draft(request: HttpRequest, crawl: Crawl) -> HttpResponse:
         "crawls/crawl_new.html",
         {"nav": "crawls", "form": form, "heading": f"Edit draft #{crawl.pk}",
          "submit": "Save settings", "crawl": crawl,
-         "has_credentials": saved},
+         "has_credentials": saved,
+         "owner_only": "" if crawl.is_owned_by(request.user) else editing.owner_only(crawl)},
     )  # fmt: skip
 
 

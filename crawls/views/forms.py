@@ -242,6 +242,15 @@ class AuthFields(forms.Form):
                 "file?"
             ) from None
 
+    def secrets_to_retype(self) -> bool:
+        """A refused form that held secrets: they are not shown again, so say to retype them."""
+        return self.is_bound and bool(self.errors) and any(
+            self.data.get(name) or self.files.get(name) for name in SECRET_INPUTS
+        )  # fmt: skip
+
+    def auth_fields(self) -> list[forms.BoundField]:
+        return [self[name] for name in AUTH_INPUTS]
+
 
 SECRET_INPUTS = ("headers", "cookie", "cookies_txt", "basic_password", "login_fields")
 
@@ -351,12 +360,6 @@ class CrawlForm(forms.ModelForm, AuthFields):
             del self.cleaned_data[name]
         return {name: self.cleaned_data.pop(name, "") or "" for name in AUTH_INPUTS}
 
-    def secrets_to_retype(self) -> bool:
-        """A refused form that held secrets: they are not shown again, so say to retype them."""
-        return self.is_bound and bool(self.errors) and any(
-            self.data.get(name) or self.files.get(name) for name in SECRET_INPUTS
-        )  # fmt: skip
-
     def error_summary(self) -> list[tuple[str, str, str]]:
         """Every error of the form, field by field in the form's order: (the field's id, or ""
         for the form as a whole; its label; the message), for the list on top of the page."""
@@ -366,9 +369,6 @@ class CrawlForm(forms.ModelForm, AuthFields):
                 found.append((self[name].id_for_label, str(self[name].label), error))
         return found
 
-    def auth_fields(self) -> list[forms.BoundField]:
-        return [self[name] for name in AUTH_INPUTS]
-
     def more_options(self) -> list[forms.BoundField]:
         """Options the new-crawl page does not lay out by hand: shown under "More options",
         so that an option added to the model needs no change to the page."""
@@ -377,7 +377,9 @@ class CrawlForm(forms.ModelForm, AuthFields):
 
 class ScheduleForm(forms.Form):
     template = forms.ModelChoiceField(
-        queryset=Crawl.objects.none(), help_text="Each run copies this crawl's seeds and options."
+        queryset=Crawl.objects.none(),
+        help_text="Each run copies this crawl's seeds and options, and its credentials only "
+        "if the crawl is yours (bound to the origins they were entered for).",
     )
     cron = forms.CharField(
         max_length=100, initial="0 3 * * *",

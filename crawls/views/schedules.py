@@ -67,4 +67,5 @@ def schedule_detail(request: HttpRequest, pk: int) -> HttpResponse:
     return render(request, "crawls/schedule_detail.html", {
         "nav": "schedules", "schedule": schedule, "upcoming": schedules.upcoming(schedule),
         "runs": schedule.runs.select_related("channel")[:100],
+        "runs_credentials": schedules.runs_credentials(schedule),
     })  # fmt: skip

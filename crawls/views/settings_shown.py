@@ -79,9 +79,16 @@ def _credential_rows(shown: dict) -> list[tuple[str, str, str]]:
     if login:
         fields = ", ".join(shown.get("login_fields") or []) or "none"
         login_text = f"set (at {login}; fields {fields})"
-    return [
+    rows = [
         ("Extra headers", state("headers"), "Values are secret: never shown."),
         ("Cookies", state("cookies"), "Values are secret: never shown."),
         ("HTTP basic auth", basic_text, "The password is secret: never shown."),
         ("Login form", login_text, "Field values are secret: never shown."),
     ]
+    if origins := shown.get("origins"):
+        rows.append((
+            "Credentials sent to", "\n".join(origins),
+            "Fixed when the credentials were entered: a seed added or changed since on another "
+            "origin (scheme, host or port) is crawled without them.",
+        ))  # fmt: skip
+    return rows

@@ -190,7 +190,7 @@ def test_adding_seeds_reports_new_and_seen(client, user):
     post(client, f"/api/crawls/{crawl.pk}/start/", **auth)
     urls = {"urls": ["http://127.0.0.1:9/", "http://127.0.0.1:9/new"]}
     response = post(client, f"/api/crawls/{crawl.pk}/seeds/", urls, **auth)
-    assert response.json() == {"added": 1, "already_seen": 1}
+    assert response.json() == {"added": 1, "already_seen": 1, "credentials_not_sent_to": []}
     bad = post(client, f"/api/crawls/{crawl.pk}/seeds/", {"urls": ["nope"]}, **auth)
     assert bad.status_code == 400 and "seeds" in bad.json()
     empty = post(client, f"/api/crawls/{crawl.pk}/seeds/", {}, **auth)

@@ -18,6 +18,7 @@ ENDPOINTS = {
     "/api/crawls/{id}/resume/": {"post"},
     "/api/crawls/{id}/cancel/": {"post"},
     "/api/crawls/{id}/seeds/": {"post"},
+    "/api/crawls/{id}/credentials/": {"post"},
     "/api/crawls/{id}/retry/": {"post"},
     "/api/crawls/{id}/hosts/": {"get"},
     "/api/crawls/{id}/hosts/hold/": {"post"},

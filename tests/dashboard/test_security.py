@@ -49,6 +49,8 @@ SECRET = "secretpass"
 #   api         signed-in users (token or session); anonymous 401; someone else's crawl 404
 #   staff_api   staff; users 403; anonymous 401
 #   api_staff_writes  api for reading; writing (POST) is staff_api
+#   owner_page, owner_api  page, api; but the crawl's owner only: staff, who may see every
+#               crawl, get 403 (entering a crawl's credentials: they are the owner's)
 #   logout      anyone; it ends a session, if there is one, and goes to a login page
 # Keyed by URL name (namespace included) or, for unnamed routes, "route:<route>"; the first
 # matching prefix wins.
@@ -61,6 +63,7 @@ POLICY: list[tuple[str, str]] = [
     ("api-proxy", "staff_api"),
     ("api-pool-health", "staff_api"),
     ("api-channel", "api_staff_writes"),
+    ("api-crawl-credentials", "owner_api"),
     ("api-", "api"),
     ("proxy_echo", "public"),
     ("proxy_", "staff_page"),
@@ -70,6 +73,7 @@ POLICY: list[tuple[str, str]] = [
     ("sample_site", "public"),
     ("route:sample/", "public"),
     ("logout", "logout"),
+    ("crawl_credentials", "owner_page"),
     ("crawl_", "page"),
     ("page_", "page"),
     ("rules_preview", "page"),
@@ -220,6 +224,10 @@ def check(kind: str, role: str, response, *, foreign: bool, method: str) -> str:
         return f"server error {code}"
     if kind == "api_staff_writes":
         kind = "staff_api" if method == "post" else "api"
+    if kind.startswith("owner_"):
+        if role == "staff" and code != 405:  # the crawls in the world are not staff's own
+            return "" if code == 403 else f"staff got {code} from an owner-only route, not 403"
+        kind = kind.removeprefix("owner_")
     login = code == 302 and "/login/" in response.get("Location", "")
     refused = login or code in (401, 403)
     if kind == "logout":

@@ -1,8 +1,11 @@
 """A crawl's credentials as people give them: headers, a Cookie header, a Netscape cookies.txt,
 basic auth and the login step's settings, each refused with its field and line; and the one
-rule of where they go: the seeds' origins, never another host or port."""
+rule of where they go: the origins they were bound to when entered, never another host or
+port."""
 
 from __future__ import annotations
+
+from types import SimpleNamespace
 
 import pytest
 
@@ -105,6 +108,31 @@ def test_an_http_seed_s_credentials_follow_it_to_https_on_the_default_ports():
     found = parse(["http://plain.example/"], {"basic_user": "u", "basic_password": "p"})
     assert found.sends_to("https://plain.example/")
     assert not found.sends_to("https://plain.example:8443/")
+
+
+def test_credentials_go_to_exactly_the_origins_saved_with_them_whatever_the_seeds_become():
+    # A row as crawls.models.CrawlAuth holds it: bound to one origin, no https twin saved.
+    row = SimpleNamespace(
+        headers=[["X-Key", "k"]], cookies=[], basic_user="", basic_password="", login_url="",
+        login_fields=[], login_check_selector="", login_check_url="",
+        origins=[["http", "site.example", 80]],
+    )  # fmt: skip
+    found = credentials.from_row(row)
+    assert found.sends_to("http://site.example/a") and found.sends_to("http://SITE.example:80/")
+    for elsewhere in (
+        "https://site.example/",
+        "http://site.example:8080/",
+        "http://other.example/",
+    ):
+        assert not found.sends_to(elsewhere), elsewhere
+    bound = parse(["http://site.example/"], {"headers": "X-Key: k"})
+    assert credentials.to_row_values(bound)["origins"] == [
+        ["http", "site.example", 80], ["https", "site.example", 443],
+    ]  # fmt: skip
+    assert credentials.origins_left_out(
+        found, ["http://site.example/", "http://b.example:81/"]
+    ) == ["http://b.example:81"]
+    assert credentials.origin_text(("http", "::1", 8080)) == "http://[::1]:8080"
 
 
 def test_a_cookies_txt_keeps_only_the_cookies_of_the_seeds_hosts():

@@ -130,7 +130,11 @@ class Command(BaseCommand):
         _add_create_options(sub.add_parser("create", help="create a crawl; prints its id"))
         for action in ("start", "pause", "resume", "cancel"):
             sub.add_parser(action, help=f"{action} a crawl").add_argument("id", type=int)
-        seeds = sub.add_parser("add-seeds", help="add start URLs, also to a running crawl")
+        seeds = sub.add_parser(
+            "add-seeds",
+            help="add start URLs, also to a running crawl (new origins do not get "
+            "the saved credentials)",
+        )
         seeds.add_argument("id", type=int)
         seeds.add_argument("urls", nargs="+")
         retry = sub.add_parser("retry-failed", help="requeue the failure queue")
@@ -232,8 +236,14 @@ class Command(BaseCommand):
         self.stdout.write(f"crawl {id} cancelled")
 
     def do_add_seeds(self, *, id, urls, **_) -> None:
-        added, seen = services.crawl_add_seeds(crawl=self._crawl(id), urls=urls)
+        crawl = self._crawl(id)
+        added, seen = services.crawl_add_seeds(crawl=crawl, urls=urls)
         self.stdout.write(f"{added} added, {seen} already seen")
+        if left_out := services.credentials_left_out(crawl):
+            self.stdout.write(
+                f"the saved credentials are not sent to {', '.join(left_out)}: they stay bound "
+                "to the origins they were entered for, unless the crawl's owner enters them again"
+            )
 
     def do_retry_failed(self, *, id, **_) -> None:
         count = services.crawl_retry_failed(crawl=self._crawl(id))
