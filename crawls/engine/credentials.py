@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 
 from parsel import Selector
 
-from crawlhub.http.urls import ascii_host, validate_url
+from crawlhub.http.urls import ascii_host, normalize, validate_url
 
 MASK = "••••• (set)"
 MAX_LINES = 200
@@ -206,9 +206,10 @@ Origin = tuple[str, str, int]  # (scheme, ASCII host, port)
 
 
 def origin(url: str) -> Origin | None:
-    """(scheme, ASCII host, port) of an http(s) URL; None for anything else."""
+    """(scheme, ASCII host, port) of an http(s) URL, read as the client sends it (the host it
+    connects to); None for anything else."""
     try:
-        parts = urlsplit(url)
+        parts = urlsplit(normalize(url, userinfo=True))
         scheme = parts.scheme.lower()
         if scheme not in _DEFAULT_PORTS:
             return None
