@@ -104,7 +104,12 @@ def test_the_schema_says_how_to_authenticate(schema):
 
 def test_export_is_described_as_files(schema):
     content = schema["paths"]["/api/crawls/{id}/export/"]["get"]["responses"]["200"]["content"]
-    assert set(content) == {"application/x-ndjson", "text/csv", "application/warc"}
+    assert set(content) == {
+        "application/x-ndjson",
+        "text/csv",
+        "application/warc",
+        "application/wacz",
+    }
 
 
 def test_no_webhook_secret_is_described_outside_the_creation_answer(schema):
