@@ -360,6 +360,10 @@ class CrawlViewSet(
     JSONErrors, mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
     viewsets.GenericViewSet,
 ):  # fmt: skip
+    """The crawls you may see (staff: every crawl), with their pages, failures, hosts and
+    exports. An action does what its button on the crawl's page does; one the crawl's state
+    does not allow answers 409 with the reason."""
+
     serializer_class = CrawlSerializer
     lookup_value_regex = r"\d+"
 
