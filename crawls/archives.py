@@ -40,7 +40,7 @@ from io import BytesIO
 from pathlib import Path
 from typing import BinaryIO
 
-from django.db.models import Count, Min, QuerySet
+from django.db.models import Count, Q, QuerySet
 from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
 
@@ -199,7 +199,7 @@ class WarcWriter:
             .exclude(digest__in=("", EMPTY_DIGEST))
             .order_by()
             .values("digest")
-            .annotate(n=Count("id"), first=Min("id"))
+            .annotate(n=Count("id"))
             .filter(n__gt=1)
             .values_list("digest", flat=True)
         )
@@ -341,7 +341,9 @@ def _write_page_list(crawl: Crawl, path: Path) -> None:
     seeds = set(crawl.seeds)
     pages = (
         crawl.pages.filter(body__isnull=False, status=200, truncated=False)
-        .filter(content_type__regex=r"^(text/html|application/xhtml\+xml)")
+        .filter(
+            Q(content_type__startswith=PAGE_TYPES[0]) | Q(content_type__startswith=PAGE_TYPES[1])
+        )
         .order_by("depth", "id")
         .values_list("url", "final_url", "fetched_at", "title")
     )

@@ -17,8 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-
-from urllib3.util import parse_url
+from urllib.parse import urlsplit
 
 # Written for a secret value, here and everywhere else (FetchResult.request_headers, pages).
 MASK = "••••••"
@@ -29,7 +28,7 @@ DEFAULT_PORTS = {"http": 80, "https": 443}
 SEPARATOR = "\r\n\r\n"
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # one per fetch, made on the crawl's hot path: no frozen-init cost
 class Exchange:
     method: str
     url: str  # as sent: requests' prepared URL (IDNA host, percent-encoded path)
@@ -40,11 +39,13 @@ class Exchange:
     received: tuple[tuple[str, str], ...]  # every response header, in order, as received
 
     def request_head(self) -> str:
-        parts = parse_url(self.url)
-        target = (parts.path or "/") + (f"?{parts.query}" if parts.query is not None else "")
-        host = parts.host or ""
-        if parts.port is not None and parts.port != DEFAULT_PORTS.get(parts.scheme or "http"):
-            host = f"{host}:{parts.port}"
+        parts = urlsplit(self.url)
+        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        # As urllib3 and http.client write it: no user info, the host in lower case, no port
+        # when it is the scheme's own.
+        host = parts.netloc.rpartition("@")[2].lower()
+        if parts.port is not None and parts.port == DEFAULT_PORTS.get(parts.scheme):
+            host = host.rpartition(":")[0]
         headers = list(self.sent.items())
         if not any(name.lower() == "host" for name, _ in headers):
             headers.insert(0, ("Host", host))  # as http.client puts it, unless one was given
