@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from django.db.models import Count, Q, QuerySet
+from django.utils import timezone
 from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
 
@@ -175,17 +176,24 @@ class WarcWriter:
 
     def _write_warcinfo(self) -> None:
         crawl = self.crawl
-        record = self.writer.create_warcinfo_record(
-            self.filename,
-            {
-                "software": "crawlhub",
-                "format": f"WARC File Format {WARC_VERSION}",
-                "conformsTo": SPEC,
-                "isPartOf": f"crawl {crawl.pk} {crawl.name}",
-                "description": "seeds: " + " ".join(crawl.seeds),
-                "robots": "obey" if crawl.obey_robots else "ignore",
+        fields = {
+            "software": "crawlhub",
+            "format": f"WARC File Format {WARC_VERSION}",
+            "conformsTo": SPEC,
+            "isPartOf": f"crawl {crawl.pk} {crawl.name}",
+            "description": "seeds: " + " ".join(crawl.seeds),
+            "robots": "obey" if crawl.obey_robots else "ignore",
+        }
+        # One line per field, as warcio's create_warcinfo_record writes them, with a SHA-256.
+        text = "".join(f"{name}: {' '.join(value.split())}\r\n" for name, value in fields.items())
+        block = text.encode()
+        record = self.writer.create_warc_record(
+            "", "warcinfo", payload=BytesIO(block), length=len(block),
+            warc_headers_dict={
+                "WARC-Filename": self.filename, "WARC-Date": warc_date(timezone.now()),
+                "WARC-Block-Digest": sha256_label(hashlib.sha256(block).hexdigest()),
             },
-        )
+        )  # fmt: skip
         self.warcinfo_id = record.rec_headers.get_header("WARC-Record-ID")
         self.writer.write_record(record)
 
@@ -238,7 +246,8 @@ class WarcWriter:
                 digest=sha256_label(earlier["digest"]) if earlier["digest"] else "",
             ))  # fmt: skip
         elif (original := self._original(row, digest)) is not None:
-            head = _wire_bytes(response_head)
+            # Its headers go with the original's payload, decoded as this page's was.
+            head = _wire_bytes(_payload_head(response_head, len(body)))
             response = self._revisit(
                 uri, head, common, profile=IDENTICAL_PAYLOAD, original=original
             )

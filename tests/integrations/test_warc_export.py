@@ -15,10 +15,12 @@ from pathlib import Path
 
 import pytest
 from django.core.management import call_command
+from django.utils import timezone
 from warcio.archiveiterator import ArchiveIterator
 
 from crawlhub import tokens
 from crawls import exports, schedules, services
+from crawls.models import Page
 from tests.support.crawling import drive
 from tests.support.sites import RawServer, Response, free_port, pages_site
 
@@ -258,6 +260,31 @@ def test_the_heads_are_written_byte_for_byte_as_they_went_and_came(user, raw_ser
     assert response["body"] == b"<title>Zipped</title>" + b"z" * 3000
     for secret in (b"user-secret-2", b"site-secret-1"):
         assert secret not in raw
+
+
+def test_pages_without_kept_heads_get_heads_rebuilt_from_their_row(user, tmp_path):
+    """Rows from before Page.heads, and pages rendered in a browser (whose body is the DOM),
+    keep their headers as a dict only: their records are made from that."""
+    crawl = services.crawl_create(
+        user=user, name="old", seeds=["http://old.test/"], keep_bodies=True
+    )
+    Page.objects.create(
+        crawl=crawl, url="http://old.test:8080/x?y=1", url_hash="h", status=301,
+        fetched_at=timezone.now(), body=b"", redirect_to="http://old.test/",
+        headers={"location": "http://old.test/", "set-cookie": "••••••"},
+        request_headers={"User-Agent": "ua/1", "Cookie": "••••••"},
+    )  # fmt: skip
+    data = export(crawl)
+    assert warcio_check(data, tmp_path).returncode == 0
+    request, response = pairs(read_warc(data))["http://old.test:8080/x?y=1"]
+    assert request["first_line"] == "GET /x?y=1 HTTP/1.1"
+    assert request["http"] == [
+        ("Host", "old.test:8080"),
+        ("User-Agent", "ua/1"),
+        ("Cookie", "••••••"),
+    ]
+    assert response["first_line"] == "HTTP/1.1 301 Moved Permanently"
+    assert header(response, "location") == ["http://old.test/"]
 
 
 def test_a_body_cut_at_max_bytes_is_marked_truncated(user, make_site, tmp_path):
