@@ -41,9 +41,7 @@ def test_a_host_header_that_was_sent_is_kept_in_its_place():
 def test_values_keep_no_line_break_or_nul_and_secrets_are_masked():
     received = [("X-Folded", "a\r\n b"), ("X-Nul", "c\x00d"), ("Set-Cookie", "sid=1")]
     head = exchange(received=received).response_head(secret=frozenset({"set-cookie"}))
-    assert head == (
-        f"HTTP/1.1 200 OK\r\nX-Folded: a b\r\nX-Nul: cd\r\nSet-Cookie: {MASK}\r\n\r\n"
-    )
+    assert head == (f"HTTP/1.1 200 OK\r\nX-Folded: a b\r\nX-Nul: cd\r\nSet-Cookie: {MASK}\r\n\r\n")
 
 
 def test_a_head_keeps_what_fits_and_drops_the_headers_past_it():
