@@ -13,6 +13,12 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import include, path
 from django.views.decorators.http import require_POST
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from drf_spectacular.renderers import (
+    OpenApiJsonRenderer,
+    OpenApiJsonRenderer2,
+    OpenApiYamlRenderer,
+    OpenApiYamlRenderer2,
+)
 from drf_spectacular.utils import extend_schema, extend_schema_view
 from drf_spectacular.views import SpectacularAPIView
 from rest_framework import mixins, serializers, status, viewsets
@@ -143,7 +149,17 @@ router.register("tokens", TokenViewSet, basename="api-token")
 
 
 class SchemaView(JSONErrors, SpectacularAPIView):
-    pass
+    # YAML by default, as clients expect; ?format=json as application/json, which a browser
+    # shows rather than downloads (the docs page links to it).
+    renderer_classes = [
+        OpenApiYamlRenderer, OpenApiYamlRenderer2, OpenApiJsonRenderer2, OpenApiJsonRenderer
+    ]  # fmt: skip
+
+
+def api_docs_page(request: HttpRequest) -> HttpResponse:
+    """The API's documentation: Swagger UI (drf-spectacular-sidecar's files, served from here)
+    reading the schema; started by a static script, as the Content-Security-Policy wants."""
+    return render(request, "crawlhub/api_docs.html", {"nav": "api"})
 
 
 urlpatterns = [

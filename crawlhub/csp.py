@@ -8,6 +8,9 @@ data in a json_script tag, which runs nothing). Scripts may change styles throug
 django-rq's dashboard (staff only, under RQ_DASHBOARD, its own templates) has inline scripts,
 onclick handlers and style attributes of its own: there, and only there, inline ones are
 allowed too. Everything else in the policy holds there as well.
+
+The API's documentation page (Swagger UI's stylesheet draws its icons as data: SVG images) may
+show data: images; its scripts and styles are files of this site like everywhere else.
 """
 
 from __future__ import annotations
@@ -17,8 +20,9 @@ from django.core.exceptions import DisallowedHost
 from django.http import HttpRequest, HttpResponse
 
 HEADER = "Content-Security-Policy"
-# Where crawlhub/urls.py mounts django-rq's views.
+# Where crawlhub/urls.py mounts django-rq's views, and the API's documentation page.
 RQ_DASHBOARD = "/rq/"
+API_DOCS = "/api/docs/"
 
 
 def policy(request: HttpRequest) -> str:
@@ -27,11 +31,13 @@ def policy(request: HttpRequest) -> str:
         websocket = f" {'wss' if request.is_secure() else 'ws'}://{request.get_host()}"
     except DisallowedHost:  # the answer is a 400 anyway
         websocket = ""
+    images = ["img-src 'self' data:"] if request.path == API_DOCS else []
     return "; ".join(
         [
             "default-src 'self'",
             f"script-src 'self'{inline}",
             f"style-src 'self'{inline}",
+            *images,
             f"connect-src 'self'{websocket}",
             "frame-ancestors 'none'",
             "object-src 'none'",

@@ -236,6 +236,7 @@ INSTALLED_APPS = [
     "django_rq",
     "rest_framework",
     "drf_spectacular",
+    "drf_spectacular_sidecar",  # Swagger UI's files, for /api/docs/
     "axes",
     "crawlhub",
     "crawls",

@@ -6,6 +6,8 @@ from crawlhub import api, views
 
 urlpatterns = [
     path("", include("crawls.urls")),
+    # A page of the dashboard (its login, its layout), before the API's own routes.
+    path("api/docs/", api.api_docs_page, name="api_docs"),
     path("api/", include("crawlhub.api")),
     path("account/tokens/", api.token_page, name="api_tokens"),
     path("account/tokens/<int:pk>/revoke", api.token_revoke_page, name="api_token_revoke"),

@@ -11,17 +11,13 @@ from __future__ import annotations
 import csv
 import json
 from collections.abc import AsyncIterator, Iterable, Iterator
-from datetime import UTC
-from http import HTTPStatus
-from io import BytesIO
 from typing import BinaryIO
 
 from asgiref.sync import sync_to_async
 from django.db.models import QuerySet
-from warcio.statusandheaders import StatusAndHeaders
-from warcio.warcwriter import WARCWriter
 
 from crawlhub.dates import machine
+from crawls import archives
 from crawls.models import Crawl, Page
 from crawls.pages import PageFilter
 from crawls.services import CrawlActionError
@@ -31,7 +27,10 @@ FORMATS = {
     "jsonl": ("application/x-ndjson; charset=utf-8", "jsonl"),
     "csv": ("text/csv; charset=utf-8", "csv"),
     "warc": ("application/warc", "warc.gz"),
+    "wacz": ("application/wacz", "wacz"),
 }
+# The formats of a web archive: the responses a crawl kept, whatever the filters select.
+ARCHIVES = ("warc", "wacz")
 # The columns of a page, as the crawl page counts it (README, "Exports"): `counted_as` names the
 # counter the page is in ("responses": it got an HTTP status; "errors": it got no usable
 # answer); `error` is why an error got none, and is empty for a response; `note` is what went
@@ -59,10 +58,7 @@ NO_RESPONSE = "no response"
 # What a spreadsheet takes as the start of a formula (OWASP's list, tab and CR included).
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 CHUNK_ROWS = 2000
-# Bodies can be megabytes each: fewer rows per database round trip for WARC.
-WARC_CHUNK_ROWS = 20
 BUFFER_BYTES = 64 * 1024
-WARC_DATE = "%Y-%m-%dT%H:%M:%SZ"
 
 
 class ExportError(CrawlActionError):
@@ -72,10 +68,10 @@ class ExportError(CrawlActionError):
 def check(crawl: Crawl, fmt: str) -> None:
     if fmt not in FORMATS:
         raise ExportError(f"Unknown export format {fmt!r}; use one of: {', '.join(FORMATS)}.")
-    if fmt == "warc" and not crawl.keep_bodies:
+    if fmt in ARCHIVES and not crawl.keep_bodies:
         raise ExportError(
-            "This crawl does not keep response bodies, so there is nothing to put in a WARC "
-            "file. Export JSONL or CSV, or run a crawl with “keep bodies” on."
+            f"This crawl does not keep response bodies, so there is nothing to put in a "
+            f"{fmt.upper()} file. Export JSONL or CSV, or run a crawl with “keep bodies” on."
         )
 
 
@@ -211,75 +207,14 @@ def csv_of(pages: QuerySet[Page]) -> Iterator[bytes]:
     return iter_csv(pages)
 
 
-def _http_headers(status: int, content_type: str, length: int) -> StatusAndHeaders:
-    try:
-        reason = HTTPStatus(status).phrase
-    except ValueError:
-        reason = ""
-    headers = [("Content-Length", str(length))]
-    if content_type:
-        headers.insert(0, ("Content-Type", content_type))
-    return StatusAndHeaders(f"{status} {reason}".strip(), headers, protocol="HTTP/1.1")
-
-
-def _warc_steps(crawl: Crawl, fileobj: BinaryIO) -> Iterator[int]:
-    """Write the WARC record by record; yield the number of responses after each record."""
-    check(crawl, "warc")
-    writer = WARCWriter(fileobj, gzip=True)
-    writer.write_record(
-        writer.create_warcinfo_record(
-            filename(crawl, "warc"),
-            {
-                "software": "crawlhub",
-                "format": "WARC File Format 1.1",
-                "crawl": f"{crawl.pk} {crawl.name}",
-                "seeds": " ".join(crawl.seeds),
-            },
-        )  # fmt: skip
-    )
-    count = 0
-    yield count
-    pages = (
-        crawl.pages.filter(body__isnull=False, status__isnull=False)
-        .order_by("id")
-        .values_list(
-            "url", "final_url", "status", "content_type", "fetched_at", "truncated", "body"
-        )
-    )
-    for url, final_url, status, content_type, fetched_at, truncated, body in pages.iterator(
-        chunk_size=WARC_CHUNK_ROWS
-    ):
-        body = bytes(body)
-        warc_headers = {"WARC-Date": fetched_at.astimezone(UTC).strftime(WARC_DATE)}
-        if truncated:
-            # WARC 1.1, 5.13: the payload was cut short because it passed a length limit.
-            warc_headers["WARC-Truncated"] = "length"
-        record = writer.create_warc_record(
-            final_url or url,
-            "response",
-            payload=BytesIO(body),
-            length=len(body),
-            http_headers=_http_headers(status, content_type, len(body)),
-            warc_headers_dict=warc_headers,
-        )
-        writer.write_record(record)
-        count += 1
-        yield count
-
-
 def write_warc(crawl: Crawl, fileobj: BinaryIO) -> int:
-    """Write a gzipped WARC (one gzip member per record) of every page with a kept body:
-    a warcinfo record, then one response record per page. Returns the number of responses.
-
-    crawlhub keeps the status and content type of a response, not its full header block, so
-    the HTTP headers in each record are rebuilt from those two plus Content-Length. The body
-    is the one the fetcher kept: already decoded (no Content-Encoding) and cut at the crawl's
-    max_bytes; a record whose body was cut says so with `WARC-Truncated: length`, and its
-    Content-Length is that of the part kept. WARC-Target-URI is the final URL after redirects;
-    WARC-Date the fetch time.
-    """
+    """Write a gzipped WARC/1.1 file (one gzip member per record) of every page with a kept
+    body: a warcinfo record, then a request and a response (or revisit) record per page
+    (crawls/archives.py). Returns the number of pages written."""
+    check(crawl, "warc")
     count = 0
-    for count in _warc_steps(crawl, fileobj):  # noqa: B007
+    writer = archives.WarcWriter(crawl, fileobj, filename=filename(crawl, "warc"))
+    for count in writer.steps():  # noqa: B007
         pass
     return count
 
@@ -306,9 +241,10 @@ def iter_warc(crawl: Crawl) -> Iterator[bytes]:
     """write_warc as a stream: what each record wrote, as soon as it is written."""
     check(crawl, "warc")
     pipe = _Pipe()
+    writer = archives.WarcWriter(crawl, pipe, filename=filename(crawl, "warc"))  # type: ignore[arg-type]
 
     def pieces() -> Iterator[bytes]:
-        for _ in _warc_steps(crawl, pipe):  # type: ignore[arg-type]
+        for _ in writer.steps():
             if data := pipe.take():
                 yield data
 
@@ -320,6 +256,8 @@ def iter_export(crawl: Crawl, fmt: str, flt: PageFilter | None = None) -> Iterat
     check(crawl, fmt)
     if fmt == "warc":
         return iter_warc(crawl)
+    if fmt == "wacz":
+        return archives.iter_wacz(crawl, warc_name=filename(crawl, "warc"))
     pages = pages_of(crawl, flt)
     if fmt == "jsonl":
         return iter_jsonl(pages)

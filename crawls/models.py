@@ -435,6 +435,11 @@ class Page(models.Model):
     proxy = models.CharField(max_length=300, blank=True)
     # The final response's headers (lowercase names; bounded, see crawls/engine/rows.py).
     headers = models.JSONField(default=dict, blank=True)
+    # For a crawl that keeps bodies (its WARC's request and response records): the request head
+    # as sent, then the response head as received, each ending with its blank line, secrets
+    # masked (crawlhub/http/wire.py). Null otherwise, and on rows from before it: nullable so
+    # that adding it rewrites no table.
+    heads = models.TextField(null=True, blank=True)  # noqa: DJ001
     # SHA-256 of the body as received (decoded), kept or not: what "changed" compares.
     digest = models.CharField(max_length=64, blank=True)
     # Extraction rules' values by field name, and the error of each rule that failed here.

@@ -49,6 +49,7 @@ from crawlhub.http.errors import (
 from crawlhub.http.session import new_session, unguarded
 from crawlhub.http.urls import normalize, url_problem
 from crawlhub.http.useragents import MODES, pick_user_agent
+from crawlhub.http.wire import MASK, Exchange
 
 ACCEPT = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
 # Only what bodies.py decodes, in bounded steps.
@@ -61,7 +62,6 @@ MAX_RETRY_AFTER = 3600.0
 REDIRECT_BODY_LIMIT = 16 * 1024
 # Request headers whose values are never recorded (FetchResult.request_headers).
 SECRET_HEADERS = frozenset({"authorization", "cookie", "proxy-authorization"})
-MASK = "••••••"
 
 
 class OptionError(ValueError):
@@ -97,6 +97,9 @@ class FetchResult:
     # A redirect that was not followed (fetch(follow_redirects=False)): the absolute http(s)
     # URL its Location points at; "" for any other answer.
     redirect_to: str = ""
+    # The last request and its answer as they went on the wire (wire.py); None when no answer
+    # came, or when the body is not the one that came (a page rendered in a browser).
+    exchange: Exchange | None = None
 
     @property
     def retryable(self) -> bool:
@@ -383,7 +386,8 @@ class Fetcher:
             result.status = response.status_code
             result.content_type = response.headers.get("Content-Type", "").strip()
             result.headers = {k.lower(): v for k, v in response.headers.items()}
-            result.request_headers = _recorded(sent, call.secret)
+            result.request_headers = _recorded(sent.headers, call.secret)
+            result.exchange = _exchange(sent, result.request_headers, response)
             if proxy and response.status_code == 407:
                 response.close()
                 raise FetchError("proxy refused: 407 Proxy Authentication Required", "proxy")
@@ -402,9 +406,9 @@ class Fetcher:
 
     def _send(
         self, url: str, proxy: str | None, deadline: float, call: _Call, guarded: bool
-    ) -> tuple[requests.Response, Mapping[str, str]]:
+    ) -> tuple[requests.Response, requests.PreparedRequest]:
         """One request, redirects not followed (we follow them ourselves to record and check
-        each hop), body not read; and the headers it sent.
+        each hop), body not read; and the request as it was sent.
 
         What session.request(..., allow_redirects=False, stream=True) does, through the same
         adapter, with the same prepared request and the session's cookies, minus the parts
@@ -437,7 +441,7 @@ class Fetcher:
                     proxies={"http": proxy, "https": proxy} if proxy else {},
                 )
             extract_cookies_to_jar(session.cookies, prepared, response.raw)
-            return response, prepared.headers
+            return response, prepared
         except netguard.BlockedAddress as exc:  # at connection time (session.py)
             raise FetchError(f"blocked: {exc}", "blocked") from None
         except (requests.RequestException, urllib3.exceptions.HTTPError) as exc:
@@ -503,6 +507,22 @@ def _recorded(headers: Mapping[str, str], secret: frozenset[str]) -> dict[str, s
         name: MASK if name.lower() in SECRET_HEADERS or name.lower() in secret else value
         for name, value in headers.items()
     }
+
+
+def _exchange(
+    sent: requests.PreparedRequest, recorded: Mapping[str, str], response: requests.Response
+) -> Exchange:
+    """The hop as it went on the wire, its text left to whoever keeps it (wire.py)."""
+    raw = response.raw
+    # http.client's message has every header line in order (requests reads cookies from it
+    # too); urllib3's own headers group repeated names.
+    message = getattr(getattr(raw, "_original_response", None), "msg", None)
+    return Exchange(
+        method=sent.method or "GET", url=sent.url or "", sent=recorded,
+        version=getattr(raw, "version_string", "HTTP/1.1"), status=response.status_code,
+        reason=response.reason or "",
+        received=tuple(message.raw_items() if message is not None else raw.headers.iteritems()),
+    )  # fmt: skip
 
 
 def _located(response: requests.Response, current: str, location: str) -> str:

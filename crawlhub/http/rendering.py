@@ -383,6 +383,7 @@ def _rendered(
         truncated=len(body) > options.max_bytes, title="", links=[], link_texts=[],
         elapsed_ms=document.elapsed_ms + int((time.monotonic() - started) * 1000),
         headers={**document.headers, "content-type": RENDERED_TYPE},
+        exchange=None,  # the body is the browser's DOM, not the one that came with those heads
     )  # fmt: skip
     result.headers.pop("content-encoding", None)
     result.headers.pop("content-length", None)

@@ -342,6 +342,10 @@ class WARCRenderer(_ExportRenderer):
     media_type, format = "application/warc", "warc"
 
 
+class WACZRenderer(_ExportRenderer):
+    media_type, format = "application/wacz", "wacz"
+
+
 class IsStaffOrReadOnly(permissions.BasePermission):
     def has_permission(self, request: Request, view) -> bool:
         return request.method in permissions.SAFE_METHODS or bool(request.user.is_staff)
@@ -370,6 +374,10 @@ class CrawlViewSet(
     JSONErrors, mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
     viewsets.GenericViewSet,
 ):  # fmt: skip
+    """The crawls you may see (staff: every crawl), with their pages, failures, hosts and
+    exports. An action does what its button on the crawl's page does; one the crawl's state
+    does not allow answers 409 with the reason."""
+
     serializer_class = CrawlSerializer
     lookup_value_regex = r"\d+"
 
@@ -554,18 +562,19 @@ class CrawlViewSet(
         return self.get_paginated_response(FailureSerializer(page, many=True).data)
 
     @extend_schema(
-        summary="Download the crawl's pages (JSONL, CSV) or kept responses (WARC)",
+        summary="Download the crawl's pages (JSONL, CSV) or kept responses (WARC, WACZ)",
         parameters=[OpenApiParameter("format", str, enum=[*exports.FORMATS],
                                      description="Export format; jsonl when left out.")],
         responses={
             (200, "application/x-ndjson"): OpenApiTypes.BINARY,
             (200, "text/csv"): OpenApiTypes.BINARY,
             (200, "application/warc"): OpenApiTypes.BINARY,
+            (200, "application/wacz"): OpenApiTypes.BINARY,
         },
     )  # fmt: skip
     @action(
         detail=True, methods=["get"], pagination_class=None,
-        renderer_classes=[JSONLRenderer, CSVRenderer, WARCRenderer],
+        renderer_classes=[JSONLRenderer, CSVRenderer, WARCRenderer, WACZRenderer],
     )  # fmt: skip
     def export(self, request: Request, pk=None):
         crawl = self.get_object()

@@ -148,6 +148,9 @@ def _fill_response(page: Page, crawl: Crawl, fetch: FetchResult) -> None:
     # Never more than max_bytes, which the databases take (crawls.models.MAX_BODY_BYTES).
     if crawl.keep_bodies and fetch.status is not None and len(fetch.body) <= crawl.max_bytes:
         page.body = fetch.body
+        # What the WARC export needs besides the body: heads as they went and came.
+        if fetch.exchange is not None:
+            page.heads = fetch.exchange.text(secret=SECRET_RESPONSE_HEADERS)
 
 
 def _fill_extras(page: Page, extras: PageExtras) -> None:

@@ -3,11 +3,14 @@ body as text or as the bytes it was.
 
 A fetched body is never served as a document of this site: the text is escaped into the page,
 and the raw bytes are a download (application/octet-stream, attachment, nosniff, a sandboxing
-Content-Security-Policy), which no browser renders here.
+Content-Security-Policy), which no browser renders here. Only its file name says what it is
+(the extension of its Content-Type), for the program that opens it once saved.
 """
 
 from __future__ import annotations
 
+import mimetypes
+import re
 from dataclasses import replace
 from urllib.parse import urlencode
 
@@ -35,6 +38,16 @@ COLUMNS = (
 )  # fmt: skip
 TEXT_SHOWN = 1024 * 1024  # of a kept body, shown as text on the detail page
 LINKS_SHOWN = 100
+# Python's own table of types (not the machine's mime.types: the same name everywhere), and the
+# extensions it lacks or names oddly (application/xml is ".xsl" there).
+MEDIA_TYPES = mimetypes.MimeTypes()
+EXTENSIONS = {
+    "application/xml": ".xml", "text/javascript": ".js", "image/webp": ".webp",
+    "application/xhtml+xml": ".xhtml", "application/rss+xml": ".xml",
+    "application/atom+xml": ".xml", "font/woff2": ".woff2", "font/woff": ".woff",
+    "application/gzip": ".gz", "image/avif": ".avif", "application/ld+json": ".jsonld",
+}  # fmt: skip
+MEDIA_TYPE = re.compile(r"[a-z0-9][a-z0-9!#$&^_.+-]*/[a-z0-9][a-z0-9!#$&^_.+-]*")
 
 
 def _crawl(request: HttpRequest, pk: int) -> Crawl:
@@ -136,15 +149,27 @@ def _body(page: Page, body: bytes | None) -> dict | None:
 def page_body(request: HttpRequest, pk: int, page_pk: int) -> HttpResponse:
     """A kept body as the bytes it was, to download: never a document of this site."""
     crawl = _crawl(request, pk)
-    page = get_object_or_404(Page.objects.only("id", "body"), crawl=crawl, pk=page_pk)
+    page = get_object_or_404(
+        Page.objects.only("id", "body", "content_type"), crawl=crawl, pk=page_pk
+    )
     if page.body is None:
         return HttpResponse(
             "This crawl kept no body of this page.", status=404, content_type="text/plain"
         )
     response = HttpResponse(bytes(page.body), content_type="application/octet-stream")
-    response["Content-Disposition"] = f'attachment; filename="crawl-{crawl.pk}-page-{page.pk}.bin"'
+    name = f"crawl-{crawl.pk}-page-{page.pk}{extension_of(page.content_type)}"
+    response["Content-Disposition"] = f'attachment; filename="{name}"'
     response["X-Content-Type-Options"] = "nosniff"
     # The site's policy, and a sandbox: were a browser to show it anyway, no script would run
     # and it would have no origin.
     response["Content-Security-Policy"] = csp.policy(request) + "; sandbox"
     return response
+
+
+def extension_of(content_type: str) -> str:
+    """The file extension of a Content-Type (".html" for "text/html; charset=utf-8"); ".bin"
+    for a type without one, or for anything that is not a media type."""
+    media_type = content_type.split(";", 1)[0].strip().lower()
+    if not MEDIA_TYPE.fullmatch(media_type):
+        return ".bin"
+    return EXTENSIONS.get(media_type) or MEDIA_TYPES.guess_extension(media_type) or ".bin"

@@ -51,8 +51,18 @@ ENDPOINTS = {
 def schema(user_client) -> dict:
     response = user_client.get("/api/schema/?format=json")
     assert response.status_code == 200
-    assert response["Content-Type"].startswith("application/vnd.oai.openapi+json")
     return response.json()
+
+
+def test_the_schema_reads_in_a_browser_as_json_and_downloads_as_yaml(user_client):
+    """?format=json is JSON a browser shows (the docs page links to it); the default is the
+    YAML file a client expects."""
+    response = user_client.get("/api/schema/?format=json", HTTP_ACCEPT="text/html,*/*")
+    assert response["Content-Type"].startswith("application/json")
+    assert response.json()["info"]["title"] == "crawlhub API"
+    yaml = user_client.get("/api/schema/")
+    assert yaml["Content-Type"].startswith("application/vnd.oai.openapi")
+    assert yaml.content.startswith(b"openapi: 3.")
 
 
 def test_the_schema_needs_a_login(client):
@@ -90,7 +100,8 @@ def test_the_schema_has_every_api_route_django_knows(schema):
             continue  # DRF's .json suffix twins and the browsable root
         path = "/" + re.sub(r"\(\?P<(\w+)>[^)]*\)|<(?:\w+:)?(\w+)>", r"{\1\2}", route)
         as_paths.add(path.replace("^", "").replace("$", "").replace("{pk}", "{id}"))
-    assert as_paths - {"/api/schema/", "/api/"} == set(ENDPOINTS)
+    # The schema itself, the browsable root, and the documentation page (HTML, not the API).
+    assert as_paths - {"/api/schema/", "/api/", "/api/docs/"} == set(ENDPOINTS)
 
 
 def test_the_schema_says_how_to_authenticate(schema):
@@ -103,9 +114,23 @@ def test_the_schema_says_how_to_authenticate(schema):
     assert {"bearerAuth": []} in schema["paths"]["/api/crawls/"]["get"]["security"]
 
 
+def test_no_operation_is_described_by_a_mixin_s_docstring(schema):
+    """An operation without its own description takes its view's: never a helper class's."""
+    described = [
+        (method, path) for path, ops in schema["paths"].items() for method, op in ops.items()
+        if isinstance(op, dict) and "errors are still JSON" in op.get("description", "")
+    ]  # fmt: skip
+    assert described == []
+
+
 def test_export_is_described_as_files(schema):
     content = schema["paths"]["/api/crawls/{id}/export/"]["get"]["responses"]["200"]["content"]
-    assert set(content) == {"application/x-ndjson", "text/csv", "application/warc"}
+    assert set(content) == {
+        "application/x-ndjson",
+        "text/csv",
+        "application/warc",
+        "application/wacz",
+    }
 
 
 def test_no_webhook_secret_is_described_outside_the_creation_answer(schema):

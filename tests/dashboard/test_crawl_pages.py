@@ -187,7 +187,10 @@ def test_the_live_page_links_the_exports(user, user_client):
     kept = create(user, name="bodies", keep_bodies=True)
     services.crawl_start(crawl=kept, user=user)
     page = lxml.html.fromstring(user_client.get(f"/crawls/{kept.pk}/").content)
-    assert page.xpath('//section[@id="data"]//a/@href')[-1] == f"/crawls/{kept.pk}/export.warc"
+    assert page.xpath('//section[@id="data"]//a/@href')[-2:] == [
+        f"/crawls/{kept.pk}/export.warc",
+        f"/crawls/{kept.pk}/export.wacz",
+    ]
     assert user_client.get(f"/crawls/{kept.pk}/export.csv").status_code == 200
 
 

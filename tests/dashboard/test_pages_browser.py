@@ -323,6 +323,34 @@ def test_a_hostile_body_is_shown_as_text_and_downloaded_as_bytes(user, user_clie
     assert raw["Content-Security-Policy"].endswith("; sandbox")
 
 
+@pytest.mark.parametrize(
+    ("content_type", "extension"),
+    [
+        ("text/html; charset=utf-8", "html"), ("application/json", "json"), ("image/png", "png"),
+        ("image/jpeg", "jpg"), ("application/pdf", "pdf"), ("text/plain", "txt"),
+        ("application/xml", "xml"), ("text/xml; charset=utf-8", "xml"), ("TEXT/CSS", "css"),
+        ("text/javascript", "js"), ("image/svg+xml", "svg"), ("image/webp", "webp"),
+        ("application/xhtml+xml", "xhtml"), ("application/rss+xml", "xml"),
+        ("application/x-unheard-of", "bin"), ("", "bin"), ('text/html"; x=<y>', "bin"),
+    ],
+)  # fmt: skip
+def test_a_kept_body_downloads_with_the_extension_of_its_type(
+    user, user_client, content_type, extension
+):
+    crawl = services.crawl_create(user=user, name="k", seeds=["http://x.test/"], keep_bodies=True)
+    page = Page.objects.create(
+        crawl=crawl, url="http://x.test/", url_hash="h", status=200, fetched_at=timezone.now(),
+        content_type=content_type, body=HOSTILE,
+    )  # fmt: skip
+    raw = user_client.get(f"/crawls/{crawl.pk}/pages/{page.pk}/body")
+    name = f"crawl-{crawl.pk}-page-{page.pk}.{extension}"
+    assert raw["Content-Disposition"] == f'attachment; filename="{name}"'
+    # Whatever its name, it stays a download of bytes that no browser runs here.
+    assert raw["Content-Type"] == "application/octet-stream"
+    assert raw["X-Content-Type-Options"] == "nosniff"
+    assert raw.content == HOSTILE
+
+
 def test_a_redirect_chain_shows_on_each_of_its_pages(user, user_client, make_site):
     site = make_site(pages_site({
         "/": '<a href="/a">a</a><a href="/out">out</a>',

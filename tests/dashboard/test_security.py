@@ -81,6 +81,7 @@ POLICY: list[tuple[str, str]] = [
     ("webhook_", "page"),
     ("workers", "page"),
     ("api_token", "page"),
+    ("api_docs", "page"),
 ]
 WS_STAFF_ONLY = ("ws/proxies/",)
 

@@ -147,7 +147,7 @@ class Command(BaseCommand):
         status.add_argument("--json", action="store_true")
         export = sub.add_parser("export", help="write the crawl's pages or responses to a file")
         export.add_argument("id", type=int)
-        export.add_argument("--format", choices=["jsonl", "csv", "warc"], default="jsonl")
+        export.add_argument("--format", choices=list(exports.FORMATS), default="jsonl")
         export.add_argument("--output", required=True, help="file to write, or - for stdout")
         hosts = sub.add_parser("hosts", help="every host: queued, in flight, done, delay, held")
         hosts.add_argument("id", type=int)
