@@ -14,6 +14,7 @@ import pytest
 
 from tests.support import processes
 from tests.support.crawling import ROOT, WorkerFleet, database_url
+from tests.support.parallel import WORKER
 from tests.support.sites import free_port
 
 CHROMIUM = "/usr/bin/chromium"
@@ -81,7 +82,8 @@ def dashboard(redis_server, browser) -> Iterator[str]:
         "CRAWLHUB_DATA_DIR": os.environ.get("CRAWLHUB_DATA_DIR", str(ROOT / "var")),
     }
     fleet = WorkerFleet(env={k: env[k] for k in (*FAST, "REDIS_URL", "CRAWLHUB_DATA_DIR")})
-    log_path = ARTIFACTS / "daphne.log"
+    # One log per xdist worker: the workers' dashboards run side by side.
+    log_path = ARTIFACTS / f"daphne{'-' + WORKER if WORKER else ''}.log"
     with open(log_path, "w") as log:
         daphne = processes.spawn(
             [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
