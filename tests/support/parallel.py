@@ -3,6 +3,12 @@ worker is a test run of its own, and owns its embedded Redis (tests/conftest.py)
 (free_port), its process marker (the conftest's TOKEN) and, set here, its data dir: the SQLite
 test database, the secret key and what daphne and RQ workers started by its tests read.
 
+Tests are handed out a file at a time (`--dist loadfile`), the largest files first: what a
+module shares between its tests (the browser and the dashboard's processes, tests/dashboard/
+conftest.py) is started once, in one worker, and the guard after each module sees the module
+whole. A test that must not share something with the others of its worker says so in its own
+fixtures; nothing is shared between workers but the machine.
+
 Loaded with `-p tests.support.parallel` (addopts) so that it runs before pytest-django reads
 Django's settings, which read CRAWLHUB_DATA_DIR once. `./run test -n 0` runs in one process.
 """
@@ -10,11 +16,11 @@ Django's settings, which read CRAWLHUB_DATA_DIR once. `./run test -n 0` runs in 
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
 
 # How many workers `-n auto` starts. The suite mostly waits (on processes starting, sockets,
 # crawls of delayed sites), so more workers than the machine's two cores overlap those waits;
@@ -22,9 +28,22 @@ ROOT = Path(__file__).resolve().parents[2]
 WORKERS = 4
 
 WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+# A new directory for each worker of each run (two runs in one checkout do not meet), inside
+# CRAWLHUB_DATA_DIR when it is set, else in the system's temporary directory; removed when the
+# worker ends.
+DATA_DIR: Path | None = None
 if WORKER:
-    _base = Path(os.environ.get("CRAWLHUB_DATA_DIR") or ROOT / "var")
-    os.environ["CRAWLHUB_DATA_DIR"] = str(_base / f"test-{WORKER}")
+    DATA_DIR = Path(
+        tempfile.mkdtemp(
+            prefix=f"crawlhub-test-{WORKER}-", dir=os.environ.get("CRAWLHUB_DATA_DIR") or None
+        )
+    )
+    os.environ["CRAWLHUB_DATA_DIR"] = str(DATA_DIR)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if DATA_DIR is not None:
+        shutil.rmtree(DATA_DIR, ignore_errors=True)
 
 
 @pytest.hookimpl(tryfirst=True)
