@@ -41,6 +41,36 @@ if WORKER:
     os.environ["CRAWLHUB_DATA_DIR"] = str(DATA_DIR)
 
 
+# What a test is guessed to cost, in quick tests, for handing out the longest files first: a
+# slow one 20; one that asks for a longer timeout than the suite's says it is longer still.
+SLOW_TEST_COST = 20
+SECONDS_OF_TIMEOUT_PER_COST = 2
+
+
+def _cost(item: pytest.Item) -> int:
+    cost = SLOW_TEST_COST if item.get_closest_marker("slow") else 1
+    timeout = item.get_closest_marker("timeout")
+    if timeout is not None and timeout.args:
+        cost = max(cost, int(timeout.args[0]) // SECONDS_OF_TIMEOUT_PER_COST)
+    return cost
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """In each worker, the files in the order they are handed out (--no-loadscope-reorder):
+    the longest first (by _cost), so that the run does not end waiting on a browser module or
+    a whole-crawl test that started last. Every worker sorts alike (xdist checks that
+    they collected the same list)."""
+    if not WORKER:
+        return
+    cost: dict[str, int] = {}
+    for item in items:
+        path = item.nodeid.split("::", 1)[0]
+        cost[path] = cost.get(path, 0) + _cost(item)
+    order = {path: n for n, path in enumerate(sorted(cost, key=lambda path: -cost[path]))}
+    items.sort(key=lambda item: order[item.nodeid.split("::", 1)[0]])
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     if DATA_DIR is not None:
         shutil.rmtree(DATA_DIR, ignore_errors=True)
