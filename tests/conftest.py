@@ -24,7 +24,7 @@ from crawlhub.connections import get_redis
 from crawls.engine import slices
 from tests.support import processes
 from tests.support.clients import PASSWORD
-from tests.support.crawling import FAST_WORKERS, WorkerFleet, use_redis
+from tests.support.crawling import FAST_WORKERS, WorkerFleet, reset_redis, use_redis
 from tests.support.sites import Handler, LocalSite, RawServer, free_port
 
 # Every process this test run starts carries MARKER=<TOKEN> <test id> in its environment (set
@@ -54,8 +54,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if not config.getoption("--database-only"):
-        return
+    # A browser takes seconds to start and to render: a browser test is a slow one, marked so
+    # or not (the quick subset, -m "not slow", leaves it out).
+    for item in items:
+        if item.get_closest_marker("browser") and not item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.slow)
+    if config.getoption("--database-only"):
+        _database_only(config, items)
+
+
+def _database_only(config: pytest.Config, items: list[pytest.Item]) -> None:
     keep, drop = [], []
     for item in items:
         uses_db = item.get_closest_marker("django_db") or _DATABASE_FIXTURES & set(
@@ -135,11 +143,12 @@ def stop_what_the_test_started() -> Iterator[None]:
 
 @pytest.fixture(autouse=True)
 def redis(redis_server):
-    """A Redis client; every test starts and ends with an empty Redis."""
+    """A Redis client; every test starts and ends with an empty Redis (but for the registrations
+    of the processes a module shares between its tests: tests.support.crawling.reset_redis)."""
     client = get_redis()
-    client.flushall()
+    reset_redis(client)
     yield client
-    client.flushall()
+    reset_redis(client)
 
 
 # -- sites -----------------------------------------------------------------------------------

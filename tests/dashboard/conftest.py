@@ -7,13 +7,23 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from rq import Worker
 
+from crawlhub.connections import get_redis
 from tests.support import processes
-from tests.support.crawling import ROOT, WorkerFleet, database_url
+from tests.support.crawling import (
+    REGISTRATIONS,
+    ROOT,
+    WorkerFleet,
+    database_url,
+    kept_between_tests,
+)
+from tests.support.parallel import WORKER
 from tests.support.sites import free_port
 
 CHROMIUM = "/usr/bin/chromium"
@@ -65,42 +75,106 @@ def browser() -> Iterator:
         del os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"]
 
 
-@pytest.fixture
-def dashboard(redis_server, browser) -> Iterator[str]:
-    """daphne serving crawlhub on a free port, plus two RQ workers and the cron supervisor; the
-    base URL, once daphne answers and both workers have registered. Every process is registered
-    for stopping as it starts, and stopped even when the start-up fails."""
-    ARTIFACTS.mkdir(exist_ok=True)
-    port = free_port()
-    env = {
-        **os.environ,
-        **FAST,
-        "DATABASE_URL": database_url(),
-        # redis-py 8's default 5 s read timeout races channels-redis' 5 s BZPOPMIN: see the report.
-        "REDIS_URL": redis_server.url,
-        "CRAWLHUB_DATA_DIR": os.environ.get("CRAWLHUB_DATA_DIR", str(ROOT / "var")),
-    }
-    fleet = WorkerFleet(env={k: env[k] for k in (*FAST, "REDIS_URL", "CRAWLHUB_DATA_DIR")})
-    log_path = ARTIFACTS / "daphne.log"
-    with open(log_path, "w") as log:
-        daphne = processes.spawn(
-            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-             "crawlhub.asgi:application"],
-            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+class Dashboard(processes.Started):
+    """daphne serving crawlhub on a free port, two RQ workers and the cron supervisor, shared
+    by a module's browser tests (one worker runs the module: tests/support/parallel.py). Between
+    tests the state is reset, not the processes: the database is flushed and Redis emptied but
+    for these processes' registrations (tests.support.crawling.reset_redis); a process that
+    died is started again, and workers still busy when a test ends (a crawl it left running)
+    are replaced, so that nothing of one test's work reaches the next."""
+
+    def __init__(self, redis_url: str) -> None:
+        self.env = {
+            **os.environ,
+            **FAST,
+            "DATABASE_URL": database_url(),
+            # redis-py 8's default 5 s read timeout races channels-redis' 5 s BZPOPMIN.
+            "REDIS_URL": redis_url,
+            "CRAWLHUB_DATA_DIR": os.environ.get("CRAWLHUB_DATA_DIR", str(ROOT / "var")),
+        }
+        # One log per xdist worker: the workers' dashboards run side by side.
+        self.log_path = ARTIFACTS / f"daphne{'-' + WORKER if WORKER else ''}.log"
+        self.daphne: subprocess.Popen | None = None
+        self.fleet: WorkerFleet | None = None
+        self.base = ""
+
+    def start(self) -> Dashboard:
+        ARTIFACTS.mkdir(exist_ok=True)
+        kept_between_tests[:] = REGISTRATIONS
+        self._start_daphne()
+        self._start_fleet()
+        return self
+
+    def _start_daphne(self) -> None:
+        port = free_port()
+        with open(self.log_path, "a") as log:
+            self.daphne = processes.spawn(
+                [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+                 "crawlhub.asgi:application"],
+                cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                outlives_the_test=True,
+            )  # fmt: skip
+        self.base = f"http://127.0.0.1:{port}"
+
+    def _start_fleet(self) -> None:
+        env = {k: self.env[k] for k in (*FAST, "REDIS_URL", "CRAWLHUB_DATA_DIR")}
+        self.fleet = WorkerFleet(env=env, outlives_the_test=True)
+        self.fleet.start_worker()
+        self.fleet.start_worker()
+        self.fleet.start_cron()
+
+    def ready(self) -> str:
+        """The base URL, once daphne answers and both workers are registered; what died since
+        the last test is started again first."""
+        if self.daphne is None or self.daphne.poll() is not None:
+            self._start_daphne()
+        if self.fleet is None or len(self.fleet.alive()) < 2 or self.fleet.cron.poll() is not None:
+            if self.fleet is not None:
+                self.fleet.stop()
+            self._start_fleet()
+        processes.wait_for_http(
+            self.base + "/healthz", what="daphne", proc=self.daphne, log=self.log_path,
+            timeout=START_SECONDS,
         )  # fmt: skip
+        self.fleet.wait_until_registered(2, timeout=START_SECONDS)
+        return self.base
+
+    def settle(self, *, timeout: float = 5) -> None:
+        """After a test, before its rows and keys are reset: wait for a moment when no worker
+        runs a job; workers still busy then (with a crawl the test left running) are stopped,
+        to be replaced before the next test."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if all(w.get_state() != "busy" for w in Worker.all(connection=get_redis())):
+                return
+            time.sleep(0.1)
+        self.fleet.stop()
+
+    def stop(self) -> None:
         try:
-            fleet.start_worker()
-            fleet.start_worker()
-            fleet.start_cron()
-            base = f"http://127.0.0.1:{port}"
-            processes.wait_for_http(
-                base + "/healthz", what="daphne", proc=daphne, log=log_path, timeout=START_SECONDS
-            )
-            fleet.wait_until_registered(2, timeout=START_SECONDS)
-            yield base
+            if self.fleet is not None:
+                self.fleet.stop()
+            if self.daphne is not None:
+                processes.stop(self.daphne)
         finally:
-            fleet.stop()
-            processes.stop(daphne)
+            kept_between_tests.clear()
+
+
+@pytest.fixture(scope="module")
+def shared_dashboard(redis_server, browser, django_db_setup) -> Iterator[Dashboard]:
+    """The module's Dashboard: started by its first browser test, stopped after its last."""
+    with Dashboard(redis_server.url) as dashboard:
+        yield dashboard
+
+
+@pytest.fixture
+def dashboard(shared_dashboard, transactional_db) -> Iterator[str]:
+    """The base URL of a live dashboard: daphne serving crawlhub on a free port, plus two RQ
+    workers and the cron supervisor, once daphne answers and both workers have registered.
+    The processes are the module's (shared_dashboard); the database and Redis are the test's,
+    reset after it (the workers are first left idle: Dashboard.settle)."""
+    yield shared_dashboard.ready()
+    shared_dashboard.settle()
 
 
 # Every document reports what the Content-Security-Policy refused on the console, as Chromium

@@ -5,6 +5,7 @@ link JSON of complete() are built without json.dumps; hosts are cached per schem
 is checked here against the plain computation on a large generated corpus.
 """
 
+import functools
 import json
 import random
 from urllib.parse import urlsplit
@@ -73,7 +74,9 @@ def random_url(rng: random.Random) -> str:
     return url
 
 
+@functools.cache
 def corpus() -> list[str]:
+    """Built when a test first asks (not on import: collection, in every worker, needs none)."""
     rng = random.Random(20240601)
     urls = [random_url(rng) for _ in range(60_000)]
     # What crawls produce: the sample site's links in all their equivalent forms.
@@ -88,9 +91,6 @@ def corpus() -> list[str]:
     return urls
 
 
-CORPUS = corpus()
-
-
 def outcome(url):
     try:
         return "ok", canonicalize_url(url, keep_fragments=False)
@@ -101,7 +101,7 @@ def outcome(url):
 @pytest.mark.slow
 def test_canonicalize_equals_w3lib_on_a_large_corpus():
     plain = 0
-    for url in CORPUS:
+    for url in corpus():
         try:
             ours = "ok", canonicalize(url)
         except Exception as exc:  # noqa: BLE001
@@ -109,7 +109,7 @@ def test_canonicalize_equals_w3lib_on_a_large_corpus():
         assert ours == outcome(url), url
         plain += _plain(url.partition("#")[0])
     # The fast path is actually taken, and not for everything.
-    assert 0.1 * len(CORPUS) < plain < 0.9 * len(CORPUS)
+    assert 0.1 * len(corpus()) < plain < 0.9 * len(corpus())
 
 
 @pytest.mark.parametrize(
@@ -138,7 +138,7 @@ def test_urls_w3lib_would_change_are_not_taken_as_canonical(url):
 
 
 def test_hosts_cached_per_origin_equal_urlsplit():
-    for url in CORPUS + ["http:\t//a/b://c/d", "http://a\n/b", " http://a/", "http://a?b/c"]:
+    for url in corpus() + ["http:\t//a/b://c/d", "http://a\n/b", " http://a/", "http://a?b/c"]:
         try:
             expected = "ok", _split_host(url)
         except ValueError:
@@ -153,7 +153,7 @@ def test_hosts_cached_per_origin_equal_urlsplit():
 
 def test_scope_allows_is_unchanged_by_the_host_cache():
     allowed = Scope(seeds=["http://example.com/"], allowed_domains=[], include=[], exclude=[])
-    for url in CORPUS:
+    for url in corpus():
         host = scope._split_url_host(url)
         assert allowed.allows(url) == bool(host and allowed._allows_ascii_host(host)), url
 
@@ -189,7 +189,7 @@ def valid(url: str) -> bool:
 
 def test_request_json_equals_json_dumps():
     rng = random.Random(5)
-    urls = [url for url in CORPUS if valid(url)]
+    urls = [url for url in corpus() if valid(url)]
     for url in urls[:20_000]:
         request = Request(
             url=url,
@@ -207,7 +207,7 @@ def test_request_json_equals_json_dumps():
 
 
 def test_link_arguments_equal_those_of_link_requests():
-    urls = [url for url in CORPUS if valid(url)]
+    urls = [url for url in corpus() if valid(url)]
     for n in range(0, 4000, 40):
         parent = Request(url=urls[n], depth=n % 5, priority=(n % 3) - 1, attempts=n % 2)
         links = urls[n + 1 : n + 41]
@@ -222,7 +222,7 @@ def test_link_arguments_equal_those_of_link_requests():
 
 
 def test_a_redirects_argument_equals_that_of_its_target_request():
-    urls = [url for url in CORPUS if valid(url)]
+    urls = [url for url in corpus() if valid(url)]
     for n in range(0, 400, 4):
         chain = tuple(urls[n + 1 : n + 1 + n % 3])
         parent = Request(urls[n], depth=n % 5, priority=(n % 3) - 1, redirects=chain)

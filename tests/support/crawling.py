@@ -52,6 +52,28 @@ def use_redis(url: str) -> None:
     channel_layers.backends.clear()
 
 
+# The keys that say which RQ workers and cron schedulers are alive. While a module shares its
+# dashboard's processes between tests (tests/dashboard/conftest.py), the reset between tests
+# keeps their registrations with them: kept_between_tests holds these patterns only then.
+REGISTRATIONS = ("rq:workers", "rq:workers:*", "rq:worker:*", "rq:cron_scheduler:*",
+                 "rq:cron_schedulers")  # fmt: skip
+kept_between_tests: list[str] = []
+
+
+def reset_redis(client) -> None:
+    """Empty Redis for the next test, all but the keys kept_between_tests matches: those come
+    back as they were, with their time to live."""
+    saved = []
+    for pattern in kept_between_tests:
+        for key in client.scan_iter(match=pattern):
+            dump, ttl = client.dump(key), client.pttl(key)
+            if dump is not None and ttl != -2:  # -2: gone since the scan
+                saved.append((key, max(ttl, 0), dump))
+    client.flushall()
+    for key, ttl, dump in saved:
+        client.restore(key, ttl, dump, replace=True)
+
+
 @contextlib.contextmanager
 def database_refuses_pages(url_part: str):
     """A trigger in the test database that refuses every Page row whose URL holds `url_part`, as
@@ -142,9 +164,13 @@ class WorkerFleet:
     registered for stopping as it starts (tests.support.processes): stop() ends them all, and
     the suite stops what a test left running."""
 
-    def __init__(self, *, env: dict[str, str], worker_class: str = "") -> None:
+    def __init__(
+        self, *, env: dict[str, str], worker_class: str = "", outlives_the_test: bool = False
+    ) -> None:
         self.env = {**os.environ, "DATABASE_URL": database_url(), **env}
         self.worker_class = worker_class
+        # A fleet shared by a module's tests (processes.spawn's outlives_the_test).
+        self.outlives_the_test = outlives_the_test
         self.workers: list[subprocess.Popen] = []
         self.cron: subprocess.Popen | None = None
         self.killed_horses = 0
@@ -157,6 +183,7 @@ class WorkerFleet:
             env=self.env,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            outlives_the_test=self.outlives_the_test,
         )
         self.workers.append(proc)
         return proc
@@ -168,6 +195,7 @@ class WorkerFleet:
             env=self.env,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            outlives_the_test=self.outlives_the_test,
         )
 
     def wait_until_registered(self, count: int, *, timeout: float = 120) -> None:

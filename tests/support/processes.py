@@ -52,18 +52,25 @@ class Started:
         self.stop()
 
 
-def spawn(args: list[str], *, env: dict[str, str] | None = None, **kwargs) -> subprocess.Popen:
+def spawn(
+    args: list[str], *, env: dict[str, str] | None = None, outlives_the_test: bool = False,
+    **kwargs,
+) -> subprocess.Popen:  # fmt: skip
     """Start args in a session of its own, registered for stopping before anything waits for it.
 
     The child gets SIGTERM if the test run dies (setpriv --pdeathsig, when util-linux has it): call
-    this from the main thread, whose end is what the signal follows."""
+    this from the main thread, whose end is what the signal follows. With outlives_the_test, the
+    test that is running is not the child's owner: a fixture of module or session scope starts
+    it (even while setting up a test) and stops it itself; the guard after each module still
+    finds it if nobody does."""
     env = dict(os.environ if env is None else env)
     if MARKER in os.environ:
         env.setdefault(MARKER, os.environ[MARKER])
     setpriv = shutil.which("setpriv")
     command = [setpriv, "--pdeathsig", "TERM", *args] if setpriv else list(args)
     proc = subprocess.Popen(command, env=env, start_new_session=True, **kwargs)
-    _started.append(proc)
+    if not outlives_the_test:
+        _started.append(proc)
     return proc
 
 

@@ -1,0 +1,89 @@
+"""The suite runs in parallel with pytest-xdist (pyproject.toml's addopts: `-n auto`): each
+worker is a test run of its own, and owns its embedded Redis (tests/conftest.py), its ports
+(free_port), its process marker (the conftest's TOKEN) and, set here, its data dir: the SQLite
+test database, the secret key and what daphne and RQ workers started by its tests read.
+
+Tests are handed out a file at a time (`--dist loadfile`), the largest files first: what a
+module shares between its tests (the browser and the dashboard's processes, tests/dashboard/
+conftest.py) is started once, in one worker, and the guard after each module sees the module
+whole. A test that must not share something with the others of its worker says so in its own
+fixtures; nothing is shared between workers but the machine.
+
+Loaded with `-p tests.support.parallel` (addopts) so that it runs before pytest-django reads
+Django's settings, which read CRAWLHUB_DATA_DIR once. `./run test -n 0` runs in one process.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+# How many workers `-n auto` starts. The suite mostly waits (on processes starting, sockets,
+# crawls of delayed sites), so more workers than the machine's two cores overlap those waits;
+# CRAWLHUB_TEST_WORKERS overrides it (docs/testing.md has the measurements).
+WORKERS = 4
+
+WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+# A new directory for each worker of each run (two runs in one checkout do not meet), inside
+# CRAWLHUB_DATA_DIR when it is set, else in the system's temporary directory; removed when the
+# worker ends.
+DATA_DIR: Path | None = None
+if WORKER:
+    DATA_DIR = Path(
+        tempfile.mkdtemp(
+            prefix=f"crawlhub-test-{WORKER}-", dir=os.environ.get("CRAWLHUB_DATA_DIR") or None
+        )
+    )
+    os.environ["CRAWLHUB_DATA_DIR"] = str(DATA_DIR)
+
+
+# What a test is guessed to cost, in quick tests, for handing out the longest files first: a
+# slow one 20; one that asks for a longer timeout than the suite's says it is longer still.
+SLOW_TEST_COST = 20
+SECONDS_OF_TIMEOUT_PER_COST = 2
+
+
+def _cost(item: pytest.Item) -> int:
+    cost = SLOW_TEST_COST if item.get_closest_marker("slow") else 1
+    timeout = item.get_closest_marker("timeout")
+    if timeout is not None and timeout.args:
+        cost = max(cost, int(timeout.args[0]) // SECONDS_OF_TIMEOUT_PER_COST)
+    return cost
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """In each worker, the files in the order they are handed out (--no-loadscope-reorder):
+    the longest first (by _cost), so that the run does not end waiting on a browser module or
+    a whole-crawl test that started last. Every worker sorts alike (xdist checks that
+    they collected the same list)."""
+    if not WORKER:
+        return
+    cost: dict[str, int] = {}
+    for item in items:
+        path = item.nodeid.split("::", 1)[0]
+        cost[path] = cost.get(path, 0) + _cost(item)
+    order = {path: n for n, path in enumerate(sorted(cost, key=lambda path: -cost[path]))}
+    items.sort(key=lambda item: order[item.nodeid.split("::", 1)[0]])
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if DATA_DIR is not None:
+        shutil.rmtree(DATA_DIR, ignore_errors=True)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    raw = os.environ.get("CRAWLHUB_TEST_WORKERS", "").strip()
+    if not raw:
+        return WORKERS
+    try:
+        return max(0, int(raw))
+    except ValueError:
+        raise pytest.UsageError(
+            f"CRAWLHUB_TEST_WORKERS must be a whole number of workers, got {raw!r}"
+        ) from None
