@@ -15,6 +15,7 @@ recorded with a page (Page.request_headers masks them) and never logged.
 from __future__ import annotations
 
 import base64
+import re
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
@@ -31,11 +32,13 @@ FORBIDDEN_HEADERS = frozenset({
 })  # fmt: skip
 _TOKEN = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
 _DEFAULT_PORTS = {"http": 80, "https": 443}
+_UNIX_TIME = re.compile(r"-?[0-9]{1,20}")  # ASCII digits: str.isdigit() takes '²'
 
 
 class CredentialsError(ValueError):
     """Input that cannot be used: `field` names the input, the message what and where (the line)
-    without repeating a secret value."""
+    without quoting any of it: a line that did not parse says nothing reliable about which
+    part of it is a secret."""
 
     def __init__(self, field: str, message: str) -> None:
         super().__init__(message)
@@ -101,8 +104,9 @@ def parse_headers(text: str) -> list[tuple[str, str]]:
             )  # fmt: skip
         if not set(name) <= _TOKEN:
             raise CredentialsError(
-                "headers", f"line {number}: {name[:60]!r} is not a header name (letters, digits "
-                "and -_.!#$%&'*+^`|~ only)",
+                # Not quoted: "Authorization Bearer abc: x" has the secret before its colon.
+                "headers", f"line {number}: the text before the first colon is not a header "
+                "name (letters, digits and -_.!#$%&'*+^`|~ only); write 'Name: value'",
             )  # fmt: skip
         if name.lower() in FORBIDDEN_HEADERS:
             other = " (give cookies in the Cookie field)" if name.lower() == "cookie" else ""
@@ -159,21 +163,30 @@ def parse_cookies_txt(text: str) -> list[Cookie]:
                 "cookies_txt", f"{where}: 7 fields separated by tabs expected (domain, "
                 f"subdomains, path, secure, expiry, name, value), found {len(fields)}",
             )  # fmt: skip
+        # No field is quoted in an error: a line whose fields are out of place may hold the
+        # cookie's value anywhere.
         domain, subdomains, path, secure, expiry, name, value = fields
         for label, flag in (("subdomains", subdomains), ("secure", secure)):
             if flag.upper() not in ("TRUE", "FALSE"):
                 raise CredentialsError(
-                    "cookies_txt", f"{where}: the {label} field is TRUE or FALSE, not {flag[:20]!r}"
-                )
-        if not expiry.strip().lstrip("-").isdigit():
+                    "cookies_txt", f"{where}: the {label} field (the "
+                    f"{'second' if label == 'subdomains' else 'fourth'}) is not TRUE or FALSE",
+                )  # fmt: skip
+        if not _UNIX_TIME.fullmatch(expiry.strip()):
             raise CredentialsError(
-                "cookies_txt", f"{where}: the expiry field is a Unix time, not {expiry[:20]!r}"
-            )
+                "cookies_txt", f"{where}: the expiry field (the fifth) is not a Unix time, whole "
+                "seconds (0 for a session cookie)",
+            )  # fmt: skip
         host = ascii_host(domain.strip().lstrip("."))
         if not host:
-            raise CredentialsError("cookies_txt", f"{where}: {domain[:60]!r} is not a domain")
+            raise CredentialsError(
+                "cookies_txt", f"{where}: the domain field (the first) is not a host name"
+            )
         if not name or not set(name) <= _TOKEN:
-            raise CredentialsError("cookies_txt", f"{where}: {name[:40]!r} is not a cookie name")
+            raise CredentialsError(
+                "cookies_txt", f"{where}: the name field (the sixth) is not a cookie name "
+                "(letters, digits and !#$%&'*+-.^_`|~ only)",
+            )  # fmt: skip
         if problem := _check_header_text(value, f"{where}: the value"):
             raise CredentialsError("cookies_txt", problem)
         cookies.append(Cookie(
