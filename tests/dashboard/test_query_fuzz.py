@@ -25,7 +25,7 @@ from proxies import services as proxy_services
 from proxies.models import Proxy, ProxyJob
 from tests.dashboard.test_pages_browser import make_pages
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.slow, pytest.mark.django_db]
 
 EXAMPLES = 60
 HOSTILE = [
