@@ -163,32 +163,22 @@ def parse_cookies_txt(text: str) -> list[Cookie]:
                 "cookies_txt", f"{where}: 7 fields separated by tabs expected (domain, "
                 f"subdomains, path, secure, expiry, name, value), found {len(fields)}",
             )  # fmt: skip
-        # No field is quoted in an error: a line whose fields are out of place may hold the
-        # cookie's value anywhere.
+        # No field is quoted: a line whose fields are out of place may hold the value anywhere.
         domain, subdomains, path, secure, expiry, name, value = fields
-        for label, flag in (("subdomains", subdomains), ("secure", secure)):
-            if flag.upper() not in ("TRUE", "FALSE"):
-                raise CredentialsError(
-                    "cookies_txt", f"{where}: the {label} field (the "
-                    f"{'second' if label == 'subdomains' else 'fourth'}) is not TRUE or FALSE",
-                )  # fmt: skip
-        if not _UNIX_TIME.fullmatch(expiry.strip()):
-            raise CredentialsError(
-                "cookies_txt", f"{where}: the expiry field (the fifth) is not a Unix time, whole "
-                "seconds (0 for a session cookie)",
-            )  # fmt: skip
-        host = ascii_host(domain.strip().lstrip("."))
-        if not host:
-            raise CredentialsError(
-                "cookies_txt", f"{where}: the domain field (the first) is not a host name"
-            )
-        if not name or not set(name) <= _TOKEN:
-            raise CredentialsError(
-                "cookies_txt", f"{where}: the name field (the sixth) is not a cookie name "
-                "(letters, digits and !#$%&'*+-.^_`|~ only)",
-            )  # fmt: skip
-        if problem := _check_header_text(value, f"{where}: the value"):
-            raise CredentialsError("cookies_txt", problem)
+        if subdomains.upper() not in ("TRUE", "FALSE"):
+            problem = "the subdomains field (the second) is not TRUE or FALSE"
+        elif secure.upper() not in ("TRUE", "FALSE"):
+            problem = "the secure field (the fourth) is not TRUE or FALSE"
+        elif not _UNIX_TIME.fullmatch(expiry.strip()):
+            problem = "the expiry field (the fifth) is not a Unix time (0: a session cookie)"
+        elif not (host := ascii_host(domain.strip().lstrip("."))):
+            problem = "the domain field (the first) is not a host name"
+        elif not name or not set(name) <= _TOKEN:
+            problem = "the name field (the sixth) is not a cookie name (no space, ;, = or quote)"
+        else:
+            problem = _check_header_text(value, "the value")
+        if problem:
+            raise CredentialsError("cookies_txt", f"{where}: {problem}")
         cookies.append(Cookie(
             name=name, value=value, domain=host, subdomains=subdomains.upper() == "TRUE",
             path=path or "/", secure=secure.upper() == "TRUE",
