@@ -1,4 +1,5 @@
-"""HTTP goes to Django; websockets need a signed-in user and an Origin among ALLOWED_HOSTS."""
+"""HTTP goes to Django; websockets need a signed-in user and the dashboard's own Origin
+(scheme, host and port: crawlhub/origins.py)."""
 
 import os
 
@@ -9,15 +10,13 @@ django_asgi_app = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402  (needs Django set up first)
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
+from crawlhub.origins import SameOriginValidator  # noqa: E402
 from crawlhub.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
-        "websocket": AllowedHostsOriginValidator(
-            AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
-        ),
+        "websocket": SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )

@@ -1,4 +1,5 @@
-"""Lookups that match nothing where the database would otherwise fail.
+"""Lookups that match nothing where the database would otherwise fail, and ids read from a
+query string (typed_id).
 
 `id__in=[...]` with a number past the database's integer range matches nothing.
 
@@ -17,9 +18,20 @@ matches nothing, on every database alike.
 
 from __future__ import annotations
 
+import re
+
 from django.core.exceptions import EmptyResultSet
 from django.db.models import CharField, IntegerField, TextField, lookups
 from django.db.models.lookups import In
+
+_ASCII_DIGITS = re.compile(r"[0-9]{1,18}")
+
+
+def typed_id(text: str) -> int | None:
+    """A row's id as someone typed it in a query string, or None when it is not one: ASCII
+    digits only, at most 18 of them (every database's integer range). str.isdigit() is True
+    for '²', which int() refuses (a 500 wherever it was trusted), and int() reads '٣' as 3."""
+    return int(text) if _ASCII_DIGITS.fullmatch(text) else None
 
 
 @IntegerField.register_lookup

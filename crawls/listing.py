@@ -16,6 +16,7 @@ from django.db.models import DurationField, ExpressionWrapper, F, Q, QuerySet, T
 from django.db.models.functions import Cast, Coalesce, Now
 from django.utils import timezone
 
+from crawlhub.lookups import typed_id
 from crawls.models import Crawl, CrawlState
 from crawls.services import visible_crawls
 
@@ -103,9 +104,8 @@ def _search(text: str, *, staff: bool) -> Q:
     """Name or seed containing the text (any case); "#12" or "12" is crawl 12 too; staff
     also find crawls by their owner's user name."""
     found = Q(name__icontains=text) | Q(seeds_text__icontains=text)
-    number = text.removeprefix("#")
-    if number.isdigit() and len(number) < 12:
-        found |= Q(pk=int(number))
+    if (number := typed_id(text.removeprefix("#"))) is not None:
+        found |= Q(pk=number)
     if staff:
         found |= Q(created_by__username__iexact=text)
     return found

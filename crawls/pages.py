@@ -21,10 +21,11 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.db import connection
 from django.db.models import BooleanField, F, Func, Q, QuerySet
-from django.db.models.fields.json import KT
+from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Substr
 
 from crawls import page_search
+from crawls.engine.extraction_rules import is_rule_name
 from crawls.models import URL_SORT_CHARS, Change, Crawl, Page, PageSource
 
 PAGE_SIZES = (25, 50, 100, 200)
@@ -206,11 +207,13 @@ def _query(text: str) -> str:
 
 
 def _sort(text: str) -> str:
-    if text in SORTS:
+    # A field's name goes into a JSON path (sort_expression): only a rule's name is taken.
+    if text in SORTS or (text.startswith(FIELD_SORT) and is_rule_name(text[len(FIELD_SORT) :])):
         return text
-    if text.startswith(FIELD_SORT) and 0 < len(text) - len(FIELD_SORT) <= 64:
-        return text
-    raise ValueError(f"Sort by one of {', '.join(SORTS)} or field:<name>, not {text[:40]!r}.")
+    raise ValueError(
+        f"Sort by one of {', '.join(SORTS)} or field:<name> (a rule's name: letters a-z and "
+        f"A-Z, digits, _ and -, starting with a letter), not {text[:40]!r}."
+    )
 
 
 def _size(text: str) -> int:
@@ -301,7 +304,8 @@ class PageSlice:
 
 def sort_expression(sort: str):
     if sort.startswith(FIELD_SORT):
-        return KT(f"extracted__{sort[len(FIELD_SORT) :]}")
+        # One key, the rule's name whole: KT("extracted__a__b") would read b inside a.
+        return KeyTextTransform(sort[len(FIELD_SORT) :], "extracted")
     return SORTS[sort]
 
 

@@ -3,7 +3,8 @@ the schemes are http, https, socks5 and socks5h.
 
 Pure functions: no database, no network (services.py stores, fetching a URL is there too).
 Blank lines and lines starting with # are skipped; everything else is a proxy or an error
-with its line number and reason.
+with its line number and reason. An error shows the line only as far as it cannot be a secret
+(shown_bad_line) and its reason quotes none of it.
 """
 
 from __future__ import annotations
@@ -71,12 +72,60 @@ def mask(text: str) -> str:
     return f"{text[: colon + 1]}****{text[at:]}"
 
 
+def shown_bad_line(text: str) -> str:
+    """A line that did not parse, as it may be shown: its scheme, a user name before a colon, a
+    host that is one (an IP address or a dotted name) and a port that is one; everything else
+    as ****. Such a line
+    says nothing reliable about where its password is: "http://user:secret" (no host),
+    "host:port:user:secret" (a seller's format), "http://token@host:port" (a token as the user
+    name), a key in a path or query."""
+    scheme = _SCHEME.match(text)
+    rest = text[scheme.end() :] if scheme else text
+    shown = scheme.group(0).strip() if scheme else ""
+    at = rest.rfind("@")
+    if at != -1:  # the user name when a colon ends it (as mask), else it may be a token
+        user, colon, _ = rest[:at].partition(":")
+        shown, rest = shown + (f"{user}:****@" if colon else "****@"), rest[at + 1 :]
+    end = min((i for i in (rest.find(c) for c in "/?#") if i != -1), default=len(rest))
+    hostport, beyond = rest[:end], rest[end:]
+    if hostport.startswith("["):  # [IPv6]:port
+        close = hostport.find("]")
+        host, tail = (
+            (hostport[: close + 1], hostport[close + 1 :]) if close != -1 else (hostport, "")
+        )
+        port_sep, port = tail[:1], tail[1:]
+    else:
+        host, port_sep, port = hostport.partition(":")
+    shown += host if _shown_host(host) else "****" if host else ""
+    if port_sep:
+        shown += ":" + (port if port.isascii() and port.isdigit() and len(port) <= 5 else "****")
+    if beyond:
+        shown += beyond[0] + "****"
+    return shown
+
+
+def _shown_host(host: str) -> bool:
+    bare = host.removeprefix("[").removesuffix("]")
+    if not _valid_host(bare):
+        return False
+    try:
+        ipaddress.ip_address(bare)
+        return True
+    except ValueError:
+        return "." in bare or bare.lower() == "localhost"
+
+
 def parse_line(text: str, line: int = 1) -> Parsed | LineError:
-    shown = mask(text.strip())  # errors echo the line; never with its password
     raw = text.strip()
+    shown = shown_bad_line(raw)  # errors echo the line; never anything that may be a secret
     if "://" not in raw:
         if "@" in raw:
             return LineError(line, shown, "credentials need a scheme: scheme://user:pass@host:port")
+        if raw.count(":") == 3 and not raw.startswith("["):
+            return LineError(
+                line, shown,
+                "looks like host:port:user:password; write it as http://user:password@host:port",
+            )  # fmt: skip
         raw = "http://" + raw
     try:
         parts = urlsplit(raw)
@@ -93,7 +142,7 @@ def parse_line(text: str, line: int = 1) -> Parsed | LineError:
     if not host:
         return LineError(line, shown, "missing host")
     if not _valid_host(host):
-        return LineError(line, shown, f"invalid host {host!r}")
+        return LineError(line, shown, _host_problem(host))
     if port is None:
         return LineError(line, shown, "missing port")
     if not 1 <= port <= 65535:
@@ -115,6 +164,15 @@ def parse_line(text: str, line: int = 1) -> Parsed | LineError:
             line, shown, f"a SOCKS5 user name or password is at most {SOCKS_CREDENTIAL_BYTES} bytes"
         )
     return Parsed(line, scheme, host.lower(), port, username, password)
+
+
+def _host_problem(host: str) -> str:
+    """Why `host` is none, without quoting it (it may be part of a password)."""
+    if not host.isascii():
+        return "invalid host: a name with letters outside a-z is written in punycode (xn--...)"
+    if not host.isprintable():
+        return "invalid host: it has a control character"
+    return "invalid host: not an IP address or a host name (letters a-z, digits, - and .)"
 
 
 def _valid_host(host: str) -> bool:

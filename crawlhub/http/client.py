@@ -35,7 +35,7 @@ from requests.cookies import extract_cookies_to_jar
 from requests.structures import CaseInsensitiveDict
 from requests.utils import get_encoding_from_headers
 
-from crawlhub.http import bodies, links, netguard
+from crawlhub.http import bodies, charsets, links, netguard
 from crawlhub.http.deadline import arm, disarm, set_socket_timeout
 from crawlhub.http.errors import (
     PROXY_REFUSED,
@@ -145,12 +145,9 @@ class FetchResult:
 
     def text(self) -> str:
         """The body in the charset the response declared (for text/* without one, HTTP/1.1's
-        ISO-8859-1, as requests reads it; else UTF-8), undecodable bytes replaced."""
-        charset = get_encoding_from_headers(self.headers) or "utf-8"
-        try:
-            return self.body.decode(charset, errors="replace")
-        except LookupError:  # a charset Python does not know
-            return self.body.decode("utf-8", errors="replace")
+        ISO-8859-1, as requests reads it; else, or when it names no charset, UTF-8),
+        undecodable bytes replaced."""
+        return charsets.decode(self.body, get_encoding_from_headers(self.headers))
 
 
 def refusal(url: str) -> str:

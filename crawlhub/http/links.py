@@ -10,6 +10,7 @@ from lxml import etree
 from w3lib.encoding import html_body_declared_encoding, http_content_type_encoding, read_bom
 from w3lib.url import safe_url_string
 
+from crawlhub.http import charsets
 from crawlhub.http.urls import MAX_URL_LENGTH, URLError, URLTooLong, is_normal_path, normalize
 
 HTML_TYPES = ("text/html", "application/xhtml+xml")
@@ -92,15 +93,13 @@ def _encoding(body: bytes, content_type: str) -> tuple[str, int]:
     return encoding, 0
 
 
-def _decoder(encoding: str) -> tuple[str, codecs.IncrementalDecoder]:
+def _decoder(encoding: str) -> tuple[str, charsets.Decoder]:
     """An incremental decoder that replaces undecodable bytes, as w3lib's to_unicode decodes
-    (gb18030 with the error handler w3lib registers for it)."""
-    try:
-        name = codecs.lookup(encoding).name
-    except LookupError:
-        encoding, name = "utf-8", "utf-8"
+    (gb18030 with the error handler w3lib registers for it); UTF-8 for a name that is no
+    charset (charsets.text_codec: unknown, or a codec such as base64 or idna)."""
+    name = charsets.text_codec(encoding) or "utf-8"
     errors = "w3lib_gb18030_replace" if name == "gb18030" else "replace"
-    return encoding, codecs.getincrementaldecoder(encoding)(errors)
+    return name, charsets.incremental_decoder(name, errors)
 
 
 def _parse(body: bytes, content_type: str, page: _Page) -> str | None:

@@ -18,6 +18,7 @@ recorded with a page (Page.request_headers masks them) and never logged.
 from __future__ import annotations
 
 import base64
+import re
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
@@ -34,11 +35,13 @@ FORBIDDEN_HEADERS = frozenset({
 })  # fmt: skip
 _TOKEN = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
 _DEFAULT_PORTS = {"http": 80, "https": 443}
+_UNIX_TIME = re.compile(r"-?[0-9]{1,20}")  # ASCII digits: str.isdigit() takes '²'
 
 
 class CredentialsError(ValueError):
     """Input that cannot be used: `field` names the input, the message what and where (the line)
-    without repeating a secret value."""
+    without quoting any of it: a line that did not parse says nothing reliable about which
+    part of it is a secret."""
 
     def __init__(self, field: str, message: str) -> None:
         super().__init__(message)
@@ -104,8 +107,9 @@ def parse_headers(text: str) -> list[tuple[str, str]]:
             )  # fmt: skip
         if not set(name) <= _TOKEN:
             raise CredentialsError(
-                "headers", f"line {number}: {name[:60]!r} is not a header name (letters, digits "
-                "and -_.!#$%&'*+^`|~ only)",
+                # Not quoted: "Authorization Bearer abc: x" has the secret before its colon.
+                "headers", f"line {number}: the text before the first colon is not a header "
+                "name (letters, digits and -_.!#$%&'*+^`|~ only); write 'Name: value'",
             )  # fmt: skip
         if name.lower() in FORBIDDEN_HEADERS:
             other = " (give cookies in the Cookie field)" if name.lower() == "cookie" else ""
@@ -162,23 +166,22 @@ def parse_cookies_txt(text: str) -> list[Cookie]:
                 "cookies_txt", f"{where}: 7 fields separated by tabs expected (domain, "
                 f"subdomains, path, secure, expiry, name, value), found {len(fields)}",
             )  # fmt: skip
+        # No field is quoted: a line whose fields are out of place may hold the value anywhere.
         domain, subdomains, path, secure, expiry, name, value = fields
-        for label, flag in (("subdomains", subdomains), ("secure", secure)):
-            if flag.upper() not in ("TRUE", "FALSE"):
-                raise CredentialsError(
-                    "cookies_txt", f"{where}: the {label} field is TRUE or FALSE, not {flag[:20]!r}"
-                )
-        if not expiry.strip().lstrip("-").isdigit():
-            raise CredentialsError(
-                "cookies_txt", f"{where}: the expiry field is a Unix time, not {expiry[:20]!r}"
-            )
-        host = ascii_host(domain.strip().lstrip("."))
-        if not host:
-            raise CredentialsError("cookies_txt", f"{where}: {domain[:60]!r} is not a domain")
-        if not name or not set(name) <= _TOKEN:
-            raise CredentialsError("cookies_txt", f"{where}: {name[:40]!r} is not a cookie name")
-        if problem := _check_header_text(value, f"{where}: the value"):
-            raise CredentialsError("cookies_txt", problem)
+        if subdomains.upper() not in ("TRUE", "FALSE"):
+            problem = "the subdomains field (the second) is not TRUE or FALSE"
+        elif secure.upper() not in ("TRUE", "FALSE"):
+            problem = "the secure field (the fourth) is not TRUE or FALSE"
+        elif not _UNIX_TIME.fullmatch(expiry.strip()):
+            problem = "the expiry field (the fifth) is not a Unix time (0: a session cookie)"
+        elif not (host := ascii_host(domain.strip().lstrip("."))):
+            problem = "the domain field (the first) is not a host name"
+        elif not name or not set(name) <= _TOKEN:
+            problem = "the name field (the sixth) is not a cookie name (no space, ;, = or quote)"
+        else:
+            problem = _check_header_text(value, "the value")
+        if problem:
+            raise CredentialsError("cookies_txt", f"{where}: {problem}")
         cookies.append(Cookie(
             name=name, value=value, domain=host, subdomains=subdomains.upper() == "TRUE",
             path=path or "/", secure=secure.upper() == "TRUE",

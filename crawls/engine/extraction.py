@@ -31,6 +31,7 @@ from lxml import etree
 from parsel import Selector
 from w3lib.encoding import html_body_declared_encoding, http_content_type_encoding, read_bom
 
+from crawlhub.http import charsets
 from crawls.engine.extraction_rules import (
     MAX_RULES,
     CompiledRule,
@@ -399,19 +400,15 @@ class _Page:
 
 def _encoding(body: bytes, content_type: str) -> tuple[str, int]:
     """As links.py finds it (and browsers): a byte order mark, the HTTP charset, <meta> or the
-    XML declaration, else UTF-8; an encoding Python lacks is read as UTF-8."""
+    XML declaration, else UTF-8; a name that is no charset (charsets.text_codec) as UTF-8."""
     bom_encoding, bom = read_bom(body)
     if bom_encoding is not None and bom is not None:
         return bom_encoding, len(bom)
     declared = http_content_type_encoding(content_type) or html_body_declared_encoding(body)
-    encoding = declared or "utf-8"
+    encoding = charsets.text_codec(declared) or "utf-8"
     if encoding in ("utf-16", "utf-32"):
         encoding += "-be"  # without a byte order mark, as w3lib reads it
-    try:
-        codecs_name = "".encode(encoding) is not None
-    except LookupError:
-        codecs_name = False
-    return (encoding if codecs_name else "utf-8"), 0
+    return encoding, 0
 
 
 def _parse_tree(page: _Page) -> _Tree:

@@ -186,6 +186,11 @@ def _given(value: object) -> object:
     return None if value == "" else value
 
 
+def is_rule_name(name: object) -> bool:
+    """Whether `name` could name a rule, and so a page's field (what a field sort may ask for)."""
+    return _name_problem(name) is None
+
+
 def _name_problem(name: object) -> str | None:
     if name is None:
         return "name is missing"

@@ -6,6 +6,7 @@ from __future__ import annotations
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import render
 
+from crawlhub.lookups import typed_id
 from crawls import changes, exports
 from crawls.models import Crawl
 from crawls.services import visible_crawls
@@ -19,9 +20,10 @@ def _pick(request: HttpRequest, name: str) -> tuple[Crawl | None, str]:
     raw = request.GET.get(name, "").strip()
     if not raw:
         return None, ""
-    if not raw.isdigit() or len(raw) > 18:
+    number = typed_id(raw)
+    if number is None:
         return None, f"{raw[:20]!r} is not a crawl id."
-    crawl = visible_crawls(request.user).filter(pk=int(raw)).first()
+    crawl = visible_crawls(request.user).filter(pk=number).first()
     return crawl, "" if crawl else f"There is no crawl #{raw} that you can see."
 
 

@@ -19,6 +19,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 
 from crawlhub import csp
+from crawlhub.http import charsets
 from crawls import changes
 from crawls.models import Change, Crawl, Page, PageSource
 from crawls.pages import (
@@ -136,13 +137,10 @@ def _body(page: Page, body: bytes | None) -> dict | None:
         return None
     data = bytes(body)
     binary = b"\x00" in data[:8192]
-    charset = "utf-8"
+    charset = ""
     if "charset=" in page.content_type.lower():
-        charset = page.content_type.lower().split("charset=", 1)[1].split(";")[0].strip(" \"'")
-    try:
-        text = "" if binary else data[:TEXT_SHOWN].decode(charset, errors="replace")
-    except LookupError:
-        text = data[:TEXT_SHOWN].decode("utf-8", errors="replace")
+        charset = page.content_type.lower().split("charset=", 1)[1].split(";")[0]
+    text = "" if binary else charsets.decode(data[:TEXT_SHOWN], charset)
     return {"size": len(data), "binary": binary, "text": text, "cut": len(data) > TEXT_SHOWN}
 
 

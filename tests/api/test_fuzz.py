@@ -3,8 +3,11 @@
 Each operation gets schemathesis's cases, valid and invalid for the schema, sent to the real
 WSGI app in this process (every middleware, DRF, the services, SQLite or PostgreSQL and the
 session's Redis) as a staff member or a user with a real API token. Path ids point at real rows
-half of the time, so the cases reach the services and not only a 404. The run is the same every
-time (hypothesis derandomized, no example database) and bounded: EXAMPLES cases an operation.
+half of the time, so the cases reach the services and not only a 404. Half of the cases get a
+hostile string (HOSTILE: numbers in other scripts, NUL, a lone surrogate, 10,000 characters,
+bidi marks, cursor and field-sort shapes) in one of their query parameters (any the operation
+reads, given or not) or body strings. The run is the same every time (hypothesis
+derandomized, no example database) and bounded: EXAMPLES cases an operation.
 """
 
 from __future__ import annotations
@@ -92,6 +95,49 @@ def world(user, staff, make_site) -> dict:
     }
 
 
+# Strings schemathesis seldom makes, that have been 500s somewhere: '²' passes str.isdigit()
+# and fails int(), a lone surrogate cannot be written as UTF-8 (in a JSON body only: a query
+# string is bytes), a field sort of no rule's name, a cursor that decodes to the wrong shape.
+HOSTILE = [
+    "\u00b2", "\u0663", "\U0001d7d9", "\x00", "a\x00b", "\u202e", "\ufeff", "\r\n", " ", "",
+    "-1", "9" * 30, "1e309", "nan", "field:-1", "field:a__b", "field:\u00e9", "%00", "%", "\\",
+    "'", "<script>", "null", "[]", "a" * 10_000, "eyJ4IjoxfQ", "WyJpZCIsZmFsc2UsbnVsbCwtMV0",
+]  # fmt: skip
+BODY_ONLY = ["\ud800", "x\udfffy"]
+hostile = st.one_of(
+    st.none(),
+    st.tuples(st.integers(0, 50), st.sampled_from(HOSTILE + BODY_ONLY)),
+)
+
+
+def spoil(case, at: int, value: str) -> None:
+    """Put `value` in one place of the case (the at-th, counting round): a query parameter the
+    operation reads, given or not, or a string inside its JSON body."""
+    places: list[tuple[object, object]] = []
+    if value not in BODY_ONLY:
+        case.query = dict(case.query or {})
+        places += [(case.query, parameter.name) for parameter in case.operation.query]
+    places += list(_strings(case.body))
+    if places:
+        container, key = places[at % len(places)]
+        container[key] = value
+
+
+def _strings(value):
+    """(container, key) of every string in a JSON value."""
+    if isinstance(value, dict):
+        items = list(value.items())
+    elif isinstance(value, list):
+        items = list(enumerate(value))
+    else:
+        return
+    for key, item in items:
+        if isinstance(item, str):
+            yield value, key
+        else:
+            yield from _strings(item)
+
+
 def aim(case, world: dict, real: int | None) -> None:
     """When `real` is not None, point the path id and the ids and URLs in the body at real rows
     and loopback addresses, so that the case gets past the lookups into the services. Always
@@ -133,8 +179,10 @@ def test_no_api_operation_answers_a_server_error(label, world):
         phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck),
     )  # fmt: skip
     @given(case=cases, who=st.sampled_from(["staff", "user"]),
-           real=st.one_of(st.none(), st.integers(0, 1)))  # fmt: skip
-    def send(case, who: str, real: int | None) -> None:
+           real=st.one_of(st.none(), st.integers(0, 1)), spoiled=hostile)  # fmt: skip
+    def send(case, who: str, real: int | None, spoiled: tuple[int, str] | None) -> None:
+        if spoiled is not None:
+            spoil(case, *spoiled)
         aim(case, world, real)
         headers = {"Authorization": f"Bearer {world['auth'][who]}"}
         response = case.call(app=APP, headers=headers)

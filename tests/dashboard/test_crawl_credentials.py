@@ -186,9 +186,9 @@ def test_bad_credentials_are_refused_at_the_form_naming_the_field(
     [
         ("garbage without tabs", "cookies.txt line 4: 7 fields separated by tabs expected"),
         ("127.0.0.1\tMAYBE\t/\tFALSE\t0\tn\tv",
-         "cookies.txt line 4: the subdomains field is TRUE or FALSE"),
+         "cookies.txt line 4: the subdomains field (the second) is not TRUE or FALSE"),
         ("127.0.0.1\tFALSE\t/\tFALSE\tsoon\tn\tv",
-         "cookies.txt line 4: the expiry field is a Unix time"),
+         "cookies.txt line 4: the expiry field (the fifth) is not a Unix time"),
     ],
 )  # fmt: skip
 def test_a_bad_cookies_txt_is_refused_naming_its_line(user_client, make_site, line, message):

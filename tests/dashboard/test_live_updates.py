@@ -17,7 +17,6 @@ from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.db import connection
 
-from crawlhub.asgi import application
 from crawlhub.consumers import CLOSE_FORBIDDEN
 from crawls import consumers, services
 from crawls.engine import jobs, live
@@ -27,20 +26,12 @@ from proxies import pool
 from proxies import services as proxy_services
 from proxies.models import Proxy
 from tests.support import processes
-from tests.support.clients import WS_CONNECT_SECONDS
+from tests.support.clients import session_cookie, ws_connect
 from tests.support.crawling import ROOT, database_url
-
-ORIGIN = "http://127.0.0.1:8000"
 
 
 async def connect(path: str, client=None) -> tuple[WebsocketCommunicator, bool, int | None]:
-    headers = [(b"origin", ORIGIN.encode())]
-    if client is not None:
-        cookies = "; ".join(f"{k}={v.value}" for k, v in client.cookies.items())
-        headers.append((b"cookie", cookies.encode()))
-    communicator = WebsocketCommunicator(application, path, headers=headers)
-    connected, code = await communicator.connect(timeout=WS_CONNECT_SECONDS)
-    return communicator, connected, code
+    return await ws_connect(path, session_cookie(client) if client is not None else "")
 
 
 async def receive(communicator: WebsocketCommunicator, timeout: float = 5) -> dict:

@@ -246,6 +246,37 @@ def test_bad_filters_are_a_400_naming_each_one(crawl, user_client):
     assert "for another order" in wrong_sort.content.decode()
 
 
+@pytest.mark.parametrize(
+    "sort", ["field:-1", "field:0", "field:é", "field:a b", "field:a.b", "field:$", "field:[0]"]
+)
+def test_a_field_sort_that_names_no_possible_rule_is_a_400_on_every_door(crawl, user_client, sort):
+    """A field sort is `field:` and a rule's name (crawls.engine.extraction_rules). Other shapes
+    were written into a JSON path: `field:-1` was a 500 on SQLite ("JSON path error")."""
+    page = user_client.get(f"/crawls/{crawl.pk}/pages/", {"sort": sort})
+    assert page.status_code == 400
+    assert "Sort by one of id, url," in lxml.html.fromstring(page.content).text_content()
+    api = user_client.get(f"/api/crawls/{crawl.pk}/pages/", {"sort": sort})
+    assert api.status_code == 400 and list(api.json()) == ["sort"], api.content[:300]
+    export = user_client.get(f"/crawls/{crawl.pk}/export.csv", {"sort": sort})
+    assert export.status_code == 400 and b"Sort by one of" in export.content
+
+
+def test_a_field_sort_reads_the_rules_own_name_even_with_double_underscores(user, user_client):
+    """A rule may be named `a__b`: its sort reads the key "a__b", not a key b inside a key a."""
+    crawl = services.crawl_create(
+        user=user, name="fields", seeds=["http://site0.test/"],
+        extract_rules=[{"name": "a__b", "kind": "css", "expr": ".x"}],
+    )  # fmt: skip
+    for value in ("2", "3", "1"):
+        url = f"http://site0.test/{value}"
+        Page.objects.create(crawl=crawl, url=url, url_hash=url_hash(url), status=200,
+                            fetched_at=timezone.now(), extracted={"a__b": value})  # fmt: skip
+    found = page_slice(crawl, PageFilter.from_params({"sort": "field:a__b"}))
+    assert [p.extracted["a__b"] for p in found.rows] == ["1", "2", "3"]
+    api = user_client.get(f"/api/crawls/{crawl.pk}/pages/", {"sort": "field:a__b", "order": "desc"})
+    assert [row["fields"]["a__b"] for row in api.json()["results"]] == ["3", "2", "1"]
+
+
 def test_the_api_pages_filter_sort_and_page_by_cursor(crawl, user_client):
     url = f"/api/crawls/{crawl.pk}/pages/?status_class=2xx&sort=depth&size=25"
     seen = []

@@ -383,10 +383,15 @@ def ws_path(route: str, crawl_id: int) -> str:
     return "/" + re.sub(r"<(\w+:)?(\w+)>", lambda m: str(crawl_id), route)
 
 
-async def ws_try(path: str, *, client: Client | None, origin: str | None) -> bool:
+async def ws_try(
+    path: str, *, client: Client | None, origin: str | None, host: str = "127.0.0.1:8000",
+    extra: list[tuple[bytes, bytes]] = (),
+) -> bool:  # fmt: skip
+    """Whether the full ASGI app accepts a websocket that a browser on a page of `origin`
+    opens to `host` (the address it connects to), signed in as `client` (if given)."""
     from crawlhub.asgi import application
 
-    headers = []
+    headers = [(b"host", host.encode()), *extra]
     if origin is not None:
         headers.append((b"origin", origin.encode()))
     if client is not None:
@@ -432,6 +437,60 @@ async def test_websocket_matrix_over_every_route(user, staff):
             got = await ws_try(path, client=clients[role], origin=origin)
             if got != allowed:
                 problems.append(f"{path} as {role} from {origin}: connected={got}")
+    assert problems == []
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_websocket_opens_only_from_a_page_of_the_same_scheme_host_and_port(staff, settings):
+    """Channels' AllowedHostsOriginValidator compared host names only: a page on another port
+    of the same host (another app, another user's server on a shared machine) could open the
+    dashboard's websockets with the signed-in user's cookies. The Origin must be the
+    dashboard's own, scheme, host and port (or one of CSRF_TRUSTED_ORIGINS)."""
+    from asgiref.sync import sync_to_async
+
+    client = await sync_to_async(client_for)(staff)
+    path = "/ws/health/"
+    same = {
+        ("http://127.0.0.1:8000", "127.0.0.1:8000"),
+        ("http://localhost:8000", "LOCALHOST:8000"),
+        ("http://127.0.0.1", "127.0.0.1"),
+        ("http://127.0.0.1:80", "127.0.0.1"),
+        ("http://[::1]:8000", "[::1]:8000"),
+    }
+    other = {
+        ("http://127.0.0.1:8001", "127.0.0.1:8000"),  # another port of the same host
+        ("http://127.0.0.1", "127.0.0.1:8000"),
+        ("http://127.0.0.1:8000", "127.0.0.1"),
+        ("https://127.0.0.1:8000", "127.0.0.1:8000"),  # another scheme
+        ("http://localhost:8000", "127.0.0.1:8000"),  # another host, in ALLOWED_HOSTS too
+        ("http://evil.example:8000", "evil.example:8000"),  # a host not in ALLOWED_HOSTS
+        ("http://user@127.0.0.1:8000", "127.0.0.1:8000"),
+        ("http://127.0.0.1:8000/page", "127.0.0.1:8000"),
+        ("http://127.0.0.1:99999", "127.0.0.1:99999"),
+        ("null", "127.0.0.1:8000"),
+        ("", "127.0.0.1:8000"),
+        (None, "127.0.0.1:8000"),
+    }
+    problems = []
+    for cases, allowed in ((same, True), (other, False)):
+        for origin, host in sorted(cases, key=str):
+            if await ws_try(path, client=client, origin=origin, host=host) != allowed:
+                problems.append(f"{origin} to {host}: expected connected={allowed}")
+    # Behind a proxy that ends TLS: the scheme is the one the proxy says, as for Django's CSRF.
+    settings.SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    tls = [(b"x-forwarded-proto", b"https")]
+    for origin, allowed in (("https://127.0.0.1:8000", True), ("http://127.0.0.1:8000", False)):
+        if await ws_try(path, client=client, origin=origin, extra=tls) != allowed:
+            problems.append(f"{origin} behind TLS: expected connected={allowed}")
+    # A public name the proxy serves the dashboard on, given in CSRF_TRUSTED_ORIGINS.
+    settings.CSRF_TRUSTED_ORIGINS = ["https://crawl.example.com", "https://*.example.org"]
+    for origin, allowed in (
+        ("https://crawl.example.com", True), ("https://crawl.example.com:443", True),
+        ("https://crawl.example.com:8443", False), ("http://crawl.example.com", False),
+        ("https://a.example.org", True), ("https://example.org.evil.example", False),
+    ):  # fmt: skip
+        if await ws_try(path, client=client, origin=origin) != allowed:
+            problems.append(f"{origin} (trusted origins): expected connected={allowed}")
     assert problems == []
 
 

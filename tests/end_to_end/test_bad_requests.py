@@ -185,6 +185,29 @@ def test_odd_failure_ids_on_the_crawl_page_retry_nothing_by_mistake(user, lenien
     assert not crawl.failures.exists()  # the good id was retried, the odd one skipped
 
 
+@pytest.mark.parametrize("value", ["\u00b2", "\u0663", "\U0001d7d9", "9" * 5000])
+def test_odd_crawl_numbers_in_the_comparison_say_they_are_not_crawl_ids(user, lenient, value):
+    """'²'.isdigit() is True but int('²') fails: ?a=² was a 500 on the comparison and its CSV."""
+    crawl = make_crawl(user)
+    lenient.force_login(user)
+    page = lenient.get("/crawls/compare/", {"a": value, "b": str(crawl.pk)})
+    page_says(page, 400, "is not a crawl id.")
+    csv = lenient.get("/crawls/compare/export.csv", {"a": str(crawl.pk), "b": value,
+                                                     "show": "new"})  # fmt: skip
+    assert csv.status_code == 400 and b"is not a crawl id." in csv.content
+
+
+@pytest.mark.parametrize("value", ["\u00b2", "#\u00b2", "\u0663", "#" + "9" * 150])
+def test_odd_numbers_in_the_crawl_list_search_are_searched_as_text(user, lenient, value):
+    """The crawl list finds crawl 12 for "12" or "#12"; "²" passed isdigit() and was a 500."""
+    make_crawl(user, name="plain")
+    named = make_crawl(user, name=f"odd {value}")
+    lenient.force_login(user)
+    response = lenient.get("/", {"q": value})
+    assert response.status_code == 200
+    assert [c.pk for c in response.context["page"].object_list] == [named.pk]
+
+
 # == text no database stores ====================================================================
 
 

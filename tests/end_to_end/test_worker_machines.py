@@ -19,6 +19,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 import redis
@@ -97,7 +98,8 @@ def secured_redis(tmp_path, redis_server) -> Iterator[SecuredRedis]:
 
 async def follow_live_page(crawl_id: int, cookies: str, *, timeout: float) -> list[dict]:
     """The crawl page's websocket messages until the crawl is finished."""
-    headers = [(b"origin", ORIGIN.encode()), (b"cookie", cookies.encode())]
+    host = urlsplit(ORIGIN).netloc.encode()
+    headers = [(b"host", host), (b"origin", ORIGIN.encode()), (b"cookie", cookies.encode())]
     page = WebsocketCommunicator(application, f"/ws/crawls/{crawl_id}/", headers=headers)
     connected, _ = await page.connect(timeout=WS_CONNECT_SECONDS)
     assert connected

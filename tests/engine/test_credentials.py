@@ -28,7 +28,7 @@ def test_headers_are_name_value_lines():
     [
         ("X-Ok: 1\nno colon", "line 2: not a header; write 'Name: value' (found no colon)"),
         (": value", "line 1: not a header; write 'Name: value' (found no name before a colon)"),
-        ("Bad Name: 1", "line 1: 'Bad Name' is not a header name"),
+        ("Bad Name: 1", "line 1: the text before the first colon is not a header name"),
         ("Content-Length: 5", "line 1: Content-Length is set by crawlhub, not here"),
         ("Cookie: a=1", "give cookies in the Cookie field"),
         ("X-Snow: ☃", "line 1: the value of X-Snow cannot be sent in an HTTP header"),

@@ -185,7 +185,7 @@ def test_the_page_lists_the_first_bad_lines_and_its_json_report_has_them_all(
     job = ProxyJob.objects.get()
     report = staff_client.get(f"/proxies/jobs/{job.pk}.json?report=1").json()["report"]
     assert [(e["line"], e["text"]) for e in report["errors"]] == [
-        (1, "h.example:0"), (2, "h.example:x"), (3, "h.example:99999"),
+        (1, "h.example:0"), (2, "h.example:****"), (3, "h.example:99999"),
     ]  # fmt: skip
 
 

@@ -3,6 +3,8 @@ posts, a page's own form as a browser would post it, and websockets with a sessi
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
 import lxml.html
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth.hashers import PBKDF2PasswordHasher
@@ -58,8 +60,9 @@ def session_cookie(client) -> str:
 
 
 async def ws_connect(path: str, cookies: str = "", origin: str = ORIGIN):
-    """(communicator, connected, close code) for a websocket to the full ASGI app."""
-    headers = [(b"origin", origin.encode())]
+    """(communicator, connected, close code) for a websocket to the full ASGI app, as a
+    browser opens it from a page of `origin`, to the dashboard at ORIGIN."""
+    headers = [(b"host", urlsplit(ORIGIN).netloc.encode()), (b"origin", origin.encode())]
     if cookies:
         headers.append((b"cookie", cookies.encode()))
     communicator = WebsocketCommunicator(application, path, headers=headers)
