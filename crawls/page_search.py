@@ -1,7 +1,9 @@
 """Text search over pages' URLs and titles ("contains", whatever the case), on an index of
-their trigrams: an FTS5 table with the trigram tokenizer on SQLite (crawls_page_text, kept in
-step with crawls_page by triggers), pg_trgm GIN indexes on PostgreSQL (page_url_trgm,
-page_title_trgm). Migration 0014_page_text_search makes them.
+their trigrams: an FTS5 table with the trigram tokenizer on SQLite (crawls_page_text: fed a
+batch at a time by the engine's page insert, crawls.engine.rows.PageInsert, a page saved alone
+by index_saved_page, and kept in step on deletes and updates by triggers), pg_trgm GIN indexes
+on PostgreSQL (page_url_trgm, page_title_trgm). Migrations 0014_page_text_search and
+0017_page_text_fed_in_batches make them.
 
 A trigram index can only narrow searches of at least MIN_INDEXED characters; shorter ones test
 each row. Either way the match itself is the same LIKE / ILIKE "contains" test, so the index
@@ -16,6 +18,18 @@ from django.db.models.expressions import RawSQL
 
 MIN_INDEXED = 3  # a trigram index finds nothing shorter than a trigram
 TEXT_TABLE = "crawls_page_text"  # SQLite's FTS5 table of (url, title), rowid = page id
+
+
+def index_saved_page(sender, instance, created: bool, raw: bool = False, **kwargs) -> None:
+    """post_save of a Page (connected in apps.py): on SQLite, a page saved alone (the admin,
+    Page.objects.create) goes into the text index, which has no insert trigger (the engine
+    feeds it a batch at a time)."""
+    if created and not raw and connection.vendor == "sqlite":
+        with connection.cursor() as cur:
+            cur.execute(
+                f"INSERT INTO {TEXT_TABLE}(rowid, url, title) VALUES (%s, %s, %s)",
+                [instance.pk, instance.url, instance.title],
+            )
 
 
 def indexed(q: str) -> bool:
