@@ -4,7 +4,7 @@ give them, checked, and applied to the requests that may carry them.
 Where they go: only to the crawl's own origins, the scheme, host and port of its seeds (an
 https URL on the host and default port of an http seed too). Not to the other hosts
 allowed_domains lets the crawl visit, and never through a redirect to another host: a crawl's
-fetch does not follow redirects (crawls/engine/slices.py), each hop is a request of its own and
+fetch does not follow redirects (crawls/engine/fetching.py), each hop is a request of its own and
 is asked `sends_to` again.
 
 What is secret: every header value, every cookie value, the basic auth password and every

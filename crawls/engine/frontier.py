@@ -219,10 +219,21 @@ class Frontier:
 
     def claim(self, n: int, *, lease_seconds: float) -> list[Request]:
         """Up to n requests, in queue order and honouring host delays; [] unless running."""
+        return [request for request, _ in self.claim_ahead(n, lease_seconds=lease_seconds)]
+
+    def claim_ahead(
+        self, n: int, *, lease_seconds: float, ahead: float = 0.0
+    ) -> list[tuple[Request, float]]:
+        """claim(), also taking a host with a delay whose next turn is at most `ahead` seconds
+        away: each request with the seconds it is to wait before it is sent (0 for one whose
+        host is free now). send() still refuses one sent early."""
         if n <= 0:
             return []
-        members = self._run("claim", [n, _ms(lease_seconds), n * SCAN_FACTOR])
-        return [Request.from_json(member) for member in members]
+        members, waits = self._run("claim", [n, _ms(lease_seconds), n * SCAN_FACTOR, _ms(ahead)])
+        return [
+            (Request.from_json(member), int(wait) / 1000)
+            for member, wait in zip(members, waits, strict=True)
+        ]
 
     def send(self, request: Request) -> float | None:
         """May the claimed request go to its host now (a page, a sitemap, or the host's

@@ -18,10 +18,11 @@ from django.test.utils import CaptureQueriesContext
 
 from crawlhub.http.client import FetchResult
 from crawls import services
+from crawls.engine.crawl_settings import scope_of
 from crawls.engine.frontier import Frontier
 from crawls.engine.recording import Result
 from crawls.engine.request import Request
-from crawls.engine.slices import Slice, scope_of
+from crawls.engine.slices import Slice
 from crawls.models import Link, Page
 from tests.support.sites import pages_site
 
@@ -170,7 +171,7 @@ def test_claiming_is_one_round_trip_for_the_whole_batch(crawl, monkeypatch):
 
 def test_a_page_fetched_without_a_delay_costs_no_redis_round_trip(user, make_site, monkeypatch):
     """No host delay, no cap, no robots.txt: the fetch path asks Redis nothing (a host that has a
-    delay of its own or pushes back takes turns: crawls/engine/slices.py)."""
+    delay of its own or pushes back takes turns: crawls/engine/fetching.py)."""
     site = make_site(pages_site({"/": "<a href='/x'>x</a>"}))
     crawl = services.crawl_create(
         user=user, name="fetch", seeds=[site.url + "/"], obey_robots=False
@@ -179,7 +180,7 @@ def test_a_page_fetched_without_a_delay_costs_no_redis_round_trip(user, make_sit
     slice_ = Slice(crawl, "s1")
     request = slice_.frontier.claim(1, lease_seconds=60)[0]
     with redis_traffic(monkeypatch) as traffic:
-        result = slice_._fetch(request)
+        result = slice_.fetching.fetch(request)
     assert result.fetch.status == 200
     assert traffic.round_trips == 0
 
