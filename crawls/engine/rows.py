@@ -33,7 +33,7 @@ from crawlhub.http.client import MASK, FetchResult
 from crawls.engine.request import VIA_LISTED, VIA_REDIRECT, Request
 from crawls.engine.results import Extracted, OutLinks
 from crawls.models import Crawl, FailedRequest, Link, Page, PageSource
-from crawls.page_search import TEXT_TABLE
+from crawls.page_search import index_pages_after, last_page_id
 
 # A response's headers as a page keeps them: this many, each value cut to this length.
 MAX_HEADERS = 64
@@ -103,11 +103,10 @@ class BulkInsert:
                 ):
                     bound.executemany(self._sql, rows)
             else:
-                cur.executemany(self._sql, rows)
-                self._after_sqlite(cur)
+                self._sqlite_insert(cur, rows)
 
-    def _after_sqlite(self, cur) -> None:
-        """On SQLite, what the rows just inserted still need."""
+    def _sqlite_insert(self, cur, rows: list[tuple]) -> None:
+        cur.executemany(self._sql, rows)
 
     @functools.cached_property
     def _sql(self) -> str:
@@ -127,22 +126,12 @@ class PageInsert(BulkInsert):
     in one statement per batch. The insert trigger did it row by row before (migration
     0017_page_text_fed_in_batches drops it): the trigger alone, even one that did nothing,
     cost as much as the rest of a page row's insert, in SQLite's one write lock that both
-    workers wait on. This is the one writer of pages; a page made any other way is found by
-    text search once the index is rebuilt."""
+    workers wait on."""
 
-    def _after_sqlite(self, cur) -> None:
-        inserted = cur.rowcount  # executemany's sum; rows that conflicted are not counted
-        if inserted <= 0:
-            return
-        # The transaction holds the write lock since the insert, and AUTOINCREMENT ids follow
-        # each other: the batch's rows are the `inserted` ids up to the last one.
-        cur.execute("SELECT last_insert_rowid()")
-        last = cur.fetchone()[0]
-        cur.execute(
-            f"INSERT INTO {TEXT_TABLE}(rowid, url, title) SELECT id, url, title "
-            f"FROM {self.model._meta.db_table} WHERE id > %s AND id <= %s",
-            [last - inserted, last],
-        )
+    def _sqlite_insert(self, cur, rows: list[tuple]) -> None:
+        after = last_page_id(cur)
+        cur.executemany(self._sql, rows)
+        index_pages_after(cur, after)
 
 
 PAGE_ROWS = PageInsert(Page)
