@@ -92,8 +92,13 @@ def wait_until(check, *, timeout: float, what: str, interval: float = 0.1) -> No
 # -- the site --------------------------------------------------------------------------------
 
 
-def start_nginx(site: SampleSite, folder: Path) -> tuple[subprocess.Popen, str]:
-    """Write `site` as static files and serve it with nginx on a free loopback port."""
+def start_nginx(
+    site: SampleSite, folder: Path, *, access_log: Path | None = None
+) -> tuple[subprocess.Popen, str]:
+    """Write `site` as static files and serve it with nginx on a free loopback port; with
+    `access_log`, each request is logged there as "<request URI> <status>"."""
+    if not Path(NGINX).exists():
+        raise SystemExit(f"{NGINX} not found: install Debian's nginx (apt-get install -y nginx)")
     port = free_port()
     origin = f"http://127.0.0.1:{port}"
     site.served_from(directory=folder, origin=origin)
@@ -108,7 +113,8 @@ pid {folder}/nginx.pid;
 error_log {folder}/nginx-error.log warn;
 events {{ worker_connections 4096; }}
 http {{
-    access_log off;
+    log_format bench '$request_uri $status';
+    access_log {f"{access_log} bench" if access_log else "off"};
     types {{ text/plain txt; text/html html; }}
     default_type text/html;
     charset utf-8;
@@ -288,22 +294,25 @@ def run_scrapy(site: SampleSite, origin: str, folder: Path, args) -> Result:
 # -- crawlhub --------------------------------------------------------------------------------
 
 
-def run_crawlhub(site: SampleSite, origin: str, folder: Path, args) -> Result:
+def run_crawlhub(site: SampleSite, origin: str, folder: Path, args, *, root: Path = ROOT) -> Result:
+    """crawlhub as checked out at `root` (this checkout by default) crawls the site."""
     expected = site.expected()
     data = folder / "crawlhub"
-    data.mkdir(exist_ok=True)
+    # A fresh database and Redis for every run (crawl ids start again at 1).
+    subprocess.run(["rm", "-rf", str(data), str(folder / "redis-crawlhub")], check=True)
+    data.mkdir()
     with EmbeddedRedis(folder / "redis-crawlhub", port=free_port()) as server:
         counts = folder / "redis-counts-crawlhub"
         env = counting_env(counts, {**os.environ, "CRAWLHUB_DATA_DIR": str(data)})
         env["REDIS_URL"] = server.url
         env["CRAWLHUB_ADMIN_PASSWORD"] = secrets.token_urlsafe(16)
-        manage = [sys.executable, str(ROOT / "manage.py")]
+        manage = [sys.executable, str(root / "manage.py")]
         client = redis.Redis.from_url(server.url)
         log = open(folder / "crawlhub-up.log", "wb")  # noqa: SIM115
         up = spawn(
             [*manage, "up", "--workers", str(args.workers), "--port", str(free_port())],
             env=env,
-            cwd=ROOT,
+            cwd=root,
             stdout=log,
             stderr=subprocess.STDOUT,
         )
@@ -318,7 +327,7 @@ def run_crawlhub(site: SampleSite, origin: str, folder: Path, args) -> Result:
                 done = subprocess.run(
                     [*manage, *words],
                     env=env,
-                    cwd=ROOT,
+                    cwd=root,
                     timeout=timeout,
                     capture_output=True,
                     text=True,

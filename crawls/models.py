@@ -6,10 +6,12 @@ from __future__ import annotations
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
-from django.db import models
+from django.db import connections, models, transaction
 from django.db.models import F
 from django.db.models.functions import Substr
 from django.urls import reverse
+
+from crawls import page_search
 
 MB = 1024 * 1024
 # The largest body a crawl keeps of one response. A worker holds each body once while it is
@@ -399,6 +401,20 @@ def _covering(column: str, other: str) -> models.Index:
     )
 
 
+class PageQuerySet(models.QuerySet):
+    def bulk_create(self, objs, *args, **kwargs):
+        """As Django's; on SQLite the pages made also go into the text index, which has no
+        insert trigger (crawls/page_search.py; the engine writes through
+        crawls.engine.rows.PAGE_ROWS, which feeds it the same way)."""
+        if connections[self.db].vendor != "sqlite":
+            return super().bulk_create(objs, *args, **kwargs)
+        with transaction.atomic(using=self.db), connections[self.db].cursor() as cur:
+            after = page_search.last_page_id(cur)
+            made = super().bulk_create(objs, *args, **kwargs)
+            page_search.index_pages_after(cur, after)
+        return made
+
+
 class Page(models.Model):
     """One fetched URL of a crawl: what was sent and what came back (or the error), what was
     pulled out of it, where it links to, and how it compares with the crawl's baseline."""
@@ -454,6 +470,8 @@ class Page(models.Model):
     # Fetches of this URL, and what went wrong in the ones before the last (retries).
     attempts = models.PositiveSmallIntegerField(default=1)
     history = models.JSONField(default=list, blank=True)
+
+    objects = PageQuerySet.as_manager()
 
     class Meta:
         ordering = ["id"]

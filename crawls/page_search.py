@@ -1,7 +1,10 @@
 """Text search over pages' URLs and titles ("contains", whatever the case), on an index of
-their trigrams: an FTS5 table with the trigram tokenizer on SQLite (crawls_page_text, kept in
-step with crawls_page by triggers), pg_trgm GIN indexes on PostgreSQL (page_url_trgm,
-page_title_trgm). Migration 0014_page_text_search makes them.
+their trigrams: an FTS5 table with the trigram tokenizer on SQLite (crawls_page_text: fed a
+batch at a time by the engine's page insert, crawls.engine.rows.PageInsert, and by
+Page.objects.bulk_create, a page saved alone by index_saved_page, and kept in step on deletes
+and updates by triggers), pg_trgm GIN indexes
+on PostgreSQL (page_url_trgm, page_title_trgm). Migrations 0014_page_text_search and
+0019_page_text_fed_in_batches make them.
 
 A trigram index can only narrow searches of at least MIN_INDEXED characters; shorter ones test
 each row. Either way the match itself is the same LIKE / ILIKE "contains" test, so the index
@@ -16,6 +19,39 @@ from django.db.models.expressions import RawSQL
 
 MIN_INDEXED = 3  # a trigram index finds nothing shorter than a trigram
 TEXT_TABLE = "crawls_page_text"  # SQLite's FTS5 table of (url, title), rowid = page id
+
+
+def last_page_id(cur) -> int:
+    """On SQLite, the highest page id now: read inside a write transaction before inserting
+    pages, the ids above it after the insert are the transaction's own rows (AUTOINCREMENT ids
+    only grow; ids are not consecutive: an ignored row takes one). Django opens SQLite's
+    transactions IMMEDIATE (crawlhub/settings.py), so no one else inserts meanwhile; in a
+    deferred one, a writer in between would make the insert fail, never index a wrong row."""
+    cur.execute("SELECT coalesce(max(id), 0) FROM crawls_page")
+    return cur.fetchone()[0]
+
+
+def index_pages_after(cur, after_id: int) -> None:
+    """On SQLite, put the pages whose id is above after_id into the text index (one statement:
+    a trigger per row cost as much as the rest of the row's insert). Every page must be indexed
+    exactly once: the delete and update triggers take its old text out of the index, and
+    taking out text that is not there breaks an external-content FTS5 table."""
+    cur.execute(
+        f"INSERT INTO {TEXT_TABLE}(rowid, url, title) "
+        "SELECT id, url, title FROM crawls_page WHERE id > %s",
+        [after_id],
+    )
+
+
+def index_saved_page(sender, instance, created: bool, **kwargs) -> None:
+    """post_save of a Page (connected in apps.py): on SQLite, a page saved alone (the admin,
+    Page.objects.create, a fixture) goes into the text index, which has no insert trigger."""
+    if created and connection.vendor == "sqlite":
+        with connection.cursor() as cur:
+            cur.execute(
+                f"INSERT INTO {TEXT_TABLE}(rowid, url, title) VALUES (%s, %s, %s)",
+                [instance.pk, instance.url, instance.title],
+            )
 
 
 def indexed(q: str) -> bool:

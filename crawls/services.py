@@ -21,6 +21,7 @@ from crawlhub.errors import ActionRefused
 from crawlhub.http import Fetcher, OptionError, chromium, netguard
 from crawlhub.http.urls import validate_url
 from crawls.engine import credentials, live
+from crawls.engine.crawl_settings import credentials_of, fetcher_options, settings_problems
 from crawls.engine.extraction import Extractor, RulesError, parse_rules, rules_to_json
 from crawls.engine.frontier import Frontier, stats_many
 from crawls.engine.jobs import enqueue_slices, stop_slices_soon
@@ -28,7 +29,6 @@ from crawls.engine.lifecycle import announce, announce_end, settle_pause
 from crawls.engine.request import VIA_SITEMAP_ROOT, Request
 from crawls.engine.scope import ScopeError, compile_patterns
 from crawls.engine.sitemap_reads import sitemap_roots
-from crawls.engine.slices import credentials_of, fetcher_options, settings_problems
 from crawls.models import (
     CRAWL_OPTIONS,
     Channel,

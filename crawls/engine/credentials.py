@@ -7,7 +7,7 @@ are then (`bound_origins`: each seed's origin, and https on the default port of 
 host on the default port), and saved with them: a seed added later, or a draft's seed edited to
 another host, does not get them until the crawl's owner enters them again. Not to the other
 hosts allowed_domains lets the crawl visit, and never through a redirect to another host: a
-crawl's fetch does not follow redirects (crawls/engine/slices.py), each hop is a request of its
+crawl's fetch does not follow redirects (crawls/engine/fetching.py), each hop is a request of its
 own and is asked `sends_to` again.
 
 What is secret: every header value, every cookie value, the basic auth password and every

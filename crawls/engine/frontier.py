@@ -57,6 +57,7 @@ from pathlib import Path
 import redis
 
 from crawlhub.connections import get_redis, replicated
+from crawlhub.http.urls import url_origin
 from crawls.engine.request import (
     OUTCOME_KINDS,
     VIA_LISTED,
@@ -218,10 +219,21 @@ class Frontier:
 
     def claim(self, n: int, *, lease_seconds: float) -> list[Request]:
         """Up to n requests, in queue order and honouring host delays; [] unless running."""
+        return [request for request, _ in self.claim_ahead(n, lease_seconds=lease_seconds)]
+
+    def claim_ahead(
+        self, n: int, *, lease_seconds: float, ahead: float = 0.0
+    ) -> list[tuple[Request, float]]:
+        """claim(), also taking a host with a delay whose next turn is at most `ahead` seconds
+        away: each request with the seconds it is to wait before it is sent (0 for one whose
+        host is free now). send() still refuses one sent early."""
         if n <= 0:
             return []
-        members = self._run("claim", [n, _ms(lease_seconds), n * SCAN_FACTOR])
-        return [Request.from_json(member) for member in members]
+        members, waits = self._run("claim", [n, _ms(lease_seconds), n * SCAN_FACTOR, _ms(ahead)])
+        return [
+            (Request.from_json(member), int(wait) / 1000)
+            for member, wait in zip(members, waits, strict=True)
+        ]
 
     def send(self, request: Request) -> float | None:
         """May the claimed request go to its host now (a page, a sitemap, or the host's
@@ -578,7 +590,8 @@ def _outcome_args(outcome: Outcome) -> list:
     if outcome.kind not in OUTCOME_KINDS:
         raise ValueError(f"unknown outcome kind {outcome.kind!r}; expected {OUTCOME_KINDS}")
     request = outcome.request
-    retry_json, links, listed = "", [], 0
+    retry_json, listed = "", 0
+    links = tail = sitemaps = sitemaps_tail = ""
     # Reading sitemaps costs no depth: what a sitemap lists stays at the sitemap's depth; nor
     # does a redirect: its target is the same page, moved.
     redirect = outcome.links_via == VIA_REDIRECT
@@ -593,25 +606,36 @@ def _outcome_args(outcome: Outcome) -> list:
         if outcome.links_via == VIA_LISTED:
             listed = len(outcome.links)
         chain = (*request.redirects, request.url) if redirect else ()
-        links = _link_args(outcome.links, request, child_depth, outcome.links_via, chain)
-        links += _link_args(outcome.sitemaps, request, child_depth, VIA_SITEMAP)
+        links, tail = _link_args(outcome.links, request, child_depth, outcome.links_via, chain)
+        sitemaps, sitemaps_tail = _link_args(outcome.sitemaps, request, child_depth, VIA_SITEMAP)
     status = "" if outcome.status is None else outcome.status
     return [
         request.fp, request.host, outcome.kind, status, outcome.nbytes, request.priority,
-        child_depth, retry_json, _ms(outcome.retry_delay), len(links) // 3, listed, *links,
+        child_depth, retry_json, _ms(outcome.retry_delay), listed, links, tail, sitemaps,
+        sitemaps_tail,
     ]  # fmt: skip
 
 
 def _link_args(
     urls: list[str], parent: Request, depth: int, via: str, redirects: tuple[str, ...] = ()
-) -> list:
-    """(bucket, fp, JSON) per URL: Request(url, depth, referrer=parent.url, priority=...,
-    via=via, redirects=redirects).to_json() for each, without building the Request: the tail
-    is the same for every link of the page."""
+) -> tuple[str, str]:
+    """(links, tail): what complete.lua needs to queue `urls` as Request(url, depth,
+    referrer=parent.url, priority=..., via=via, redirects=redirects) would: per URL four lines
+    (bucket, fingerprint, host as JSON, URL as JSON), and once the end of their request JSON,
+    the same for every link of the page (request.json_tail). The host of a link on the page's
+    own origin (most of them) is sent as "": the script takes the page's, and no link's host
+    is parsed here. One argument per page, not three per link: redis-py packs each argument
+    on its own, a twentieth of a slice thread's time. No JSON string holds a line break."""
+    if not urls:
+        return "", ""
     tail = json_tail(depth, parent.priority, 0, parent.url, via=via, redirects=redirects)
-    args = []
+    # Links on the page's origin have its host; the script writes it back as '"' .. host ..
+    # '"', so only for a host that JSON leaves as it is.
+    origin, host = url_origin(parent.url), parent.host
+    own = origin + "/" if origin and _json_str(host) == f'"{host}"' else None
+    lines = []
     for url in urls:
         fp = fingerprint(url)
-        head = f'{{"f":"{fp}","h":{_json_str(request_host(url))},"u":'
-        args += [_bucket(fp), fp, f"{head}{_json_str(url)}{tail}"]
-    return args
+        link_host = "" if own and url.startswith(own) else _json_str(request_host(url))
+        lines.append(f"{_bucket(fp)}\n{fp}\n{link_host}\n{_json_str(url)}\n")
+    return "".join(lines), tail

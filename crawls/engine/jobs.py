@@ -28,9 +28,10 @@ from rq.registry import StartedJobRegistry
 from crawlhub.http import rendering
 from crawlhub.workers import JOB_CRAWL
 from crawls.engine import lifecycle, live
+from crawls.engine.crawl_settings import CannotStart, slice_seconds
 from crawls.engine.frontier import Frontier, supervisor_lock
 from crawls.engine.proxying import PROXY_TRIES
-from crawls.engine.slices import CannotStart, run_slice, slice_seconds
+from crawls.engine.slices import run_slice
 from crawls.models import Crawl, CrawlState, ProxyUse
 
 log = logging.getLogger(__name__)
@@ -46,7 +47,7 @@ STOPPED_WITHIN_SECONDS = 10.0
 
 def slice_timeout(crawl: Crawl) -> int:
     """A slice job's hard deadline (RQ's job_timeout), in seconds: its budget
-    (slices.slice_seconds), then the fetches it started, each within its own deadlines, then
+    (crawl_settings.slice_seconds), then the fetches it started, each within its own deadlines, then
     its last write. A fetch has 3 x the crawl's timeout (Fetcher.total_timeout); first the
     host's robots.txt, as long again; through the proxy pool, up to PROXY_TRIES proxies, each
     waited for up to the crawl's timeout."""

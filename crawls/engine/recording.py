@@ -178,11 +178,14 @@ class Recorder:
             for r in done if r.sitemap is not None and r.page is not None
             for problem in r.sitemap.problems
         ]  # fmt: skip
+        # A refused row gives up the whole transaction (write_one_by_one goes on from there),
+        # so the inserts need no savepoints of their own.
         with transaction.atomic():
-            PAGE_ROWS.write(pages)
+            PAGE_ROWS.write(pages, savepoint=False)
             # In the order of their index (crawl, target): each row goes next to the one
             # before it, not to a random place in the index (a quarter less CPU on SQLite).
-            LINK_ROWS.write(sorted((row for r in done for row in r.links), key=_LINK_TARGET))
+            links = sorted((row for r in done for row in r.links), key=_LINK_TARGET)
+            LINK_ROWS.write(links, savepoint=False)
             if failures:
                 FailedRequest.objects.bulk_create(failures, batch_size=500, ignore_conflicts=True)
             if notes:

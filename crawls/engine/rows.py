@@ -3,10 +3,15 @@ its retries, and the bulk insert that writes the pages.
 
 Page rows are inserted in bulk with one prepared statement. `bulk_create` adapts every value
 of every row and builds one SQL string with a placeholder per value: a quarter of a slice
-thread's CPU at a thousand pages a second. Here a row is adapted when it is made
-(BulkInsert.row, safe on any thread) by the same field methods `bulk_create` uses, and the
-write only runs one statement that the database driver repeats per row. Rows that break a
-unique constraint are skipped, as with `bulk_create(ignore_conflicts=True)`.
+thread's CPU at a thousand pages a second. Here the write only runs one statement that the
+database driver repeats per row, and a page's row is made without a Page instance: its values
+go straight into the row in the database's form (BulkInsert.prepared), each adapted the way its
+field would adapt it, the columns it leaves out taking their field's default, adapted once per
+process. A Page instance and the per-field preparation of every column (`get_db_prep_save`,
+each JSON value through JSONField's chain) were half of a slice thread's recording CPU.
+BulkInsert.row still makes a row from an instance (tests, benches), by the fields' own methods;
+tests/engine/test_page_rows.py holds the two to the same rows. Rows that break a unique
+constraint are skipped, as with `bulk_create(ignore_conflicts=True)`.
 
 On PostgreSQL the rows are sent with server-side binding: Django's cursors bind client-side,
 writing each value into the query text, and a kept body (bytea) then becomes hex text twice
@@ -28,6 +33,7 @@ from crawlhub.http.client import MASK, FetchResult
 from crawls.engine.request import VIA_LISTED, VIA_REDIRECT, Request
 from crawls.engine.results import Extracted, OutLinks
 from crawls.models import Crawl, FailedRequest, Link, Page, PageSource
+from crawls.page_search import index_pages_after, last_page_id
 
 # A response's headers as a page keeps them: this many, each value cut to this length.
 MAX_HEADERS = 64
@@ -52,14 +58,44 @@ class BulkInsert:
             for field in self.fields
         )
 
-    def write(self, rows: list[tuple]) -> None:
-        """Insert rows in one transaction; rows that conflict are left out."""
+    def prepared(self, values: dict) -> tuple:
+        """A row from `values` (attname -> value already in the database's form: JSON through
+        `json`, a datetime through `datetime`, bytes through `binary`); a column not in
+        `values` takes its field's default. Safe to call from any thread."""
+        return tuple([values.get(name, default) for name, default in self._defaults])
+
+    @functools.cached_property
+    def _defaults(self) -> tuple[tuple[str, object], ...]:
+        """(attname, the field's default as the database takes it) per column, in order."""
+        connection = connections[self.using]
+        return tuple(
+            (field.attname, field.get_db_prep_save(field.get_default(), connection=connection))
+            for field in self.fields
+        )
+
+    def json(self, value: object) -> object:
+        """A JSONField's value as the database takes it (what JSONField.get_db_prep_save does
+        with a plain value)."""
+        return connections[self.using].ops.adapt_json_value(value, None)
+
+    def datetime(self, value: datetime) -> object:
+        return connections[self.using].ops.adapt_datetimefield_value(value)
+
+    def binary(self, value: bytes | None) -> object:
+        return None if value is None else connections[self.using].Database.Binary(value)
+
+    def write(self, rows: list[tuple], *, savepoint: bool = True) -> None:
+        """Insert rows in one transaction; rows that conflict are left out. Inside another
+        transaction, a savepoint keeps that one usable when a row is refused; `savepoint=False`
+        leaves it out where the caller's whole transaction is given up on a refused row (two
+        statements fewer)."""
         if not rows:
             return
         connection = connections[self.using]
-        # Outermost (a worker's), the block is the transaction; inside another one, a savepoint
-        # keeps that one usable when a row is refused.
-        with transaction.atomic(using=self.using), connection.cursor() as cur:
+        with (
+            transaction.atomic(using=self.using, savepoint=savepoint),
+            connection.cursor() as cur,
+        ):
             if connection.vendor == "postgresql":
                 with (
                     connection.wrap_database_errors,
@@ -67,7 +103,10 @@ class BulkInsert:
                 ):
                     bound.executemany(self._sql, rows)
             else:
-                cur.executemany(self._sql, rows)
+                self._sqlite_insert(cur, rows)
+
+    def _sqlite_insert(self, cur, rows: list[tuple]) -> None:
+        cur.executemany(self._sql, rows)
 
     @functools.cached_property
     def _sql(self) -> str:
@@ -82,7 +121,20 @@ class BulkInsert:
         ).rstrip()
 
 
-PAGE_ROWS = BulkInsert(Page)
+class PageInsert(BulkInsert):
+    """Page rows, and on SQLite their URLs and titles into the text index (crawls/page_search.py)
+    in one statement per batch. The insert trigger did it row by row before (migration
+    0019_page_text_fed_in_batches drops it): the trigger alone, even one that did nothing,
+    cost as much as the rest of a page row's insert, in SQLite's one write lock that both
+    workers wait on."""
+
+    def _sqlite_insert(self, cur, rows: list[tuple]) -> None:
+        after = last_page_id(cur)
+        cur.executemany(self._sql, rows)
+        index_pages_after(cur, after)
+
+
+PAGE_ROWS = PageInsert(Page)
 LINK_ROWS = BulkInsert(Link)
 # The columns of a Link row, in LINK_ROWS' order (link_rows makes its rows without a model).
 LINK_COLUMNS = ("crawl_id", "source_fp", "target_fp", "text")
@@ -110,62 +162,77 @@ def page_row(
     error: str = "", extras: PageExtras | None = None,
 ) -> tuple:  # fmt: skip
     """The page's row, ready for PAGE_ROWS.write; without a fetch, `error` says why there was
-    none (e.g. blocked by robots.txt)."""
-    page = Page(
-        crawl_id=crawl.pk,
-        url=request.url,
-        depth=request.depth,
-        referrer=request.referrer,
-        fetched_at=now,
-        url_hash=url_hash(request.url),
-        error=error,
-        fp=request.fp,
-        source=source_of(request),
-        attempts=request.attempts + 1,
-        history=list(request.history),
-        redirects=list(request.redirects),
-    )
+    none (e.g. blocked by robots.txt). Made as the Page model would write it (module docstring)."""
+    rows = PAGE_ROWS
+    values = {
+        "crawl_id": crawl.pk,
+        "url": request.url,
+        "depth": request.depth,
+        "referrer": request.referrer,
+        "fetched_at": rows.datetime(now),
+        "url_hash": url_hash(request.url),
+        "error": error,
+        "fp": request.fp,
+        "source": source_of(request),
+        "attempts": request.attempts + 1,
+    }
+    if request.history:
+        values["history"] = rows.json(list(request.history))
+    if request.redirects:
+        values["redirects"] = rows.json(list(request.redirects))
     if fetch is not None:
-        _fill_response(page, crawl, fetch)
+        _fill_response(values, crawl, fetch)
     if extras is not None:
-        _fill_extras(page, extras)
-    return PAGE_ROWS.row(page)
+        _fill_extras(values, extras)
+    return rows.prepared(values)
 
 
-def _fill_response(page: Page, crawl: Crawl, fetch: FetchResult) -> None:
-    page.final_url = fetch.final_url
-    page.status = fetch.status
-    page.content_type = fetch.content_type[:200]
-    page.bytes = fetch.nbytes
-    page.elapsed_ms = fetch.elapsed_ms
-    page.title = fetch.title[:500]
-    page.error = fetch.error
-    page.redirect_to = fetch.redirect_to
-    page.truncated = fetch.truncated
-    page.headers = kept_headers(fetch.headers, secret=SECRET_RESPONSE_HEADERS)
-    page.request_headers = kept_headers(fetch.request_headers)
-    page.proxy = fetch.proxy[:300]
+def _fill_response(values: dict, crawl: Crawl, fetch: FetchResult) -> None:
+    json = PAGE_ROWS.json
+    values.update(
+        final_url=fetch.final_url,
+        status=fetch.status,
+        content_type=fetch.content_type[:200],
+        bytes=fetch.nbytes,
+        elapsed_ms=fetch.elapsed_ms,
+        title=fetch.title[:500],
+        error=fetch.error,
+        redirect_to=fetch.redirect_to,
+        truncated=fetch.truncated,
+        headers=json(kept_headers(fetch.headers, secret=SECRET_RESPONSE_HEADERS)),
+        request_headers=json(kept_headers(fetch.request_headers)),
+        proxy=fetch.proxy[:300],
+    )
     # Never more than max_bytes, which the databases take (crawls.models.MAX_BODY_BYTES).
     if crawl.keep_bodies and fetch.status is not None and len(fetch.body) <= crawl.max_bytes:
-        page.body = fetch.body
+        values["body"] = PAGE_ROWS.binary(fetch.body)
         # What the WARC export needs besides the body: heads as they went and came.
         if fetch.exchange is not None:
-            page.heads = fetch.exchange.text(secret=SECRET_RESPONSE_HEADERS)
+            values["heads"] = fetch.exchange.text(secret=SECRET_RESPONSE_HEADERS)
 
 
-def _fill_extras(page: Page, extras: PageExtras) -> None:
-    page.digest = extras.digest
-    page.change = extras.change
+def _fill_extras(values: dict, extras: PageExtras) -> None:
+    json = PAGE_ROWS.json
+    values["digest"] = extras.digest
+    values["change"] = extras.change
     if extras.carried:
         for name, value in extras.carried.items():
-            setattr(page, name, value)
+            values[name] = _prepared_field(name, value)
     if extras.extracted is not None:
-        page.extracted = extras.extracted.fields
-        page.extract_errors = extras.extracted.errors
-        page.structured_data = extras.extracted.structured
+        values["extracted"] = json(extras.extracted.fields)
+        values["extract_errors"] = json(extras.extracted.errors)
+        if extras.extracted.structured is not None:  # None is SQL NULL, as the field saves it
+            values["structured_data"] = json(extras.extracted.structured)
     if extras.links is not None:
-        page.links = extras.links.kept
-        page.links_total = extras.links.total
+        values["links"] = json(extras.links.kept)
+        values["links_total"] = extras.links.total
+
+
+def _prepared_field(name: str, value: object) -> object:
+    """A value of Page's field `name` as the database takes it, by the field's own methods
+    (for what a 304 carries over from the baseline: a few fields of a few pages)."""
+    field = Page._meta.get_field(name)
+    return field.get_db_prep_save(value, connection=connections[PAGE_ROWS.using])
 
 
 def source_of(request: Request) -> str:

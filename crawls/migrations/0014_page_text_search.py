@@ -5,7 +5,8 @@ trusted extension: the database's owner may create it).
 
 On SQLite, a later migration that remakes crawls_page (Django does for some column changes)
 drops these triggers with the old table: such a migration must make them again and rebuild
-the index (INSERT INTO crawls_page_text(crawls_page_text) VALUES ('rebuild')).
+the index (INSERT INTO crawls_page_text(crawls_page_text) VALUES ('rebuild')). Since
+0019_page_text_fed_in_batches there is no insert trigger: the engine feeds the index.
 """
 
 from django.db import migrations

@@ -10,15 +10,20 @@ from django.utils import timezone
 from crawlhub.http.client import Fetcher
 from crawls import services
 from crawls.engine.request import Request
-from crawls.engine.results import OutLinks
+from crawls.engine.results import Extracted, OutLinks
 from crawls.engine.rows import (
     LINK_COLUMNS,
     LINK_ROWS,
     PAGE_ROWS,
+    SECRET_RESPONSE_HEADERS,
     BulkInsert,
+    PageExtras,
     failure_row,
+    kept_headers,
     link_rows,
     page_row,
+    source_of,
+    url_hash,
 )
 from crawls.models import FailedRequest, Link, Page
 from tests.support.sites import Response
@@ -149,3 +154,60 @@ def test_a_failure_row_counts_the_last_attempt_and_names_the_status(crawl, make_
     assert (stored.url, stored.depth, stored.referrer) == (request.url, 1, site.url + "/")
     assert (stored.attempts, stored.last_status, stored.last_error) == (3, 503, "HTTP 503")
     assert stored.url_hash == hashlib.sha1(request.url.encode()).hexdigest()
+
+
+def test_a_page_row_is_the_row_a_page_instance_would_write(crawl, make_site, fetcher):
+    """page_row makes its row without a Page instance (crawls/engine/rows.py): column for column
+    it is what the fields' own preparation gives, for a page with everything and for one with
+    nothing but an error, a 304 carrying its baseline's fields, and a structured-data switch."""
+    site = make_site(lambda r: Response(body="<title>Tí</title><a href='/n'>n</a>"))
+    request = Request(
+        site.url + "/é?q=1", depth=2, referrer=site.url + "/", attempts=1,
+        history=("HTTP 503",), redirects=(site.url + "/old",),
+    )  # fmt: skip
+    fetch = fetcher.fetch(request.url)
+    fetch.headers["set-cookie"] = "s=1"
+    fetch.body = b"\x00body"
+    crawl.keep_bodies = True
+    now = timezone.now()
+    links = OutLinks(kept=[["http://a.test/n", "n", ""]], total=1)
+    full = PageExtras(
+        digest="d" * 64, change="changed", links=links,
+        extracted=Extracted(fields={"t": ["Tí"]}, errors={"x": "bad"}, structured={"a": 1}),
+    )  # fmt: skip
+    carried = PageExtras(
+        digest="e" * 64,
+        carried={"title": "Old", "extracted": {"t": "Old"}, "structured_data": None},
+    )
+    cases = [
+        (request, {"fetch": fetch, "extras": full}),
+        (request, {"fetch": fetch, "extras": carried}),
+        (Request("http://a.test/x"), {"error": "blocked by robots.txt"}),
+        (request, {"fetch": fetch, "extras": PageExtras(extracted=Extracted())}),
+    ]
+    for req, kwargs in cases:
+        page = Page(
+            crawl_id=crawl.pk, url=req.url, depth=req.depth, referrer=req.referrer,
+            fetched_at=now, url_hash=url_hash(req.url), error=kwargs.get("error", ""),
+            fp=req.fp, source=source_of(req), attempts=req.attempts + 1,
+            history=list(req.history), redirects=list(req.redirects),
+        )  # fmt: skip
+        if "fetch" in kwargs:
+            page.final_url, page.status = fetch.final_url, fetch.status
+            page.content_type, page.bytes = fetch.content_type, fetch.nbytes
+            page.elapsed_ms, page.title, page.error = fetch.elapsed_ms, fetch.title, fetch.error
+            page.redirect_to, page.truncated = fetch.redirect_to, fetch.truncated
+            page.headers = kept_headers(fetch.headers, secret=SECRET_RESPONSE_HEADERS)
+            page.request_headers = kept_headers(fetch.request_headers)
+            page.body = fetch.body
+            extras = kwargs["extras"]
+            page.digest, page.change = extras.digest, extras.change
+            for name, value in (extras.carried or {}).items():
+                setattr(page, name, value)
+            if extras.extracted is not None:
+                page.extracted = extras.extracted.fields
+                page.extract_errors = extras.extracted.errors
+                page.structured_data = extras.extracted.structured
+            if extras.links is not None:
+                page.links, page.links_total = extras.links.kept, extras.links.total
+        assert page_row(crawl, req, now, **kwargs) == PAGE_ROWS.row(page), kwargs

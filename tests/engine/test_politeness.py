@@ -131,6 +131,28 @@ def test_a_fetch_outside_a_page_s_turn_waits_for_the_host_s_delay(frontier):
     assert frontier.redis.hget(frontier.key("hosts"), "d.test") is None
 
 
+@pytest.mark.once
+def test_a_host_s_next_turn_is_claimed_ahead_with_its_wait_and_never_sent_early(frontier):
+    # A slice claims a host whose turn comes within CLAIM_AHEAD_SECONDS, and its thread waits
+    # for the turn (crawls/engine/fetching.py): on time, rather than a claim interval late.
+    frontier.configure(max_pages=0, max_depth=-1, host_delay=5)
+    frontier.add_seeds(["http://a.test/1", "http://a.test/2", "http://b.test/1"])
+    first = frontier.claim_ahead(5, lease_seconds=30, ahead=10)
+    assert sorted((r.url, wait) for r, wait in first) == [
+        ("http://a.test/1", 0), ("http://b.test/1", 0),
+    ]  # fmt: skip
+    for request, _ in first:
+        assert frontier.send(request) == 5.0
+        frontier.answered(request)  # each host's next turn: 5 s from now
+    assert frontier.claim(5, lease_seconds=30) == []  # not due
+    assert frontier.claim_ahead(5, lease_seconds=30, ahead=4) == []  # due later than that
+    [(second, wait)] = frontier.claim_ahead(5, lease_seconds=30, ahead=10)
+    assert second.url == "http://a.test/2" and 4 < wait <= 5
+    assert frontier.claim_ahead(5, lease_seconds=30, ahead=10) == []  # a.test is reserved
+    assert frontier.send(second) is None  # sent before its turn: refused, to be handed back
+    assert frontier.release([second]) == 1
+
+
 # Real workers, judged from the sites' own logs
 
 

@@ -15,11 +15,12 @@ from crawlhub.connections import get_redis
 from crawlhub.http.rendering import LAUNCH_SECONDS
 from crawls import services
 from crawls.engine import jobs
+from crawls.engine.crawl_settings import slice_seconds
 from crawls.engine.frontier import SUPERVISOR_LOCK_KEY, Frontier
 from crawls.engine.jobs import SLICE_WRITE_SECONDS
 from crawls.engine.request import Request
 from crawls.engine.retry import MAX_CRASHES
-from crawls.engine.slices import run_slice, slice_seconds
+from crawls.engine.slices import run_slice
 from crawls.models import CrawlState
 from tests.support.crawling import database_refuses_pages, drive, start_site_crawl
 from tests.support.sites import pages_site

@@ -1,9 +1,12 @@
 -- Record what a slice did with its claimed requests. ARGV: seen prefix, then per outcome
--- 11 fields (fp, host, kind, status or '', nbytes, priority, child depth, retry JSON or '',
--- retry delay ms, number of links, how many of the first links a sitemap listed) followed by
--- (bucket, fp, json) per link. Per host, an answer counts in K_HOSTDONE, a request that got
--- none (an error, a retry, a failure) in K_HOSTERRORS. Fingerprints come from Python. A 304 is also 'not_modified';
--- listed links that are new also count in 'sitemap_urls'.
+-- FIELDS fields: fp, host, kind, status or '', nbytes, priority, child depth, retry JSON or '',
+-- retry delay ms, how many of the first links a sitemap listed, the links, the end of their
+-- request JSON, the sitemaps it lists, the end of theirs. Links (and sitemaps) come as one
+-- string, four lines per link: seen bucket, fingerprint, host as JSON ('' for the page's own
+-- host), URL as JSON; each link's request JSON is written here as Request.to_json writes it
+-- (frontier._link_args says why). Fingerprints come from Python. Per host, an answer counts in
+-- K_HOSTDONE, a request that got none (an error, a retry, a failure) in K_HOSTERRORS. A 304 is
+-- also 'not_modified'; listed links that are new also count in 'sitemap_urls'.
 -- A 'failed' request with a status (it ran out of retries on a 5xx or 429) counts in its status
 -- class too, and in 'failed_http'.
 -- A 'retry' and a 'crashed' request both wait in delayed as their retry JSON says (one more
@@ -16,7 +19,34 @@ local now = nil
 local by_host = redis.call('HLEN', K_HOSTCLAIM) > 0 or redis.call('HLEN', K_HOSTSLOW) > 0
 local default_delay = tonumber(redis.call('HGET', K_CONFIG, 'host_delay_ms')) or 0
 
-local function record_done(status, priority, child_depth, first, last, listed)
+local FIELDS = 14
+local LINK = '([^\n]*)\n([^\n]*)\n([^\n]*)\n([^\n]*)\n'
+
+-- Queue the links of one string (see the header) whose requests end in `tail`; the first
+-- `listed` of them a sitemap listed.
+local function admit_links(links, tail, host, priority, child_depth, listed)
+  if links == '' then return end
+  if limits.max_depth >= 0 and child_depth > limits.max_depth then
+    local _, lines = string.gsub(links, '\n', '')
+    bump(counts, 'dropped', lines / 4)
+    return
+  end
+  local own = '"' .. host .. '"'
+  local req, n = {p = priority, d = child_depth}, 0
+  for bucket, fp, link_host, url in string.gmatch(links, LINK) do
+    n = n + 1
+    if link_host == '' then
+      link_host, req.h = own, host
+    else
+      req.h = nil  -- enqueue reads it from the JSON
+    end
+    local member = '{"f":"' .. fp .. '","h":' .. link_host .. ',"u":' .. url .. tail
+    local added = admit(limits, counts, prefix .. bucket, fp, member, req)
+    if added == 1 and n <= listed then bump(counts, 'sitemap_urls') end
+  end
+end
+
+local function record_done(status, host, priority, child_depth, i, listed)
   if not status then
     bump(counts, 'errors')
   else
@@ -25,17 +55,8 @@ local function record_done(status, priority, child_depth, first, last, listed)
     bump(counts, (class >= 2 and class <= 5) and ('status_' .. class .. 'xx') or 'status_other')
     if status == 304 then bump(counts, 'not_modified') end
   end
-  if last < first then return end
-  if limits.max_depth >= 0 and child_depth > limits.max_depth then
-    bump(counts, 'dropped', (last - first + 1) / 3)
-    return
-  end
-  local req = {p = priority, d = child_depth}
-  local listed_last = first + 3 * listed - 1
-  for j = first, last, 3 do
-    local added = admit(limits, counts, prefix .. ARGV[j], ARGV[j + 1], ARGV[j + 2], req)
-    if added == 1 and j <= listed_last then bump(counts, 'sitemap_urls') end
-  end
+  admit_links(ARGV[i + 10], ARGV[i + 11], host, priority, child_depth, listed)
+  admit_links(ARGV[i + 12], ARGV[i + 13], host, priority, child_depth, 0)
 end
 
 local per_host = {}  -- host -> {done, errors}
@@ -45,10 +66,7 @@ while i <= #ARGV do
   local fp, host, kind, status = ARGV[i], ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3])
   local nbytes, priority = tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5])
   local child_depth = tonumber(ARGV[i + 6])
-  local retry_member, delay_ms, nlinks = ARGV[i + 7], tonumber(ARGV[i + 8]), tonumber(ARGV[i + 9])
-  local listed = tonumber(ARGV[i + 10])
-  local first = i + 11
-  i = first + 3 * nlinks
+  local retry_member, delay_ms, listed = ARGV[i + 7], tonumber(ARGV[i + 8]), tonumber(ARGV[i + 9])
   if by_host then
     unreserve(host, fp)
     if kind == 'done' and status and status ~= 429 and status ~= 503 then
@@ -65,7 +83,7 @@ while i <= #ARGV do
     per_host[host] = tally
     if kind == 'done' and status then tally[1] = tally[1] + 1 else tally[2] = tally[2] + 1 end
     if kind == 'done' then
-      record_done(status, priority, child_depth, first, i - 1, listed)
+      record_done(status, host, priority, child_depth, i, listed)
     elseif kind == 'retry' or kind == 'crashed' then
       now = now or now_ms()
       redis.call('ZADD', K_DELAYED, now + delay_ms, retry_member)
@@ -82,6 +100,7 @@ while i <= #ARGV do
       end
     end
   end
+  i = i + FIELDS
 end
 for host, tally in pairs(per_host) do
   if tally[1] > 0 then redis.call('HINCRBY', K_HOSTDONE, host, tally[1]) end

@@ -1,0 +1,204 @@
+"""What a page costs, counted rather than timed (so that it holds on a busy machine): the SQL
+statements a written batch takes, the Redis round trips and bytes of its completion and of its
+fetch, and the Python-level work that scales with pages. A change that adds a statement or a
+round trip per page fails here, not in a benchmark weeks later (bench/speed_guard.py measures
+the pages/s these counts stand for)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+import redis.connection
+from django.db import connection
+from django.db.models import Model
+from django.test.utils import CaptureQueriesContext
+
+from crawlhub.http.client import FetchResult
+from crawls import services
+from crawls.engine.crawl_settings import scope_of
+from crawls.engine.frontier import Frontier
+from crawls.engine.recording import Result
+from crawls.engine.request import Request
+from crawls.engine.slices import Slice
+from crawls.models import Link, Page
+from tests.support.sites import pages_site
+
+pytestmark = pytest.mark.django_db
+
+SITE = "http://a.test"
+# A batch's statements, whatever its pages and links: the Page rows, the Link rows and the
+# savepoint or transaction around them; on SQLite also the text index fed with the batch's
+# pages (crawls.engine.rows.PageInsert: the last id, then one insert).
+STATEMENTS_PER_BATCH = 6
+# Completion sends, per link, its bucket, fingerprint, host (none on the page's own host) and
+# URL: about this much at most for links of ~30 characters; per page its request's fields and
+# the end of its links' JSON; per call the script's keys.
+COMPLETE_BYTES_PER_LINK = 70
+COMPLETE_BYTES_PER_PAGE = 200
+COMPLETE_BYTES_PER_CALL = 700
+
+
+@dataclass
+class Traffic:
+    round_trips: int = 0
+    sent: int = 0
+
+
+@contextlib.contextmanager
+def redis_traffic(monkeypatch) -> Iterator[Traffic]:
+    """What this process sends Redis meanwhile: round trips (a pipeline is one) and bytes."""
+    counted = Traffic()
+    send = redis.connection.AbstractConnection.send_packed_command
+
+    def counting(self, command, check_health=True):
+        counted.round_trips += 1
+        parts = [command] if isinstance(command, (bytes, str, memoryview)) else command
+        counted.sent += sum(len(part) for part in parts)
+        return send(self, command, check_health)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(redis.connection.AbstractConnection, "send_packed_command", counting)
+        yield counted
+
+
+@pytest.fixture
+def crawl(user):
+    crawl = services.crawl_create(
+        user=user,
+        name="budgets",
+        seeds=[SITE + "/"],
+        obey_robots=False,
+        max_depth=100,
+        max_pages=1_000_000,
+    )
+    services.crawl_start(crawl=crawl, user=user)
+    Frontier(crawl.pk).claim(10, lease_seconds=60)  # its seed, out of the way
+    return crawl
+
+
+def fetched(n: int, links: int) -> FetchResult:
+    urls = [f"{SITE}/p/{n}-{k}-{links}" for k in range(links)]
+    return FetchResult(
+        url=f"{SITE}/p/{n}", final_url=f"{SITE}/p/{n}", status=200,
+        content_type="text/html; charset=utf-8", body=b"", nbytes=4000, truncated=False,
+        elapsed_ms=3, redirects=[], error="", error_kind="", title=f"Page {n}", links=urls,
+        link_texts=[f"link {k}" for k in range(links)],
+        headers={"content-type": "text/html; charset=utf-8", "server": "nginx"},
+        request_headers={"user-agent": "crawlhub", "accept": "*/*"},
+    )  # fmt: skip
+
+
+def claimed(frontier: Frontier, pages: int) -> list[Request]:
+    """`pages` requests queued and claimed, as a slice holds them before it writes them."""
+    frontier.add_seeds([f"{SITE}/q/{pages}/{n}" for n in range(pages)], depth=1)
+    requests: list[Request] = []
+    while len(requests) < pages and (more := frontier.claim(pages, lease_seconds=60)):
+        requests += more
+    assert len(requests) == pages
+    return requests
+
+
+def results_of(requests: list[Request], links: int) -> list[Result]:
+    return [
+        Result(request=request, fetch=fetched(n, links), digest="d" * 64)
+        for n, request in enumerate(requests)
+    ]
+
+
+def statements_to_write(slice_: Slice, pages: int, links: int) -> int:
+    done = results_of(claimed(slice_.frontier, pages), links)
+    with CaptureQueriesContext(connection) as queries:
+        assert slice_.recorder.write(done) == pages
+    return len(queries.captured_queries)
+
+
+def test_a_written_batch_takes_the_same_statements_whatever_its_pages_and_links(crawl):
+    slice_ = Slice(crawl, "s1")
+    small = statements_to_write(slice_, pages=2, links=3)
+    large = statements_to_write(slice_, pages=60, links=25)
+    assert small == large <= STATEMENTS_PER_BATCH
+    assert Page.objects.filter(crawl=crawl).count() == 62
+    assert Link.objects.filter(crawl_id=crawl.pk).count() == 2 * 3 + 60 * 25
+
+
+def test_writing_a_batch_builds_no_model_instance_per_page(crawl, monkeypatch):
+    """Rows are made as the database takes them: no Page (or Link) object, with its per-field
+    preparation, for each page written."""
+    slice_ = Slice(crawl, "s1")
+    done = results_of(claimed(slice_.frontier, 40), links=10)
+    built = []
+    init = Model.__init__
+
+    def counting(self, *args, **kwargs):
+        built.append(type(self).__name__)
+        init(self, *args, **kwargs)
+
+    monkeypatch.setattr(Model, "__init__", counting)
+    assert slice_.recorder.write(done) == 40
+    assert len(built) <= 1, built
+
+
+def test_completing_a_batch_is_one_round_trip_and_a_bounded_size_per_link(crawl, monkeypatch):
+    slice_ = Slice(crawl, "s1")
+    sizes = {}
+    # The first batch loads the script into Redis: not a page's cost.
+    for pages, links in ((1, 1), (2, 3), (50, 20)):
+        done = results_of(claimed(slice_.frontier, pages), links)
+        for result in done:
+            slice_.recorder.decide(result, {})
+        with redis_traffic(monkeypatch) as traffic:
+            slice_.frontier.complete([r.outcome for r in done])
+        if pages > 1:
+            assert traffic.round_trips == 1
+            sizes[pages, links] = traffic.sent
+    for (pages, links), sent in sizes.items():
+        budget = pages * (COMPLETE_BYTES_PER_PAGE + links * COMPLETE_BYTES_PER_LINK)
+        assert sent <= budget + COMPLETE_BYTES_PER_CALL, (pages, links)
+    stats = slice_.frontier.stats()
+    assert stats["requests"] == 53 + 1 + 2 * 3 + 50 * 20 + 1  # and the crawl's seed
+
+
+def test_claiming_is_one_round_trip_for_the_whole_batch(crawl, monkeypatch):
+    frontier = Frontier(crawl.pk)
+    frontier.add_seeds([f"{SITE}/p/{n}" for n in range(80)], depth=1)
+    with redis_traffic(monkeypatch) as traffic:
+        assert len(frontier.claim(64, lease_seconds=60)) == 64
+    assert traffic.round_trips == 1
+
+
+def test_a_page_fetched_without_a_delay_costs_no_redis_round_trip(user, make_site, monkeypatch):
+    """No host delay, no cap, no robots.txt: the fetch path asks Redis nothing (a host that has a
+    delay of its own or pushes back takes turns: crawls/engine/fetching.py)."""
+    site = make_site(pages_site({"/": "<a href='/x'>x</a>"}))
+    crawl = services.crawl_create(
+        user=user, name="fetch", seeds=[site.url + "/"], obey_robots=False
+    )
+    services.crawl_start(crawl=crawl, user=user)
+    slice_ = Slice(crawl, "s1")
+    request = slice_.frontier.claim(1, lease_seconds=60)[0]
+    with redis_traffic(monkeypatch) as traffic:
+        result = slice_.fetching.fetch(request)
+    assert result.fetch.status == 200
+    assert traffic.round_trips == 0
+
+
+def test_sorting_a_pages_links_parses_each_link_once_for_scope(crawl, monkeypatch):
+    """out_links reads each link's scope once; a second reading per link would double the
+    main thread's share of a page."""
+    scope = scope_of(crawl)
+    asked = []
+    why_not = type(scope).why_not
+
+    def counting(self, url):
+        asked.append(url)
+        return why_not(self, url)
+
+    monkeypatch.setattr(type(scope), "why_not", counting)
+    slice_ = Slice(crawl, "s1")
+    done = results_of(claimed(slice_.frontier, 5), links=12)
+    for result in done:
+        slice_.recorder.decide(result, {})
+    assert len(asked) == 5 * 12
