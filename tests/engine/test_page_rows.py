@@ -200,6 +200,7 @@ def test_a_page_row_is_the_row_a_page_instance_would_write(crawl, make_site, fet
             page.headers = kept_headers(fetch.headers, secret=SECRET_RESPONSE_HEADERS)
             page.request_headers = kept_headers(fetch.request_headers)
             page.body = fetch.body
+            page.heads = fetch.exchange.text(secret=SECRET_RESPONSE_HEADERS)
             extras = kwargs["extras"]
             page.digest, page.change = extras.digest, extras.change
             for name, value in (extras.carried or {}).items():
