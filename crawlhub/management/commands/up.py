@@ -126,12 +126,13 @@ class Command(BaseCommand):
         redis_server: launcher.EmbeddedRedis | None = None
         group: process_group.ProcessGroup | None = None
         # What a dead child leaves running becomes our child, to be stopped and reaped.
-        process_group.become_subreaper()
+        reaper = process_group.become_subreaper()
         try:
             redis_server = self._start_redis()
             group = self._process_group(
-                host=host, port=port, workers=workers, url=url, redis_server=redis_server
-            )
+                host=host, port=port, workers=workers, url=url, redis_server=redis_server,
+                reaper=reaper,
+            )  # fmt: skip
             group.start()
             if wait_until_served(
                 group, "web", f"{url}/healthz", timeout=WEB_START_SECONDS, stopping=signals
@@ -143,13 +144,14 @@ class Command(BaseCommand):
 
     def _process_group(
         self, *, host: str, port: int, workers: int, url: str,
-        redis_server: launcher.EmbeddedRedis | None,
+        redis_server: launcher.EmbeddedRedis | None, reaper: bool,
     ) -> process_group.ProcessGroup:  # fmt: skip
         """Workers (the first one runs RQ's scheduler), cron and the web server; and the
         embedded Redis, when this run started it, to restart if it dies."""
         group = process_group.ProcessGroup(
-            env=child_env(dict(os.environ), redis_url=self.redis_url, url=url), redis=redis_server
-        )
+            env=child_env(dict(os.environ), redis_url=self.redis_url, url=url),
+            redis=redis_server, reaper=reaper,
+        )  # fmt: skip
         manage = [sys.executable, str(settings.BASE_DIR / "manage.py")]
         for n in range(workers):
             scheduler = ["--with-scheduler"] if n == 0 else []
