@@ -36,13 +36,14 @@ import os
 import threading
 import time
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 import soupsieve
 from django.conf import settings
 
-from crawlhub.http import chromium, links
+from crawlhub.http import chromium, links, render_page
 from crawlhub.http.client import FetchResult
 from crawlhub.http.render_routing import RenderOptions, Router, guard_web_socket, proxy_settings
 
@@ -57,7 +58,11 @@ CHROMIUM_ARGS = (
     "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic",
     "--no-first-run", "--disable-background-networking", "--disable-component-update",
     "--disable-sync", "--disable-extensions", "--mute-audio",
+    # WebRTC's sockets are the browser's own, past the guard: no UDP (render_page.py takes
+    # the API away from pages too).
+    "--webrtc-ip-handling-policy=disable_non_proxied_udp",
 )  # fmt: skip
+REQUEST_THREADS_PER_PAGE = 6
 LAUNCH_SECONDS = 60.0
 CLOSE_SECONDS = 5.0
 RENDERED_TYPE = "text/html; charset=utf-8"
@@ -143,6 +148,12 @@ class BrowserPool:
         self.pid = os.getpid()
         self.launches = 0
         self.loop = asyncio.new_event_loop()
+        # The threads the pages' requests are sent from (render_routing: the client blocks),
+        # a slow answer holding one: enough that the pages open at once do not wait for them.
+        self._requests = ThreadPoolExecutor(
+            REQUEST_THREADS_PER_PAGE * pages, thread_name_prefix="page-requests"
+        )
+        self.loop.set_default_executor(self._requests)
         self._thread = threading.Thread(target=self.loop.run_forever, name="browsers", daemon=True)
         self._thread.start()
         self._playwright: Any = None
@@ -263,6 +274,11 @@ class BrowserPool:
                 # fetch's timeout: retried, and counted against the proxy.
                 kind = "timeout" if isinstance(exc, PlaywrightTimeout) else "render"
                 return _failed(document, f"rendering failed: {_first_line(exc)}", kind, started)
+            except TimeoutError:  # its DOM was not read in its time: its scripts hold it
+                return _failed(
+                    document, "rendering failed: the page did not give its DOM within "
+                    f"{options.timeout:g} s", "timeout", started,
+                )  # fmt: skip
             finally:
                 if tab is not None:
                     await tab.close()
@@ -295,6 +311,7 @@ class BrowserPool:
         )
         tab = _Tab(browser=browser, proxy=proxy or "", context=context)
         try:
+            await context.add_init_script(script=render_page.NO_WEBRTC)
             await context.route("**/*", tab.handle)
             await context.route_web_socket("**/*", guard_web_socket)
             tab.page = await context.new_page()
@@ -321,14 +338,27 @@ class BrowserPool:
         self, tab: _Tab, document: FetchResult, options: RenderOptions, deadline: float,
         started: float,
     ) -> FetchResult:  # fmt: skip
-        router = tab.router = Router(document, options, deadline)
+        router = tab.router = Router(
+            document, options, deadline, proxy=tab.proxy or None, context=tab.context
+        )
         page = tab.page
         await page.goto(document.url, wait_until="domcontentloaded", timeout=_ms_left(deadline))
         await _settle(page, options, deadline)
         if tab.crashed:
             return _failed(document, "the page crashed the browser tab", "browser", started)
-        html = await page.content()
-        return _rendered(document, html, router.navigations, options, started)
+        dom = await asyncio.wait_for(
+            render_page.read_dom(page, max_bytes=options.max_bytes),
+            max(1.0, deadline - time.monotonic()),
+        )
+        if dom.html is None:
+            result = _failed(
+                document, f"the rendered page is over the size limit: its DOM is more than "
+                f"{options.max_bytes:,} bytes (at least {dom.size:,}), and was not read",
+                "render", started,
+            )  # fmt: skip
+            result.truncated = True
+            return result
+        return _rendered(document, dom.html, router.navigations, options, started)
 
     def close(self) -> None:
         """Close the browsers and stop the loop's thread (at exit, and in tests)."""
@@ -339,6 +369,8 @@ class BrowserPool:
             asyncio.run_coroutine_threadsafe(self._close_all(), self.loop).result(timeout=30)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout=10)
+        # A request still being sent ends by its page's deadline; none waits to start.
+        self._requests.shutdown(wait=False, cancel_futures=True)
 
     async def _close_all(self) -> None:
         self._idle.clear()  # closed with their browser
