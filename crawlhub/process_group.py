@@ -278,10 +278,13 @@ class ProcessGroup:
                 with suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout
-        for proc in self.procs.values():
+        for name, proc in self.procs.items():
             try:
                 proc.wait(max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
+                log.warning(
+                    "%s (pid %d) did not stop within %g s: killing it", name, proc.pid, timeout
+                )
                 below = descendants(proc.pid)  # a horse is in a process group of its own
                 with suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGKILL)

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import logging
 import secrets
+import signal
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -42,6 +44,8 @@ QUEUE = "control"
 _NUL, _NUL_KEPT = "\x00", "\ufffe"
 
 Kind, State = ProxyJob.Kind, ProxyJob.State
+# Set by SIGTERM in a worker's job process (_stop_on_sigterm).
+_stopping = threading.Event()
 
 
 class TakenOver(Exception):
@@ -116,7 +120,9 @@ def enqueue(job: ProxyJob) -> None:
 
 
 def run_job(job_id: int) -> str:
-    """The RQ job: one run of at most RUN_SECONDS; what is left goes on in the next run."""
+    """The RQ job: one run of at most RUN_SECONDS; what is left goes on in the next run. A
+    SIGTERM (the worker stopping) ends the run after its current batch, as its time would."""
+    _stop_on_sigterm()
     outcome = run(job_id, until=time.monotonic() + RUN_SECONDS)
     if outcome == "more":
         enqueue(ProxyJob(pk=job_id))
@@ -239,7 +245,15 @@ def _run_import(job: ProxyJob, token: str, until: float | None, progress) -> boo
 
 
 def _past(until: float | None) -> bool:
-    return until is not None and time.monotonic() >= until
+    return until is not None and (_stopping.is_set() or time.monotonic() >= until)
+
+
+def _stop_on_sigterm() -> None:
+    """In a worker's job process: SIGTERM (`up` or `worker` stopping) ends the run at the end
+    of its batch, handing the rest to the next run, which the next workers take on (a worker
+    lets a job that ignores SIGTERM run out its RUN_SECONDS, longer than `up` waits)."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, lambda signum, frame: _stopping.set())
 
 
 def _record_rejects(job: ProxyJob, token: str, parsed: importer.ParseResult) -> None:

@@ -48,7 +48,8 @@ from crawlhub.http.client import FetchResult
 from crawlhub.http.render_routing import RenderOptions, Router, guard_web_socket, proxy_settings
 
 __all__ = [
-    "BrowserPool", "RenderOptions", "RenderingUnavailable", "close_pool", "proxy_settings",
+    "BrowserPool", "RenderOptions", "RenderingStopped", "RenderingUnavailable", "close_pool",
+    "proxy_settings",
     "renders", "selector_problem", "shared_pool",
 ]  # fmt: skip
 
@@ -64,12 +65,17 @@ CHROMIUM_ARGS = (
 )  # fmt: skip
 REQUEST_THREADS_PER_PAGE = 6
 LAUNCH_SECONDS = 60.0
+GIVE_UP_SECONDS = 0.1  # how soon a page being rendered is left once it is to be given up
 CLOSE_SECONDS = 5.0
 RENDERED_TYPE = "text/html; charset=utf-8"
 
 
 class RenderingUnavailable(ValueError):
     """Rendering cannot run here: no Chromium, or no Playwright. The message says how to fix it."""
+
+
+class RenderingStopped(Exception):
+    """A page was given up while being rendered (BrowserPool.render's give_up)."""
 
 
 def selector_problem(selector: str) -> str:
@@ -178,13 +184,27 @@ class BrowserPool:
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
 
     def render(
-        self, document: FetchResult, *, proxy: str | None, options: RenderOptions
-    ) -> FetchResult:
+        self, document: FetchResult, *, proxy: str | None, options: RenderOptions,
+        give_up: threading.Event | None = None,
+    ) -> FetchResult:  # fmt: skip
         """`document` as the browser renders it (see renders() for which are worth it); a
-        FetchResult with error and error_kind when rendering failed ("browser": retry it)."""
+        FetchResult with error and error_kind when rendering failed ("browser": retry it).
+
+        RenderingStopped as soon as `give_up` is set (the worker is stopping): the page is
+        left, its tab closed, rather than waited for until its deadline."""
         if not renders(document):
             return document
-        return self._call(self._render(document, proxy, options))
+        if give_up is not None and give_up.is_set():
+            raise RenderingStopped(f"rendering {document.url} was given up")
+        page = asyncio.run_coroutine_threadsafe(self._render(document, proxy, options), self.loop)
+        while give_up is not None:
+            try:
+                return page.result(timeout=GIVE_UP_SECONDS)
+            except TimeoutError:
+                if give_up.is_set():
+                    page.cancel()  # the task ends closing the page's tab
+                    raise RenderingStopped(f"rendering {document.url} was given up") from None
+        return page.result()
 
     def browser_pids(self) -> list[int]:
         """The process ids of the running browsers (tests kill them)."""
@@ -212,13 +232,13 @@ class BrowserPool:
 
         if self._playwright is None:
             self._playwright = await async_playwright().start()
-        before = _browser_processes()
+        before = chromium.browser_processes()
         browser = await self._playwright.chromium.launch(
             executable_path=self.executable, args=list(CHROMIUM_ARGS), headless=True,
             handle_sigint=False, handle_sigterm=False, handle_sighup=False,
             timeout=LAUNCH_SECONDS * 1000,
         )  # fmt: skip
-        self._pids[browser] = sorted(_browser_processes() - before)
+        self._pids[browser] = sorted(chromium.browser_processes() - before)
         self.launches += 1
         return browser
 
@@ -449,36 +469,6 @@ def _closed(exc: Exception) -> bool:
 
 def _first_line(exc: Exception) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
-
-
-def _browser_processes() -> set[int]:
-    """The process ids of the browsers this process runs: a Chromium whose parent is not one
-    (its own helpers are its children), under this process (Playwright does not tell them)."""
-    names: dict[int, tuple[str, int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            with contextlib.suppress(OSError, IndexError, ValueError):
-                with open(f"/proc/{entry}/stat") as stat:
-                    head, tail = stat.read().rsplit(")", 1)
-                names[int(entry)] = (head.split("(", 1)[1], int(tail.split()[1]))
-
-    def is_browser(name: str) -> bool:
-        return "chrom" in name or "headless_shell" in name
-
-    def under_me(pid: int) -> bool:
-        for _ in range(8):
-            pid = names.get(pid, ("", 0))[1]
-            if pid == os.getpid():
-                return True
-            if pid <= 1:
-                return False
-        return False
-
-    return {
-        pid
-        for pid, (name, parent) in names.items()
-        if is_browser(name) and not is_browser(names.get(parent, ("", 0))[0]) and under_me(pid)
-    }
 
 
 # -- the process's pool ----------------------------------------------------------------------

@@ -70,13 +70,20 @@ class SliceReport:
 
 
 class StopFlag:
-    """Set by SIGTERM (the worker is shutting down) or by the crawl leaving 'running'."""
+    """Set by SIGTERM (the worker is shutting down) or by the crawl leaving 'running'.
+
+    SIGTERM also sets `shutdown`, whatever stopped the slice first: the pages being rendered
+    are given up and go back to the queue (a page may take the crawl's timeout in a browser;
+    the worker has seconds), those being fetched finish."""
 
     def __init__(self) -> None:
         self.event = threading.Event()
+        self.shutdown = threading.Event()
         self.reason = ""
 
     def set(self, reason: str) -> None:
+        if reason == "sigterm":
+            self.shutdown.set()
         if not self.event.is_set():
             self.reason = reason
             self.event.set()
@@ -537,7 +544,12 @@ class Slice:
             wait_selector=self.crawl.render_wait_selector,
             headers_for=(lambda target: creds.headers_for(target, session)) if creds else None,
         )  # fmt: skip
-        return self.browsers.render(document, proxy=proxy, options=options)
+        try:
+            return self.browsers.render(
+                document, proxy=proxy, options=options, give_up=self.stop.shutdown
+            )
+        except rendering.RenderingStopped:
+            raise Stopped from None  # handed back: fetched and rendered again later
 
     def _logged_out(self, fetch: FetchResult) -> bool:
         """The page redirects to the login URL: the session it was fetched with expired."""

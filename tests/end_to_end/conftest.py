@@ -28,7 +28,7 @@ def start_up(tmp_path):
         full.pop("PROXY_CHECK_URL", None)
         full.update(CRAWLHUB_DATA_DIR=str(tmp_path / "data"), PYTHONUNBUFFERED="1", **env)
         port = free_port()
-        log = tmp_path / "up.log"
+        log = tmp_path / ("up.log" if not started else f"up-{len(started) + 1}.log")
         up = ["manage.py", "up", "--port", str(port), "--workers", str(workers)]
         with log.open("w") as out:
             proc = processes.spawn(
