@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import concurrent.futures
 import contextlib
 import dataclasses
 import logging
@@ -36,7 +37,6 @@ import os
 import threading
 import time
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -156,7 +156,7 @@ class BrowserPool:
         self.loop = asyncio.new_event_loop()
         # The threads the pages' requests are sent from (render_routing: the client blocks),
         # a slow answer holding one: enough that the pages open at once do not wait for them.
-        self._requests = ThreadPoolExecutor(
+        self._requests = concurrent.futures.ThreadPoolExecutor(
             REQUEST_THREADS_PER_PAGE * pages, thread_name_prefix="page-requests"
         )
         self.loop.set_default_executor(self._requests)
@@ -197,13 +197,10 @@ class BrowserPool:
         if give_up is not None and give_up.is_set():
             raise RenderingStopped(f"rendering {document.url} was given up")
         page = asyncio.run_coroutine_threadsafe(self._render(document, proxy, options), self.loop)
-        while give_up is not None:
-            try:
-                return page.result(timeout=GIVE_UP_SECONDS)
-            except TimeoutError:
-                if give_up.is_set():
-                    page.cancel()  # the task ends closing the page's tab
-                    raise RenderingStopped(f"rendering {document.url} was given up") from None
+        while give_up is not None and not concurrent.futures.wait([page], GIVE_UP_SECONDS)[0]:
+            if give_up.is_set():
+                page.cancel()  # the task ends closing the page's tab
+                raise RenderingStopped(f"rendering {document.url} was given up")
         return page.result()
 
     def browser_pids(self) -> list[int]:

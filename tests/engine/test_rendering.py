@@ -223,6 +223,23 @@ def test_a_pages_api_calls_carry_its_cookies_and_post_bodies_and_follow_redirect
     assert rendered.title == "api sees theme=dark; sid=S-user=ann | page sees theme=dark"
 
 
+def test_a_page_being_rendered_is_given_up_at_once_and_the_browser_goes_on(make_site):
+    site = make_site(script_site(2, api_delay=30))  # the page waits 30 s for its API
+    pool = rendering.shared_pool()
+    options = rendering.RenderOptions(timeout=60, max_bytes=10**6)
+    with Fetcher(timeout=10, max_bytes=10**6) as fetcher:
+        document = fetcher.fetch(site.url + "/p/0", follow_redirects=False)
+    give_up = threading.Event()
+    threading.Timer(2, give_up.set).start()
+    started = time.monotonic()
+    with pytest.raises(rendering.RenderingStopped):
+        pool.render(document, proxy=None, options=options, give_up=give_up)
+    assert time.monotonic() - started < 5
+    # The tab it had is closed; the next page renders as ever.
+    page = _document("http://example.com/", pages_site({"/": "<title>next</title>"}))
+    assert pool.render(page, proxy=None, options=options).title == "next"
+
+
 def test_a_bad_wait_selector_is_refused_when_saved(user):
     with pytest.raises(ValidationError) as refused:
         services.crawl_create(
