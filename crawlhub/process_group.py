@@ -7,6 +7,15 @@ the worker started with --with-scheduler forks RQ's scheduler too. A horse dies 
 (crawlhub.rqworker); anything else a dead child leaves running is orphaned. With
 become_subreaper() orphans become children of `up` instead of init's, and ProcessGroup finds
 them (children of ours in the session of a child we started), stops and reaps them, and logs it.
+
+Some orphans come from sessions we did not start: Chromium (crawlhub.http.rendering) runs in a
+session of its own, and its helpers (zygotes, renderers) outlive the browser process that started
+them by a moment, every time a browser closes, about four a rendering slice. They end by
+themselves, as zombies, children of `up`: nothing else would ever reap them, and a long rendered
+crawl would fill the process table. A group made with reaper=True (`up`, `worker`: a subreaper
+that starts nothing but its group) ends and reaps every child it did not start, whatever its
+session. Each is waited for by its own pid, never with waitpid(-1), which could take the exit
+status of a child the group watches.
 """
 
 from __future__ import annotations
@@ -118,9 +127,14 @@ class ProcessGroup:
     STEADY_SECONDS = 60.0  # a child that ran this long counts as healthy: FIRST_DELAY again
     SWEEP_SECONDS = 5.0  # how often to look for orphans when no child died
 
-    def __init__(self, *, env: dict[str, str], redis: EmbeddedRedis | None = None) -> None:
+    def __init__(
+        self, *, env: dict[str, str], redis: EmbeddedRedis | None = None, reaper: bool = False
+    ) -> None:
         self.env = env
         self.redis = redis
+        # This process is the subreaper of all below it and starts nothing else (see the module
+        # docstring): every child it did not start is an orphan to end and reap.
+        self.reaper = reaper
         self.specs: dict[str, tuple[list[str], bool]] = {}
         self.procs: dict[str, subprocess.Popen] = {}
         self.restarts: dict[str, int] = {}
@@ -220,20 +234,23 @@ class ProcessGroup:
     def end_orphans(self) -> list[int]:
         """SIGKILL and reap the processes that a dead child left running and that became this
         process's children (see become_subreaper): children it did not start, in the session
-        of one it did. Returns their pids."""
+        of one it did, or in any session for a reaper. A zombie is only reaped. Returns their
+        pids."""
         ours = {proc.pid for proc in self.procs.values()}
         if self.redis is not None and self.redis.process is not None:
             ours.add(self.redis.process.pid)
         me = str(os.getpid())
         ended, sessions = [], set()
         for pid, stat in _processes().items():
-            sessions.add(int(stat[3]))
-            if stat[1] != me or pid in ours or int(stat[3]) not in self._sessions:
+            session = int(stat[3])
+            sessions.add(session)
+            if stat[1] != me or pid in ours or not (self.reaper or session in self._sessions):
                 continue
             if stat[0] != "Z":
+                left_by = self._sessions.get(session, "a process below this one")
                 log.warning(
                     "stopping pid %d (%s), left running by %s, which died",
-                    pid, command_line(pid)[:120], self._sessions[int(stat[3])],
+                    pid, command_line(pid)[:120], left_by,
                 )  # fmt: skip
                 with suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
@@ -245,6 +262,13 @@ class ProcessGroup:
             del self._sessions[gone]
         return ended
 
+    def _end_all_orphans(self) -> None:
+        """end_orphans() until none is left: the children of one ended are ours once it is
+        reaped (the kernel hands them over before its parent can reap it), for the next look."""
+        for _ in range(100):
+            if not self.end_orphans():
+                return
+
     def stop(self, *, timeout: float = 40.0) -> None:
         """SIGTERM every child at once (workers finish their page); SIGKILL what outlives
         `timeout`, and everything below it; then end the orphans."""
@@ -254,10 +278,13 @@ class ProcessGroup:
                 with suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout
-        for proc in self.procs.values():
+        for name, proc in self.procs.items():
             try:
                 proc.wait(max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
+                log.warning(
+                    "%s (pid %d) did not stop within %g s: killing it", name, proc.pid, timeout
+                )
                 below = descendants(proc.pid)  # a horse is in a process group of its own
                 with suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGKILL)
@@ -265,4 +292,4 @@ class ProcessGroup:
                     with suppress(ProcessLookupError):
                         os.kill(pid, signal.SIGKILL)
                 proc.wait()
-        self.end_orphans()
+        self._end_all_orphans()

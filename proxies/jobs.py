@@ -14,8 +14,11 @@ from __future__ import annotations
 
 import logging
 import secrets
+import signal
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -42,6 +45,8 @@ QUEUE = "control"
 _NUL, _NUL_KEPT = "\x00", "\ufffe"
 
 Kind, State = ProxyJob.Kind, ProxyJob.State
+# Set by SIGTERM while a run works in a worker's job process (_stopping_on_sigterm).
+_stopping = threading.Event()
 
 
 class TakenOver(Exception):
@@ -116,8 +121,10 @@ def enqueue(job: ProxyJob) -> None:
 
 
 def run_job(job_id: int) -> str:
-    """The RQ job: one run of at most RUN_SECONDS; what is left goes on in the next run."""
-    outcome = run(job_id, until=time.monotonic() + RUN_SECONDS)
+    """The RQ job: one run of at most RUN_SECONDS; what is left goes on in the next run. A
+    SIGTERM (the worker stopping) ends the run after its current batch, as its time would."""
+    with _stopping_on_sigterm():
+        outcome = run(job_id, until=time.monotonic() + RUN_SECONDS)
     if outcome == "more":
         enqueue(ProxyJob(pk=job_id))
     return outcome
@@ -239,7 +246,24 @@ def _run_import(job: ProxyJob, token: str, until: float | None, progress) -> boo
 
 
 def _past(until: float | None) -> bool:
-    return until is not None and time.monotonic() >= until
+    return until is not None and (_stopping.is_set() or time.monotonic() >= until)
+
+
+@contextmanager
+def _stopping_on_sigterm() -> Iterator[None]:
+    """While a run works, in a worker's job process: SIGTERM (`up` or `worker` stopping) ends
+    it at the end of its batch, handing the rest to the next run, which the next workers take
+    on (a worker lets a job that ignores SIGTERM run out its RUN_SECONDS, longer than `up`
+    waits). The process's own handler is back afterwards."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signals reach the main thread only
+        return
+    _stopping.clear()
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: _stopping.set())
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 
 def _record_rejects(job: ProxyJob, token: str, parsed: importer.ParseResult) -> None:

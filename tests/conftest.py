@@ -21,6 +21,7 @@ from django.test import Client
 
 from crawlhub import launcher
 from crawlhub.connections import get_redis
+from crawlhub.http import chromium
 from crawls.engine import slices
 from tests.support import processes
 from tests.support.clients import PASSWORD
@@ -152,6 +153,16 @@ def redis(redis_server):
 
 
 # -- sites -----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def needs_chromium() -> None:
+    """Chromium is required (CRAWLHUB_REQUIRE_BROWSER=1 in CI) or the test is skipped."""
+    found = chromium.locate()
+    if not found:
+        if os.environ.get("CRAWLHUB_REQUIRE_BROWSER") == "1":
+            pytest.fail(found.problem + " (CRAWLHUB_REQUIRE_BROWSER=1)")
+        pytest.skip(found.problem)
 
 
 @pytest.fixture

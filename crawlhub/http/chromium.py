@@ -1,4 +1,5 @@
-"""Finding the Chromium that renders JavaScript (rendering.py), without starting anything.
+"""Finding the Chromium that renders JavaScript (rendering.py), without starting anything; and
+the browsers that run under this process.
 
 In this order: the CRAWLHUB_CHROMIUM setting (when set, it is the only place looked at: a
 setting that points nowhere is a mistake to report, not to work around); the Chromium that
@@ -8,6 +9,7 @@ Playwright for Python itself must be importable too. Plain crawls need none of t
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import importlib.util
 import os
@@ -75,3 +77,33 @@ def _playwright_builds() -> list[str]:
 
 def _runnable(path: str) -> bool:
     return os.path.isfile(path) and os.access(path, os.X_OK)
+
+
+def browser_processes() -> set[int]:
+    """The process ids of the browsers this process runs: a Chromium whose parent is not one
+    (its own helpers are its children), under this process (Playwright does not tell them)."""
+    names: dict[int, tuple[str, int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                with open(f"/proc/{entry}/stat") as stat:
+                    head, tail = stat.read().rsplit(")", 1)
+                names[int(entry)] = (head.split("(", 1)[1], int(tail.split()[1]))
+
+    def is_browser(name: str) -> bool:
+        return "chrom" in name or "headless_shell" in name
+
+    def under_me(pid: int) -> bool:
+        for _ in range(8):
+            pid = names.get(pid, ("", 0))[1]
+            if pid == os.getpid():
+                return True
+            if pid <= 1:
+                return False
+        return False
+
+    return {
+        pid
+        for pid, (name, parent) in names.items()
+        if is_browser(name) and not is_browser(names.get(parent, ("", 0))[0]) and under_me(pid)
+    }

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import concurrent.futures
 import contextlib
 import dataclasses
 import logging
@@ -42,12 +43,13 @@ from typing import Any
 import soupsieve
 from django.conf import settings
 
-from crawlhub.http import chromium, links
+from crawlhub.http import chromium, links, render_page
 from crawlhub.http.client import FetchResult
 from crawlhub.http.render_routing import RenderOptions, Router, guard_web_socket, proxy_settings
 
 __all__ = [
-    "BrowserPool", "RenderOptions", "RenderingUnavailable", "close_pool", "proxy_settings",
+    "BrowserPool", "RenderOptions", "RenderingStopped", "RenderingUnavailable", "close_pool",
+    "proxy_settings",
     "renders", "selector_problem", "shared_pool",
 ]  # fmt: skip
 
@@ -57,14 +59,23 @@ CHROMIUM_ARGS = (
     "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic",
     "--no-first-run", "--disable-background-networking", "--disable-component-update",
     "--disable-sync", "--disable-extensions", "--mute-audio",
+    # WebRTC's sockets are the browser's own, past the guard: no UDP (render_page.py takes
+    # the API away from pages too).
+    "--webrtc-ip-handling-policy=disable_non_proxied_udp",
 )  # fmt: skip
+REQUEST_THREADS_PER_PAGE = 6
 LAUNCH_SECONDS = 60.0
+GIVE_UP_SECONDS = 0.1  # how soon a page being rendered is left once it is to be given up
 CLOSE_SECONDS = 5.0
 RENDERED_TYPE = "text/html; charset=utf-8"
 
 
 class RenderingUnavailable(ValueError):
     """Rendering cannot run here: no Chromium, or no Playwright. The message says how to fix it."""
+
+
+class RenderingStopped(Exception):
+    """A page was given up while being rendered (BrowserPool.render's give_up)."""
 
 
 def selector_problem(selector: str) -> str:
@@ -143,6 +154,12 @@ class BrowserPool:
         self.pid = os.getpid()
         self.launches = 0
         self.loop = asyncio.new_event_loop()
+        # The threads the pages' requests are sent from (render_routing: the client blocks),
+        # a slow answer holding one: enough that the pages open at once do not wait for them.
+        self._requests = concurrent.futures.ThreadPoolExecutor(
+            REQUEST_THREADS_PER_PAGE * pages, thread_name_prefix="page-requests"
+        )
+        self.loop.set_default_executor(self._requests)
         self._thread = threading.Thread(target=self.loop.run_forever, name="browsers", daemon=True)
         self._thread.start()
         self._playwright: Any = None
@@ -167,13 +184,24 @@ class BrowserPool:
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
 
     def render(
-        self, document: FetchResult, *, proxy: str | None, options: RenderOptions
-    ) -> FetchResult:
+        self, document: FetchResult, *, proxy: str | None, options: RenderOptions,
+        give_up: threading.Event | None = None,
+    ) -> FetchResult:  # fmt: skip
         """`document` as the browser renders it (see renders() for which are worth it); a
-        FetchResult with error and error_kind when rendering failed ("browser": retry it)."""
+        FetchResult with error and error_kind when rendering failed ("browser": retry it).
+
+        RenderingStopped as soon as `give_up` is set (the worker is stopping): the page is
+        left, its tab closed, rather than waited for until its deadline."""
         if not renders(document):
             return document
-        return self._call(self._render(document, proxy, options))
+        if give_up is not None and give_up.is_set():
+            raise RenderingStopped(f"rendering {document.url} was given up")
+        page = asyncio.run_coroutine_threadsafe(self._render(document, proxy, options), self.loop)
+        while give_up is not None and not concurrent.futures.wait([page], GIVE_UP_SECONDS)[0]:
+            if give_up.is_set():
+                page.cancel()  # the task ends closing the page's tab
+                raise RenderingStopped(f"rendering {document.url} was given up")
+        return page.result()
 
     def browser_pids(self) -> list[int]:
         """The process ids of the running browsers (tests kill them)."""
@@ -201,13 +229,13 @@ class BrowserPool:
 
         if self._playwright is None:
             self._playwright = await async_playwright().start()
-        before = _browser_processes()
+        before = chromium.browser_processes()
         browser = await self._playwright.chromium.launch(
             executable_path=self.executable, args=list(CHROMIUM_ARGS), headless=True,
             handle_sigint=False, handle_sigterm=False, handle_sighup=False,
             timeout=LAUNCH_SECONDS * 1000,
         )  # fmt: skip
-        self._pids[browser] = sorted(_browser_processes() - before)
+        self._pids[browser] = sorted(chromium.browser_processes() - before)
         self.launches += 1
         return browser
 
@@ -263,6 +291,11 @@ class BrowserPool:
                 # fetch's timeout: retried, and counted against the proxy.
                 kind = "timeout" if isinstance(exc, PlaywrightTimeout) else "render"
                 return _failed(document, f"rendering failed: {_first_line(exc)}", kind, started)
+            except TimeoutError:  # its DOM was not read in its time: its scripts hold it
+                return _failed(
+                    document, "rendering failed: the page did not give its DOM within "
+                    f"{options.timeout:g} s", "timeout", started,
+                )  # fmt: skip
             finally:
                 if tab is not None:
                     await tab.close()
@@ -295,6 +328,7 @@ class BrowserPool:
         )
         tab = _Tab(browser=browser, proxy=proxy or "", context=context)
         try:
+            await context.add_init_script(script=render_page.NO_WEBRTC)
             await context.route("**/*", tab.handle)
             await context.route_web_socket("**/*", guard_web_socket)
             tab.page = await context.new_page()
@@ -321,14 +355,27 @@ class BrowserPool:
         self, tab: _Tab, document: FetchResult, options: RenderOptions, deadline: float,
         started: float,
     ) -> FetchResult:  # fmt: skip
-        router = tab.router = Router(document, options, deadline)
+        router = tab.router = Router(
+            document, options, deadline, proxy=tab.proxy or None, context=tab.context
+        )
         page = tab.page
         await page.goto(document.url, wait_until="domcontentloaded", timeout=_ms_left(deadline))
         await _settle(page, options, deadline)
         if tab.crashed:
             return _failed(document, "the page crashed the browser tab", "browser", started)
-        html = await page.content()
-        return _rendered(document, html, router.navigations, options, started)
+        dom = await asyncio.wait_for(
+            render_page.read_dom(page, max_bytes=options.max_bytes),
+            max(1.0, deadline - time.monotonic()),
+        )
+        if dom.html is None:
+            result = _failed(
+                document, f"the rendered page is over the size limit: its DOM is more than "
+                f"{options.max_bytes:,} bytes (at least {dom.size:,}), and was not read",
+                "render", started,
+            )  # fmt: skip
+            result.truncated = True
+            return result
+        return _rendered(document, dom.html, router.navigations, options, started)
 
     def close(self) -> None:
         """Close the browsers and stop the loop's thread (at exit, and in tests)."""
@@ -339,6 +386,8 @@ class BrowserPool:
             asyncio.run_coroutine_threadsafe(self._close_all(), self.loop).result(timeout=30)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout=10)
+        # A request still being sent ends by its page's deadline; none waits to start.
+        self._requests.shutdown(wait=False, cancel_futures=True)
 
     async def _close_all(self) -> None:
         self._idle.clear()  # closed with their browser
@@ -418,36 +467,6 @@ def _closed(exc: Exception) -> bool:
 
 def _first_line(exc: Exception) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
-
-
-def _browser_processes() -> set[int]:
-    """The process ids of the browsers this process runs: a Chromium whose parent is not one
-    (its own helpers are its children), under this process (Playwright does not tell them)."""
-    names: dict[int, tuple[str, int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            with contextlib.suppress(OSError, IndexError, ValueError):
-                with open(f"/proc/{entry}/stat") as stat:
-                    head, tail = stat.read().rsplit(")", 1)
-                names[int(entry)] = (head.split("(", 1)[1], int(tail.split()[1]))
-
-    def is_browser(name: str) -> bool:
-        return "chrom" in name or "headless_shell" in name
-
-    def under_me(pid: int) -> bool:
-        for _ in range(8):
-            pid = names.get(pid, ("", 0))[1]
-            if pid == os.getpid():
-                return True
-            if pid <= 1:
-                return False
-        return False
-
-    return {
-        pid
-        for pid, (name, parent) in names.items()
-        if is_browser(name) and not is_browser(names.get(parent, ("", 0))[0]) and under_me(pid)
-    }
 
 
 # -- the process's pool ----------------------------------------------------------------------

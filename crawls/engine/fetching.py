@@ -44,6 +44,7 @@ class PageFetch:
     def __init__(
         self, crawl: Crawl, frontier: Frontier, *, scope: Scope, fetcher: Fetcher,
         recorder: Recorder, stop: threading.Event, lease: float,
+        give_up: threading.Event | None = None,
     ) -> None:  # fmt: skip
         self.crawl = crawl
         self.channel = crawl.channel
@@ -52,6 +53,8 @@ class PageFetch:
         self.fetcher = fetcher
         self.recorder = recorder  # the baseline's validators: conditional requests
         self.stop = stop  # set: the slice is stopping (a proxy wait or a turn's wait ends)
+        # Set: the worker is shutting down (SIGTERM): pages being rendered are given up.
+        self.give_up = give_up if give_up is not None else threading.Event()
         self.lease = lease
         self.host_delay = crawl.effective_host_delay()
         # Without a delay or a cap, a request takes its turn at its host (Frontier.send, then
@@ -212,7 +215,12 @@ class PageFetch:
             wait_selector=self.crawl.render_wait_selector,
             headers_for=(lambda target: creds.headers_for(target, session)) if creds else None,
         )  # fmt: skip
-        return self.browsers.render(document, proxy=proxy, options=options)
+        try:
+            return self.browsers.render(
+                document, proxy=proxy, options=options, give_up=self.give_up
+            )
+        except rendering.RenderingStopped:
+            raise Stopped from None  # handed back: fetched and rendered again later
 
     def _logged_out(self, fetch: FetchResult) -> bool:
         """The page redirects to the login URL: the session it was fetched with expired."""

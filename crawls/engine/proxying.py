@@ -135,7 +135,11 @@ def fetch_via_pool(
         if lease is None:
             break
         tried.append(lease.proxy)
-        result = fetch(url, proxy=lease.url)
+        try:
+            result = fetch(url, proxy=lease.url)
+        except Stopped:  # given up half-way (a page being rendered): not the proxy's doing
+            leasing.release(lease=lease, latency_ms=0, record=False)
+            raise
         result.proxy = lease.proxy
         fault = leasing.fault_of(result)
         if fault is None:

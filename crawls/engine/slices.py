@@ -74,13 +74,20 @@ class SliceReport:
 
 
 class StopFlag:
-    """Set by SIGTERM (the worker is shutting down) or by the crawl leaving 'running'."""
+    """Set by SIGTERM (the worker is shutting down) or by the crawl leaving 'running'.
+
+    SIGTERM also sets `shutdown`, whatever stopped the slice first: the pages being rendered
+    are given up and go back to the queue (a page may take the crawl's timeout in a browser;
+    the worker has seconds), those being fetched finish."""
 
     def __init__(self) -> None:
         self.event = threading.Event()
+        self.shutdown = threading.Event()
         self.reason = ""
 
     def set(self, reason: str) -> None:
+        if reason == "sigterm":
+            self.shutdown.set()
         if not self.event.is_set():
             self.reason = reason
             self.event.set()
@@ -129,7 +136,7 @@ class Slice:
         self.recorder = Recorder(crawl, scope, max_redirects=fetcher.max_redirects)
         self.fetching = PageFetch(
             crawl, self.frontier, scope=scope, fetcher=fetcher, recorder=self.recorder,
-            stop=self.stop.event, lease=self.lease,
+            stop=self.stop.event, lease=self.lease, give_up=self.stop.shutdown,
         )  # fmt: skip
         # Politeness needs fetches to start when claimed; without a delay, keep a buffer.
         self.buffer = crawl.threads * (1 if self.fetching.host_delay > 0 else 2)

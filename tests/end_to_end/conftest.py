@@ -1,4 +1,5 @@
-"""Fixtures of the end-to-end tests of `up`: a real `manage.py up`, and a ProcessGroup."""
+"""Fixtures of the end-to-end tests of `up`: a real `manage.py up` (on the test database and
+Redis: crawl_on_up), and a ProcessGroup."""
 
 import os
 import subprocess
@@ -9,7 +10,9 @@ import pytest
 
 from crawlhub import process_group
 from tests.support import processes
+from tests.support.crawling import FAST_WORKERS, database_url, use_redis
 from tests.support.sites import free_port
+from tests.support.up import wait_for_workers
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -25,7 +28,7 @@ def start_up(tmp_path):
         full.pop("PROXY_CHECK_URL", None)
         full.update(CRAWLHUB_DATA_DIR=str(tmp_path / "data"), PYTHONUNBUFFERED="1", **env)
         port = free_port()
-        log = tmp_path / "up.log"
+        log = tmp_path / ("up.log" if not started else f"up-{len(started) + 1}.log")
         up = ["manage.py", "up", "--port", str(port), "--workers", str(workers)]
         with log.open("w") as out:
             proc = processes.spawn(
@@ -36,6 +39,23 @@ def start_up(tmp_path):
 
     yield start
     processes.stop_all(started, timeout=60)
+
+
+@pytest.fixture
+def crawl_on_up(start_up, redis_server, tmp_path):
+    """Start `up` on the test database with short leases and slices (plus env), and point this
+    test's crawlhub (services, RQ, the frontier) at the Redis it started: (proc, base, log,
+    redis_url). The test's Redis is the session's again afterwards."""
+
+    def start(**env: str) -> tuple[subprocess.Popen, str, Path, str]:
+        proc, base, log = start_up(DATABASE_URL=database_url(), **{**FAST_WORKERS, **env})
+        wait_for_workers(base, 2, log)
+        url = (tmp_path / "data" / "redis" / "address").read_text().strip()
+        use_redis(url)
+        return proc, base, log, url
+
+    yield start
+    use_redis(redis_server.url)
 
 
 @pytest.fixture

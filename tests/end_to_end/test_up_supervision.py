@@ -5,7 +5,6 @@ import logging
 import os
 import re
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -13,62 +12,25 @@ from pathlib import Path
 import pytest
 
 from crawlhub import launcher
-from crawlhub.connections import REDIS_ERRORS
 from crawls.engine.frontier import Frontier
 from crawls.models import CrawlState
-from tests.support.crawling import (
-    FAST_WORKERS,
-    assert_exact,
-    database_url,
-    start_sample_crawl,
-    use_redis,
-    wait_for_state,
-)
+from tests.support.crawling import assert_exact, start_sample_crawl, wait_for_state
 from tests.support.up import (
     alive,
+    assert_no_zombie_stays,
     child_pids,
     command_line,
     descendants,
     get_json,
+    rq_workers,
+    stat,
+    stop_up,
+    wait_for,
     wait_for_output,
-    wait_for_workers,
 )
 
 # What it checks does not depend on the database: .ci/run runs it on SQLite only.
 pytestmark = pytest.mark.once
-
-
-@pytest.fixture
-def crawl_on_up(start_up, redis_server, tmp_path):
-    """Start `up` on the test database with short leases and slices (plus env), and point this
-    test's crawlhub (services, RQ, the frontier) at the Redis it started: (proc, base, log,
-    redis_url). The test's Redis is the session's again afterwards."""
-
-    def start(**env: str) -> tuple[subprocess.Popen, str, Path, str]:
-        proc, base, log = start_up(DATABASE_URL=database_url(), **{**FAST_WORKERS, **env})
-        wait_for_workers(base, 2, log)
-        url = (tmp_path / "data" / "redis" / "address").read_text().strip()
-        use_redis(url)
-        return proc, base, log, url
-
-    yield start
-    use_redis(redis_server.url)
-
-
-def wait_for(what: str, ready, log: Path, *, timeout: float = 60) -> float:
-    """Seconds until ready() is true (a Redis error counts as not yet); fails naming `what`."""
-    started = time.monotonic()
-    while True:
-        try:
-            if ready():
-                return time.monotonic() - started
-        except REDIS_ERRORS:
-            pass
-        if time.monotonic() - started > timeout:
-            raise AssertionError(
-                f"{what}: not within {timeout:.0f} s; up printed:\n{log.read_text()}"
-            )
-        time.sleep(0.05)
 
 
 def healthy(base: str) -> bool:
@@ -77,38 +39,6 @@ def healthy(base: str) -> bool:
     except (OSError, ValueError):
         return False
     return status == 200 and report["ok"]
-
-
-def stat(pid: int) -> list[str]:
-    """/proc/<pid>/stat after the command name: state, ppid, pgrp, session... ([] once gone)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return []
-
-
-def zombies_below(pid: int) -> list[str]:
-    """Processes below pid that ended and that nobody reaped."""
-    return [f"{p} (parent {stat(p)[1]})" for p in descendants(pid) if stat(p)[:1] == ["Z"]]
-
-
-def assert_no_zombie_stays(pid: int, log: Path) -> None:
-    """A process that just ended is a zombie until its parent reaps it, a moment later: fail
-    only when no look within 10 s finds none."""
-    deadline = time.monotonic() + 10
-    while found := zombies_below(pid):
-        assert time.monotonic() < deadline, f"zombies: {found}; up printed:\n{log.read_text()}"
-        time.sleep(0.05)
-
-
-def rq_workers(up: int) -> list[int]:
-    return [p for p in child_pids(up) if "rqworker" in command_line(p)]
-
-
-def stop_up(proc: subprocess.Popen, log: Path) -> None:
-    proc.send_signal(signal.SIGTERM)
-    proc.wait(timeout=60)
-    assert proc.returncode == 0, log.read_text()
 
 
 @pytest.mark.slow

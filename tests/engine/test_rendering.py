@@ -18,7 +18,7 @@ from crawls.models import Channel, FailedRequest, ProxyUse
 from tests.engine.test_crawling_through_proxies import admit
 from tests.support.crawling import drive, fetched_paths, start_site_crawl
 from tests.support.forward_proxy import ForwardProxy
-from tests.support.sites import Request, pages_site, script_site
+from tests.support.sites import Request, Response, pages_site, script_site
 
 pytestmark = [pytest.mark.django_db, pytest.mark.browser]
 
@@ -185,6 +185,59 @@ def test_pages_through_one_proxy_reuse_a_tab_that_carries_nothing_over(make_site
         assert pool.launches == 1
     finally:
         pool.close()
+
+
+# The page logs in through its API (a cookie set by the answer, one set by its script), posts,
+# is redirected, and shows what the API saw.
+API_CLIENT = (
+    "<!doctype html><html><head><title>-</title></head><body><script>"
+    "document.cookie = 'theme=dark';"
+    "fetch('/api/login', {method: 'POST', body: 'user=ann'})"
+    ".then(() => fetch('/api/moved'))"
+    ".then(answer => answer.text())"
+    ".then(text => { document.title = text + ' | page sees ' + document.cookie; });"
+    "</script></body></html>"
+)
+
+
+def api_site(request: Request) -> Response:
+    if request.path == "/api/login" and request.method == "POST":
+        return Response(
+            body="ok", content_type="text/plain",
+            headers={"Set-Cookie": f"sid=S-{request.body.decode()}; Path=/; HttpOnly"},
+        )  # fmt: skip
+    if request.path == "/api/moved":
+        return Response(status=302, headers={"Location": "/api/me"})
+    if request.path == "/api/me":
+        return Response(body=f"api sees {request.headers.get('Cookie')}", content_type="text/plain")
+    return Response(body=API_CLIENT)
+
+
+def test_a_pages_api_calls_carry_its_cookies_and_post_bodies_and_follow_redirects(make_site):
+    site = make_site(api_site)
+    with Fetcher(timeout=10, max_bytes=10**6) as fetcher:
+        document = fetcher.fetch(site.url + "/", follow_redirects=False)
+    rendered = rendering.shared_pool().render(
+        document, proxy=None, options=rendering.RenderOptions(timeout=20, max_bytes=10**6)
+    )
+    assert rendered.title == "api sees theme=dark; sid=S-user=ann | page sees theme=dark"
+
+
+def test_a_page_being_rendered_is_given_up_at_once_and_the_browser_goes_on(make_site):
+    site = make_site(script_site(2, api_delay=30))  # the page waits 30 s for its API
+    pool = rendering.shared_pool()
+    options = rendering.RenderOptions(timeout=60, max_bytes=10**6)
+    with Fetcher(timeout=10, max_bytes=10**6) as fetcher:
+        document = fetcher.fetch(site.url + "/p/0", follow_redirects=False)
+    give_up = threading.Event()
+    threading.Timer(2, give_up.set).start()
+    started = time.monotonic()
+    with pytest.raises(rendering.RenderingStopped):
+        pool.render(document, proxy=None, options=options, give_up=give_up)
+    assert time.monotonic() - started < 5
+    # The tab it had is closed; the next page renders as ever.
+    page = _document("http://example.com/", pages_site({"/": "<title>next</title>"}))
+    assert pool.render(page, proxy=None, options=options).title == "next"
 
 
 def test_a_bad_wait_selector_is_refused_when_saved(user):

@@ -1,11 +1,13 @@
 """Helpers for the tests of `manage.py up`: its processes (/proc), its answers, its output."""
 
 import json
+import signal
 import subprocess
 import time
 import urllib.request
 from pathlib import Path
 
+from crawlhub.connections import REDIS_ERRORS
 from tests.support.processes import children
 
 
@@ -74,3 +76,51 @@ def wait_for_output(proc: subprocess.Popen, log: Path, text: str) -> str:
     while text not in log.read_text() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
     return log.read_text()
+
+
+def wait_for(what: str, ready, log: Path, *, timeout: float = 60) -> float:
+    """Seconds until ready() is true (a Redis error counts as not yet); fails naming `what`."""
+    started = time.monotonic()
+    while True:
+        try:
+            if ready():
+                return time.monotonic() - started
+        except REDIS_ERRORS:
+            pass
+        if time.monotonic() - started > timeout:
+            raise AssertionError(
+                f"{what}: not within {timeout:.0f} s; up printed:\n{log.read_text()}"
+            )
+        time.sleep(0.05)
+
+
+def stat(pid: int) -> list[str]:
+    """/proc/<pid>/stat after the command name: state, ppid, pgrp, session... ([] once gone)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return []
+
+
+def zombies_below(pid: int) -> list[str]:
+    """Processes below pid that ended and that nobody reaped."""
+    return [f"{p} (parent {stat(p)[1]})" for p in descendants(pid) if stat(p)[:1] == ["Z"]]
+
+
+def assert_no_zombie_stays(pid: int, log: Path) -> None:
+    """A process that just ended is a zombie until its parent reaps it, a moment later: fail
+    only when no look within 10 s finds none."""
+    deadline = time.monotonic() + 10
+    while found := zombies_below(pid):
+        assert time.monotonic() < deadline, f"zombies: {found}; up printed:\n{log.read_text()}"
+        time.sleep(0.05)
+
+
+def rq_workers(up: int) -> list[int]:
+    return [p for p in child_pids(up) if "rqworker" in command_line(p)]
+
+
+def stop_up(proc: subprocess.Popen, log: Path) -> None:
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=60)
+    assert proc.returncode == 0, log.read_text()

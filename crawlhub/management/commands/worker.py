@@ -80,8 +80,10 @@ class Command(BaseCommand):
         self._check_deployment()
         signals = process_group.StopSignals()
         signals.install()
-        process_group.become_subreaper()
-        group = process_group.ProcessGroup(env={**os.environ, "REDIS_URL": settings.REDIS_URL})
+        group = process_group.ProcessGroup(
+            env={**os.environ, "REDIS_URL": settings.REDIS_URL},
+            reaper=process_group.become_subreaper(),
+        )
         manage = [sys.executable, str(settings.BASE_DIR / "manage.py")]
         for n in range(workers):
             # RQ's scheduler (delayed jobs, webhook retries) runs where a lock lets it: one
