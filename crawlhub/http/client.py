@@ -127,7 +127,7 @@ class FetchResult:
         value = self.headers.get("retry-after", "").strip()
         if not value:
             return None
-        if value.isdigit():
+        if value.isascii() and value.isdigit():  # "²" is a digit to isdigit(), not to float()
             seconds = float(value)
         else:
             try:
@@ -325,6 +325,16 @@ class Fetcher:
         """
         call = _Call(method="POST", body=body, headers={**_POST_HEADERS, **headers}, follow=False)
         return self._fetch(url, proxy=None, max_bytes=self.max_bytes, parse=False, call=call)
+
+    def send(
+        self, url: str, *, method: str, body: bytes | None = None,
+        headers: Mapping[str, str] | None = None, proxy: str | None = None,
+    ) -> FetchResult:  # fmt: skip
+        """One request of any method (a rendered page's script asks for it: render_routing.py),
+        through `proxy`, its redirect not followed (the answer says where it points), its body
+        read up to max_bytes; by the same path as every fetch: the guard, the deadline."""
+        call = _Call(method=method, body=body, headers=headers, follow=False)
+        return self._fetch(url, proxy=proxy, max_bytes=self.max_bytes, parse=False, call=call)
 
     def close(self) -> None:
         self.session.close()

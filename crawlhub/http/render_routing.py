@@ -150,9 +150,7 @@ class Router:
             timeout=remaining, total_timeout=remaining, max_bytes=self.options.max_bytes,
             pool_size=1,
         ) as fetcher:  # fmt: skip
-            answer = _send_once(
-                fetcher, url, method=method, body=body, headers=headers, proxy=self.proxy
-            )
+            answer = fetcher.send(url, method=method, body=body, headers=headers, proxy=self.proxy)
             return answer, list(fetcher.session.cookies)
 
     async def _cookie_header(self, url: str) -> dict[str, str]:
@@ -169,18 +167,6 @@ class Router:
             # as the browser would drop it; the answer is handed over all the same.
             with contextlib.suppress(PlaywrightError):
                 await self.context.add_cookies([_browser_cookie(cookie)])
-
-
-def _send_once(
-    fetcher: client.Fetcher, url: str, *, method: str, body: bytes | None,
-    headers: Mapping[str, str], proxy: str | None,
-) -> FetchResult:  # fmt: skip
-    """One request of any method, through `proxy`, its redirect not followed, its body read up
-    to max_bytes: what Fetcher.fetch() and post() do for their callers, by the same path
-    (_fetch: the guard, the deadline, the bounded read). The client has no public door for it
-    yet; until it has one, this is the one place that uses the inner one."""
-    call = client._Call(method=method, body=body, headers=headers, follow=False)
-    return fetcher._fetch(url, proxy=proxy, max_bytes=fetcher.max_bytes, parse=False, call=call)
 
 
 def _with_own(headers: dict[str, str], own: Mapping[str, str]) -> dict[str, str]:

@@ -234,7 +234,15 @@ def test_error_statuses_are_kept_as_responses(make_site, fetcher, status, retrya
 
 @pytest.mark.parametrize(
     ("header", "expected"),
-    [("120", 120.0), ("0", 0.0), ("3601", None), ("soon", None), ("-5", None), (None, None)],
+    [
+        ("120", 120.0),
+        ("0", 0.0),
+        ("3601", None),
+        ("soon", None),
+        ("-5", None),
+        (None, None),
+        ("\u00b2", None),
+    ],  # "²": a digit to str.isdigit(), not a number
 )
 def test_retry_after_in_seconds(make_site, fetcher, header, expected):
     headers = {"Retry-After": header} if header is not None else {}
