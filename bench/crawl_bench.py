@@ -64,6 +64,9 @@ class Result:
     client_commands: int | None = None  # sent by clients (EVALSHA + plain commands)
     scripts: int | None = None  # of which EVAL/EVALSHA
     round_trips: int | None = None  # network round trips (a pipeline is one)
+    # CPU seconds during the crawl: every process `up` runs (workers, their horses, web, cron)
+    # and Redis (INFO cpu).
+    cpu: float | None = None
 
     @property
     def rate(self) -> float:
@@ -151,6 +154,30 @@ http {{
 
 
 # -- Redis figures ---------------------------------------------------------------------------
+
+
+def tree_cpu(pid: int) -> float:
+    """CPU seconds of process `pid` and every process below it, live ones and those already
+    waited for (utime, stime, cutime, cstime of /proc/<pid>/stat): a delta of two readings is
+    what the tree used in between, whatever else the machine ran."""
+    parents: dict[int, int] = {}
+    times: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            text = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = text[text.rindex(")") + 2 :].split()
+        parents[int(entry)] = int(fields[1])
+        times[int(entry)] = sum(int(value) for value in fields[11:15])
+    tree, frontier = set(), [pid]
+    while frontier:
+        current = frontier.pop()
+        tree.add(current)
+        frontier += [child for child, parent in parents.items() if parent == current]
+    return sum(times.get(p, 0) for p in tree) / os.sysconf("SC_CLK_TCK")
 
 
 def total_calls(client: redis.Redis) -> int:
@@ -338,6 +365,7 @@ def run_crawlhub(site: SampleSite, origin: str, folder: Path, args, *, root: Pat
 
             before = total_calls(client)
             cpu_before = redis_cpu(client)
+            tree_before = tree_cpu(up.pid)
             sent_before = client_totals(str(counts))
             say(f"crawlhub: {args.workers} workers, {len(expected)} URLs to fetch")
             started = time.monotonic()
@@ -355,6 +383,7 @@ def run_crawlhub(site: SampleSite, origin: str, folder: Path, args, *, root: Pat
                 "crawl", "wait", crawl, "--timeout", str(args.timeout), timeout=args.timeout + 60
             )
             seconds = time.monotonic() - started
+            tree = tree_cpu(up.pid) - tree_before
             sampler.stop()
             after = total_calls(client) - sampler.commands
             cpu = redis_cpu(client) - cpu_before
@@ -396,7 +425,7 @@ def run_crawlhub(site: SampleSite, origin: str, folder: Path, args, *, root: Pat
     return Result(
         "crawlhub+rules" if args.rules else "crawlhub", site.pages, fetched, crawl_seconds,
         after - before, per_fp, note,
-        client_commands=sent[0], scripts=sent[1], round_trips=sent[2],
+        client_commands=sent[0], scripts=sent[1], round_trips=sent[2], cpu=tree + cpu,
     )  # fmt: skip
 
 

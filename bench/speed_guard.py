@@ -47,6 +47,13 @@ class Run:
     seconds: float
     load: float  # 1-minute load average when the run ended
     check: str  # "" when nginx's log holds exactly the expected URLs, once each
+    cpu: float | None = None  # CPU seconds the crawl took (crawlhub: its processes and Redis)
+
+    @property
+    def cpu_ms(self) -> float:
+        """CPU milliseconds per page: what a page costs, much less moved by the machine's load
+        than pages/s (but blind to how many cores a crawler can use)."""
+        return 1000 * self.cpu / self.urls if self.cpu and self.urls else 0.0
 
     @property
     def rate(self) -> float:
@@ -78,31 +85,37 @@ def log_check(log: Path, offset: int, expected: set[str]) -> tuple[str, int]:
     return "; ".join(problems), offset + len(text)
 
 
-def run_bare(origin: str, threads: int, timeout: int) -> tuple[int, float]:
+def run_bare(origin: str, threads: int, timeout: int) -> tuple[int, float, float]:
     done = subprocess.run(
         [sys.executable, str(BENCH / "bare_crawler.py"), origin + "/", "--threads", str(threads)],
         capture_output=True, text=True, timeout=timeout, check=True,
     )  # fmt: skip
     found = json.loads(done.stdout)
-    return len(found["fetched"]), found["seconds"]
+    return len(found["fetched"]), found["seconds"], found["cpu"]
 
 
 def table(runs: list[Run]) -> str:
-    lines = [f"{'tool':<10}{'URLs':>8}{'seconds':>9}{'pages/s':>9}{'load':>7}  check"]
+    lines = [
+        f"{'tool':<10}{'URLs':>8}{'seconds':>9}{'pages/s':>9}{'CPU ms/p':>9}{'load':>7}  check"
+    ]
     for r in runs:
         lines.append(
-            f"{r.tool:<10}{r.urls:>8}{r.seconds:>9.1f}{r.rate:>9.0f}{r.load:>7.1f}  "
-            f"{r.check or 'ok'}"
+            f"{r.tool:<10}{r.urls:>8}{r.seconds:>9.1f}{r.rate:>9.0f}{r.cpu_ms:>9.2f}"
+            f"{r.load:>7.1f}  {r.check or 'ok'}"
         )
     return "\n".join(lines)
 
 
-def ratios(runs: list[Run], tool: str) -> list[float]:
-    """Each `tool` run's pages/s over the bare run right after it (checked runs only)."""
+def ratios(runs: list[Run], tool: str, *, cpu: bool = False) -> list[float]:
+    """Each `tool` run's pages/s over the bare run right after it (checked runs only); with
+    `cpu`, the bare run's CPU per page over the tool's."""
     found = []
     for run, after in zip(runs, runs[1:], strict=False):
         if run.tool == tool and after.tool == "bare" and not run.check and not after.check:
-            found.append(run.rate / after.rate)
+            if not cpu:
+                found.append(run.rate / after.rate)
+            elif run.cpu_ms and after.cpu_ms:
+                found.append(after.cpu_ms / run.cpu_ms)
     return found
 
 
@@ -138,11 +151,12 @@ def main() -> None:
                 check, offset = log_check(access, offset, expected)
                 if result.note.startswith("MISMATCH"):
                     check = "; ".join(filter(None, [check, result.note]))
-                runs.append(Run(tool, result.urls, result.seconds, os.getloadavg()[0], check))
+                load = os.getloadavg()[0]
+                runs.append(Run(tool, result.urls, result.seconds, load, check, result.cpu))
                 say(f"round {round_}: bare")
-                urls, seconds = run_bare(origin, args.threads, args.timeout)
+                urls, seconds, cpu = run_bare(origin, args.threads, args.timeout)
                 check, offset = log_check(access, offset, expected)
-                runs.append(Run("bare", urls, seconds, os.getloadavg()[0], check))
+                runs.append(Run("bare", urls, seconds, os.getloadavg()[0], check, cpu))
                 print(table(runs[-2:]), flush=True)
                 time.sleep(1)
     finally:
@@ -152,12 +166,13 @@ def main() -> None:
 
     print("\n" + table(runs))
     for tool, _ in checkouts:
-        found = ratios(runs, tool)
-        if found:
-            shown = ", ".join(f"{r:.2f}" for r in found)
-            print(f"{tool} / bare: {shown} (median {statistics.median(found):.2f})")
-        else:
-            print(f"{tool} / bare: no checked pair")
+        for what, cpu in (("pages/s", False), ("CPU per page, bare over", True)):
+            found = ratios(runs, tool, cpu=cpu)
+            if found:
+                shown = ", ".join(f"{r:.2f}" for r in found)
+                print(f"{what} {tool} / bare: {shown} (median {statistics.median(found):.2f})")
+            else:
+                print(f"{what} {tool} / bare: no checked pair")
 
 
 if __name__ == "__main__":
