@@ -12,9 +12,10 @@ import hashlib
 from dataclasses import dataclass, field
 
 from crawlhub.http.client import FetchResult
-from crawls.engine.extraction import Extractor, structured_data
+from crawls.engine.extraction import Extractor
 from crawls.engine.request import Request, fingerprint
 from crawls.engine.scope import Scope
+from crawls.engine.structured import structured_data
 
 # Out-links kept with a page (Page.links); links_total counts them all. A page whose links were
 # cut is never fetched conditionally: a 304 would leave the cut ones unfollowed.
