@@ -30,7 +30,8 @@ from crawlhub.http import Fetcher, FetchResult, OptionError, chromium, refusal, 
 from crawlhub.http.useragents import DEFAULT_USER_AGENT
 from crawls.engine import credentials, results, retry, sitemap_reads
 from crawls.engine.credentials import Cookie, Credentials
-from crawls.engine.extraction import Extractor, RulesError, check_rules, parse_rules
+from crawls.engine.evaluator import Evaluator
+from crawls.engine.extraction import RulesError, check_rules, parse_rules
 from crawls.engine.frontier import Frontier
 from crawls.engine.live import publish_crawl
 from crawls.engine.proxying import KeptProxies, Stopped, fetch_via_pool
@@ -167,13 +168,14 @@ def settings_problems(crawl: Crawl) -> dict[str, list[str]]:
     return problems
 
 
-def extractor_of(crawl: Crawl) -> Extractor | None:
-    """The crawl's extraction rules (or its channel's), compiled; None when it has none."""
+def extractor_of(crawl: Crawl) -> Evaluator | None:
+    """The crawl's extraction rules (or its channel's), ready to run in a process of their own
+    (started with the first page, ended with the slice); None when it has none."""
     rules = crawl.effective_extract_rules()
     if not rules:
         return None
     try:
-        return Extractor(parse_rules(rules))
+        return Evaluator(parse_rules(rules))
     except RulesError as exc:  # saved past the checks, or the channel's rules changed
         raise ValueError("extract_rules: " + "; ".join(exc.problems)) from None
 
@@ -370,6 +372,8 @@ class Slice:
                 with contextlib.suppress(*REDIS_ERRORS):
                     self.frontier.renew(held, lease_seconds=self.lease)
         pool.shutdown(wait=True)
+        if self.extractor is not None:
+            self.extractor.close()
         self._release_kept_proxies()
         self._flush(self.done)
         if self.unstarted:
