@@ -101,7 +101,6 @@ class Evaluator:
         applying = [i for i in range(len(names)) if self._local.applies(i, url)]
         done: dict[int, Outcome] = {}  # by processes that ended on the page
         stopped = 0
-        reply: dict = {"fields": {}, "errors": {}}
         while True:
             left = [i for i in applying if i not in done]
             cpu = PAGE_SECONDS - _KILL_COST * stopped
@@ -110,7 +109,7 @@ class Evaluator:
                 break
             request = {"url": url, "content_type": content_type, "skip": sorted(done), "cpu": cpu}
             try:
-                reply = self._ask(request, body, deadline)
+                done.update(self._ask(request, body, deadline))
                 break
             except _Ended as ended:
                 done.update(ended.finished)
@@ -125,27 +124,17 @@ class Evaluator:
                     others = f"not run: this page's rules were stopped after {self.deadline:g} s"
                     done.update({i: (None, others) for i in left if i not in done})
                     break
-        return self._merged(applying, reply, done)
-
-    def _merged(self, applying: list[int], reply: dict, done: dict[int, Outcome]) -> Extraction:
-        """The page's fields in the rules' order, from the last process's reply and what ended
-        processes finished or were stopped in."""
-        extraction = Extraction()
+        extraction = Extraction()  # in the rules' order
         for index in applying:
             name = self._local.names[index]
-            if index in done:
-                value, error = done[index]
-            elif name in reply["fields"]:
-                value, error = reply["fields"][name], reply["errors"].get(name)
-            else:
-                continue
-            extraction.fields[name] = value
+            extraction.fields[name], error = done.get(index, (None, "not run: no answer for it"))
             if error:
                 extraction.errors[name] = error
         return extraction
 
-    def _ask(self, request: dict, body: bytes, deadline: float) -> dict:
-        """The process's reply to one page; _Ended when it ended (or was killed) instead."""
+    def _ask(self, request: dict, body: bytes, deadline: float) -> dict[int, Outcome]:
+        """What the process found on one page, by rule; _Ended when it ended (or was killed)
+        instead."""
         if self._process is None:
             try:
                 self._journal = self._journal or Journal.create()
@@ -155,7 +144,7 @@ class Evaluator:
         process = self._process
         self._journal.clear()
         try:
-            return process.ask(request, body, deadline)
+            answer = process.ask(request, body, deadline)
         except _Gone as gone:
             self._process = None
             process.end()
@@ -163,6 +152,13 @@ class Evaluator:
             raise _Ended.of(
                 running, finished, process, timed_out=gone.timed_out, seconds=self.deadline
             ) from None
+        if answer is None:  # all in the journal
+            return self._journal.read()[1]
+        found = {}
+        for index, name in enumerate(self._local.names):
+            if name in answer["fields"]:
+                found[index] = (answer["fields"][name], answer["errors"].get(name))
+        return found
 
 
 class _Gone(Exception):
@@ -225,14 +221,18 @@ class _Process:
         )  # fmt: skip
         return cls(popen, rules)
 
-    def ask(self, request: dict, body: bytes, deadline: float) -> dict:
+    def ask(self, request: dict, body: bytes, deadline: float) -> dict | None:
+        """The page's answer: None when it is all in the journal, else its fields and errors."""
+        frames = [json.dumps(request).encode(), body]
         if self._rules is not None:
-            self._send(self._rules, deadline)
+            frames.insert(0, self._rules)
             self._rules = None
-        self._send(json.dumps(request).encode(), deadline)
-        self._send(body, deadline)
+        # In one write: each write can wake the process, and a page is a few microseconds.
+        self._write(
+            [part for frame in frames for part in (FRAME.pack(len(frame)), frame)], deadline
+        )
         length = FRAME.unpack(self._read(FRAME.size, deadline))[0]
-        return json.loads(self._read(length, deadline))
+        return json.loads(self._read(length, deadline)) if length else None
 
     def end(self) -> None:
         """Close its stdin (it exits once it has read to the end), kill it if it lingers, and
@@ -246,20 +246,20 @@ class _Process:
             self.popen.kill()
             self.popen.wait()
 
-    def _send(self, frame: bytes, deadline: float) -> None:
-        self._write(FRAME.pack(len(frame)), deadline)
-        self._write(frame, deadline)
-
-    def _write(self, data: bytes, deadline: float) -> None:
-        view = memoryview(data)
-        while view:
-            self._wait(self._in, select.POLLOUT, deadline)
+    def _write(self, parts: list[bytes], deadline: float) -> None:
+        views = [memoryview(part) for part in parts if part]
+        while views:
             try:
-                view = view[os.write(self._in, view) :]
-            except BlockingIOError:
+                written = os.writev(self._in, views)
+            except BlockingIOError:  # the pipe is full: the process reads a large body
+                self._wait(self._in, select.POLLOUT, deadline)
                 continue
             except BrokenPipeError:
                 raise self._gone(timed_out=False) from None
+            while written and written >= len(views[0]):
+                written -= len(views.pop(0))
+            if written:
+                views[0] = views[0][written:]
 
     def _read(self, size: int, deadline: float) -> bytes:
         while len(self._buffer) < size:

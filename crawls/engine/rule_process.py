@@ -3,9 +3,11 @@ started and fed by evaluator.py), its bounds, and what it shares with the proces
 it.
 
 It reads frames of a 4-byte length and bytes on stdin: the rules (JSON), then for each page a
-request (JSON: url, content type, the rules to skip, the CPU seconds the page has) and the body;
-it answers each page with one frame on stdout, {"fields": ..., "errors": ...} as
-extraction.Extraction has them. It ends when stdin ends (its parent closed it, or died).
+request (JSON: url, content type, the rules to skip, the CPU seconds the page has) and the body.
+What each rule found goes into the Journal; once the page is done the process writes one frame
+on stdout, empty (the journal has every outcome) or, when they did not all fit there, the page's
+{"fields": ..., "errors": ...} as extraction.Extraction has them. It ends when stdin ends (its
+parent closed it, or died).
 
 Bounds, set by the process on itself (the parent sets the page's wall-time deadline):
 - each rule has RULE_SECONDS of CPU on a page (fewer when the page's run out). A timer then
@@ -16,8 +18,8 @@ Bounds, set by the process on itself (the parent sets the page's wall-time deadl
   gets MemoryError, and says so.
 
 The Journal, in memory both processes map, says which rule the process is running and what each
-finished rule gave: if the process ends on a page, its parent knows which rule it was and keeps
-what the others found.
+finished rule gave: the page's answer, and if the process ends on a page, its parent knows which
+rule it was and keeps what the others found.
 """
 
 from __future__ import annotations
@@ -93,16 +95,18 @@ class Journal:
     def running(self, index: int) -> None:
         struct.pack_into("<i", self.memory, 0, index)
 
-    def finished(self, index: int, outcome: Outcome) -> None:
+    def finished(self, index: int, outcome: Outcome) -> bool:
+        """Whether the outcome fit (else the journal is no longer complete for this page)."""
         data = json.dumps(outcome).encode()
         used = self._HEAD.unpack_from(self.memory, 0)[1]
         start = self._HEAD.size + used
         end = start + self._RECORD.size + len(data)
         if end > self.SIZE:
-            return  # the parent will run it again if it needs to
+            return False
         self._RECORD.pack_into(self.memory, start, index, len(data))
         self.memory[start + self._RECORD.size : end] = data
         struct.pack_into("<i", self.memory, 4, end - self._HEAD.size)
+        return True
 
     def read(self) -> tuple[int, dict[int, Outcome]]:
         """(the rule that was running, {index: (value, error)} of the rules finished)."""
@@ -126,10 +130,12 @@ class Bounds:
         self.armed = False
         self.seconds = RULE_SECONDS
         self.page_ends = 0.0  # the process's CPU time at which the page's seconds are spent
+        self.complete = True  # every outcome of the page is in the journal
         signal.signal(signal.SIGPROF, self._overrun)
 
     def start_page(self, cpu_seconds: float) -> None:
         self.page_ends = time.process_time() + cpu_seconds
+        self.complete = True
 
     def __call__(self, index: int, run: Callable[[], Outcome]) -> Outcome:
         self.journal.running(index)
@@ -139,7 +145,7 @@ class Bounds:
             outcome: Outcome = (None, spent_message())
         else:
             outcome = self._bounded(run, used)
-        self.journal.finished(index, outcome)
+        self.complete = self.journal.finished(index, outcome) and self.complete
         return outcome
 
     def _bounded(self, run: Callable[[], Outcome], used: float) -> Outcome:
@@ -208,7 +214,9 @@ def main(journal_fd: int) -> None:
         bounds.start_page(request["cpu"])
         found = extractor.extract_page(page, skip=set(request["skip"]), guard=bounds)
         del page, body
-        answer = json.dumps({"fields": found.fields, "errors": found.errors}).encode()
+        answer = b""
+        if not bounds.complete:
+            answer = json.dumps({"fields": found.fields, "errors": found.errors}).encode()
         answers.write(FRAME.pack(len(answer)) + answer)
         answers.flush()
 
