@@ -24,29 +24,25 @@ import pytest
 
 from crawls.engine.evaluator import Evaluator
 from crawls.engine.extraction import MAX_DEPTH, MAX_VALUE, Extractor, parse_rules
-from crawls.engine.extraction_rules import MAX_EXPR, MAX_NESTING
+from crawls.engine.extraction_rules import MAX_NESTING
 from crawls.engine.rule_process import PAGE_SECONDS, RULE_SECONDS, cpu_message, memory_message
 from tests.support import processes
+from tests.support.runaway import (
+    CUBIC_XPATH,
+    LEVEL,
+    LONGEST,
+    PARAGRAPHS,
+    SIBLINGS_CSS,
+    SLOW_REGEX,
+    TENFOLD,
+    WORDS,
+)
 
 pytestmark = pytest.mark.once
 
 ROOT = Path(__file__).resolve().parents[2]
 HTML = "text/html; charset=utf-8"
 JSON = "application/json"
-# Ten references to what it is given, then flattened: ten times as many items.
-LEVEL = "[" + ",".join(["@"] * 10) + "][]"
-TENFOLD = "|".join([LEVEL] * 8)  # 191 characters, 10^8 items from {}
-LONGEST = "|".join([LEVEL] * (MAX_EXPR // (len(LEVEL) + 1)))  # 41 levels in 1,000 characters
-# Each item of the page against every item of the page, for every item: n^3.
-CUBIC_XPATH = "//p[count(//p[count(preceding::p) < 3]) > 0]"
-SIBLINGS_CSS = "p ~ p ~ p"  # descendant-or-self::p/following-sibling::p/following-sibling::p
-PARAGRAPHS = b"<html><head><title>Big</title></head><body><h1>Heading</h1>" + (
-    b"<p>x</p>" * 20_000
-) + b"</body></html>"  # fmt: skip
-# RE2's DFA runs out of memory on this one: its first search is quick, every later one (on
-# the next page) falls back to an engine that takes 15 s for 1 MB.
-SLOW_REGEX = r"(?s)(.{1,50}){1,20}z"
-WORDS = b"abcdefghij " * 100_000
 
 
 def rule(name: str, kind: str, expr: str, **options) -> dict:
@@ -247,6 +243,26 @@ def test_a_page_gets_its_rules_cpu_and_no_more():
     stopped = [error for error in errors if error.startswith("the rule took too long: over")]
     assert len(stopped) in (3, 4) and errors == stopped + [not_run] * (5 - len(stopped))
     assert used < PAGE_SECONDS + 1, used
+
+
+def test_the_process_gives_what_extraction_gives_values_too_large_for_its_journal_too():
+    """Outcomes come back through shared memory (the journal), the page's whole answer through
+    the pipe when they do not fit: 256 KB of control characters are 1.5 MB of JSON."""
+    rules = parse_rules([
+        rule("controls", "regex", "(\x01+)", many=True),
+        rule("words", "regex", "([a-z]+)", many=True),
+        rule("heading", "css", "h1"),
+    ])  # fmt: skip
+    pages = [
+        ("http://x.test/1", b"<h1>One</h1><p>a b c</p>", HTML),
+        ("http://x.test/2", ("\x01" * 10_000 + " ").encode() * 30, "text/plain"),
+    ]
+    with Evaluator(rules) as evaluator:
+        for url, body, content_type in pages:
+            expected = Extractor(rules).extract(url=url, body=body, content_type=content_type)
+            assert expected.fields["controls"] or expected.fields["heading"]
+            got = evaluator.extract(url=url, body=body, content_type=content_type)
+            assert got == expected
 
 
 def test_the_evaluator_process_ends_when_closed_or_when_its_parent_dies():
