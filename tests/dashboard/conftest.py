@@ -5,16 +5,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.support import processes
 from tests.support.crawling import ROOT, WorkerFleet, database_url
-from tests.support.sites import free_port
+from tests.support.web_server import START_SECONDS, web_server
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -28,8 +25,6 @@ FAST = {
     "CRAWLHUB_SUPERVISOR_SECONDS": "1",
 }
 WIDE = {"width": 1280, "height": 900}
-# How long daphne and the workers may take to come up on a busy machine.
-START_SECONDS = 120
 
 
 def _browser_missing() -> str:
@@ -71,7 +66,6 @@ def dashboard(redis_server, browser) -> Iterator[str]:
     base URL, once daphne answers and both workers have registered. Every process is registered
     for stopping as it starts, and stopped even when the start-up fails."""
     ARTIFACTS.mkdir(exist_ok=True)
-    port = free_port()
     env = {
         **os.environ,
         **FAST,
@@ -81,26 +75,15 @@ def dashboard(redis_server, browser) -> Iterator[str]:
         "CRAWLHUB_DATA_DIR": os.environ.get("CRAWLHUB_DATA_DIR", str(ROOT / "var")),
     }
     fleet = WorkerFleet(env={k: env[k] for k in (*FAST, "REDIS_URL", "CRAWLHUB_DATA_DIR")})
-    log_path = ARTIFACTS / "daphne.log"
-    with open(log_path, "w") as log:
-        daphne = processes.spawn(
-            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-             "crawlhub.asgi:application"],
-            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-        try:
-            fleet.start_worker()
-            fleet.start_worker()
-            fleet.start_cron()
-            base = f"http://127.0.0.1:{port}"
-            processes.wait_for_http(
-                base + "/healthz", what="daphne", proc=daphne, log=log_path, timeout=START_SECONDS
-            )
+    try:
+        fleet.start_worker()  # they start while daphne does
+        fleet.start_worker()
+        fleet.start_cron()
+        with web_server(env, ARTIFACTS / "daphne.log") as (_, base):
             fleet.wait_until_registered(2, timeout=START_SECONDS)
             yield base
-        finally:
-            fleet.stop()
-            processes.stop(daphne)
+    finally:
+        fleet.stop()
 
 
 # Every document reports what the Content-Security-Policy refused on the console, as Chromium
