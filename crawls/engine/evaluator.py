@@ -195,11 +195,18 @@ class _Ended(Exception):
         if code == -signal.SIGXCPU:
             return cls(running, finished, "their process was stopped (a rule took too long)",
                        rule_error=cpu_message(RULE_SECONDS))  # fmt: skip
-        how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+        how = f"killed by {_signal_name(-code)}" if code < 0 else f"exit code {code}"
         return cls(
             running, finished, f"their process ended ({how})",
             rule_error=f"the process running this rule ended on this page ({how})",
         )  # fmt: skip
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
 class _Process:
