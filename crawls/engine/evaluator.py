@@ -1,5 +1,6 @@
-"""A crawl's extraction rules, run in a process of their own where each rule's CPU time and
-memory are bounded, and a rule that runs away is stopped while the crawl goes on.
+"""A crawl's extraction rules, run so that none can run away: in a process of their own where
+each rule's CPU time and memory are bounded, unless its cost is linear in the page, and a rule
+that runs away is stopped while the crawl goes on.
 
     with Evaluator(rules) as evaluator:           # a slice's (or the preview's, with a deadline)
         extraction = evaluator.extract(url=..., body=..., content_type=...)
@@ -10,11 +11,15 @@ on a page of a few hundred kilobytes, and RE2 falls back to an engine that takes
 4 MB. lxml and RE2 do such work inside one call into C, which nothing in the same process can
 interrupt; a process can be killed, and its memory capped.
 
-The process (rule_process.py, which says its bounds: CPU a rule and a page, memory) starts with
-the first page and reads page after page, one at a time; threads share it. This side adds the
-wall-time deadline of a page: a few seconds for the preview, which nobody waits minutes for; in a
-crawl PAGE_DEADLINE, only a backstop for a process that gets no CPU, since CPU time is what the
-process's own bounds count. Past the deadline the process is killed.
+Rules whose cost is linear in the page whatever the page (rule_cost.py: CSS selectors without
+descendant or sibling combinators or pseudo-classes, JMESPath paths without functions or
+multiselects) need no bound and run where the page is, in the caller's thread, as every rule
+did before; a crawl with only such rules starts no process. The others run in the rule
+process (rule_process.py, which says its bounds: CPU a rule and a page, memory), started with
+the first page that needs it and reading page after page, one at a time; threads share it.
+This side adds the wall-time deadline of a page: a few seconds for the preview, which nobody
+waits minutes for; in a crawl PAGE_DEADLINE, only a backstop for a process that gets no CPU,
+since CPU time is what the process's own bounds count. Past the deadline the process is killed.
 
 When the process ended on a page (the kernel's CPU limit, a crash, the deadline), the rule it
 was running gets an error saying why, the rules it had finished keep what they found (its
@@ -39,8 +44,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from crawls.engine.extraction import Extraction, Extractor, Outcome
+from crawls.engine.extraction import Extraction, Extractor, Outcome, Page
 from crawls.engine.extraction_rules import Rule, rules_to_json
+from crawls.engine.rule_cost import linear
 from crawls.engine.rule_process import (
     FRAME,
     KERNEL_GRACE,
@@ -68,7 +74,9 @@ class Evaluator:
 
     def __init__(self, rules: Sequence[Rule], *, deadline: float = PAGE_DEADLINE) -> None:
         """RulesError when `rules` are not what parse_rules would give."""
-        self._local = Extractor(rules)  # names, and which rules apply to a URL
+        self._local = Extractor(rules)
+        # Rules whose cost is linear in the page run here (rule_cost.py); the rest there.
+        self._elsewhere = [index for index, rule in enumerate(rules) if not linear(rule)]
         self._rules = rules_to_json(rules)
         self.deadline = deadline
         self._lock = threading.Lock()
@@ -92,13 +100,21 @@ class Evaluator:
 
     def extract(self, *, url: str, body: bytes, content_type: str) -> Extraction:
         """The fields of one page, as Extractor.extract gives them, within the bounds."""
-        with self._lock:
-            return self._extract(url, body, content_type)
+        page = Page(url=url, body=body, content_type=content_type)
+        found = self._local.outcomes(page, skip=set(self._elsewhere))  # threads at once
+        applying = [index for index in self._elsewhere if self._local.applies(index, url)]
+        if applying:
+            with self._lock:  # one page at a time in the process
+                found |= self._extract(url, body, content_type, applying)
+        return self._local.extraction(found)
 
-    def _extract(self, url: str, body: bytes, content_type: str) -> Extraction:
+    def _extract(
+        self, url: str, body: bytes, content_type: str, applying: list[int]
+    ) -> dict[int, Outcome]:
+        """What the rules at `applying` give, read by the rule process."""
         deadline = time.monotonic() + self.deadline
         names = self._local.names
-        applying = [i for i in range(len(names)) if self._local.applies(i, url)]
+        skip = [index for index in range(len(names)) if index not in applying]
         done: dict[int, Outcome] = {}  # by processes that ended on the page
         stopped = 0
         while True:
@@ -107,7 +123,10 @@ class Evaluator:
             if not left or cpu <= 0:
                 done.update({i: (None, spent_message()) for i in left})
                 break
-            request = {"url": url, "content_type": content_type, "skip": sorted(done), "cpu": cpu}
+            request = {
+                "url": url, "content_type": content_type, "skip": sorted([*skip, *done]),
+                "cpu": cpu,
+            }  # fmt: skip
             try:
                 done.update(self._ask(request, body, deadline))
                 break
@@ -124,13 +143,7 @@ class Evaluator:
                     others = f"not run: this page's rules were stopped after {self.deadline:g} s"
                     done.update({i: (None, others) for i in left if i not in done})
                     break
-        extraction = Extraction()  # in the rules' order
-        for index in applying:
-            name = self._local.names[index]
-            extraction.fields[name], error = done.get(index, (None, "not run: no answer for it"))
-            if error:
-                extraction.errors[name] = error
-        return extraction
+        return {index: done.get(index, (None, "not run: no answer for it")) for index in applying}
 
     def _ask(self, request: dict, body: bytes, deadline: float) -> dict[int, Outcome]:
         """What the process found on one page, by rule; _Ended when it ended (or was killed)

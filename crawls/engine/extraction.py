@@ -5,8 +5,9 @@ values or errors, never an exception, and what it can yield is bounded whatever 
 MAX_VALUE characters a value (JSON nested MAX_DEPTH deep at most), MAX_VALUES values a rule,
 MAX_PAGE_BYTES a page. What running a rule costs is not bounded here: an XPath or a CSS
 selector can take hours on a page of a few hundred kilobytes, a JMESPath expression gigabytes.
-Crawls and the preview run their rules through evaluator.py, in a process of its own that
-bounds each rule's CPU time and memory (raising Overrun into a rule that runs too long).
+Crawls and the preview run their rules through evaluator.py, in a process of their own
+(rule_process.py) that bounds each rule's CPU time and memory, raising Overrun into a rule that
+runs too long.
 
 What a value is: css and xpath rules run on HTML or XML pages (by content type, else by how the
 body starts; XML without namespaces); "text" is an element's text, whitespace collapsed, or a
@@ -89,7 +90,7 @@ class Extraction:
 
 
 Outcome = tuple[object, str | None]  # a rule's value, and why it is missing or short
-# What runs one rule on a page, given the rule's index and the run: evaluator.py's bounds it.
+# What runs one rule on a page, given the rule's index and the run (rule_process.Bounds).
 Guard = Callable[[int, Callable[[], Outcome]], Outcome]
 
 
@@ -118,14 +119,27 @@ class Extractor:
         self, page: Page, *, skip: Container[int] = (), guard: Guard | None = None
     ) -> Extraction:
         """extract, leaving out the rules whose index is in `skip`, each rule run by `guard`."""
-        extraction = Extraction()
+        return self.extraction(self.outcomes(page, skip=skip, guard=guard))
+
+    def outcomes(
+        self, page: Page, *, skip: Container[int] = (), guard: Guard | None = None
+    ) -> dict[int, Outcome]:
+        """What each rule that applies to the page gives, by the rule's index."""
+        found = {}
         for index, rule in enumerate(self._rules):
             if index in skip or (rule.url is not None and not rule.url.search(page.url)):
                 continue
-            value, error = (guard or _unguarded)(index, rule.bound_run(page))
-            extraction.fields[rule.name] = value
+            found[index] = (guard or _unguarded)(index, rule.bound_run(page))
+        return found
+
+    def extraction(self, outcomes: dict[int, Outcome]) -> Extraction:
+        """Outcomes by rule index as an Extraction: by name, in the rules' order."""
+        extraction = Extraction()
+        for index in sorted(outcomes):
+            name = self._rules[index].name
+            extraction.fields[name], error = outcomes[index]
             if error:
-                extraction.errors[rule.name] = error
+                extraction.errors[name] = error
         return extraction
 
     def applies(self, index: int, url: str) -> bool:
@@ -142,7 +156,7 @@ def _unguarded(index: int, run: Callable[[], Outcome]) -> Outcome:
 
 
 class Overrun(BaseException):
-    """Raised into a running rule when it passed a bound on running it (evaluator.py's CPU
+    """Raised into a running rule when it passed a bound on running it (rule_process.py's CPU
     time): the rule keeps the values it found, and says why there are no more. Not an
     Exception, so that no library's `except Exception` swallows it."""
 

@@ -25,6 +25,7 @@ import pytest
 from crawls.engine.evaluator import Evaluator
 from crawls.engine.extraction import MAX_DEPTH, MAX_VALUE, Extractor, parse_rules
 from crawls.engine.extraction_rules import MAX_NESTING
+from crawls.engine.rule_cost import linear
 from crawls.engine.rule_process import PAGE_SECONDS, RULE_SECONDS, cpu_message, memory_message
 from tests.support import processes
 from tests.support.runaway import (
@@ -266,7 +267,7 @@ def test_the_process_gives_what_extraction_gives_values_too_large_for_its_journa
 
 
 def test_the_evaluator_process_ends_when_closed_or_when_its_parent_dies():
-    evaluator = Evaluator(parse_rules([rule("heading", "css", "h1")]))
+    evaluator = Evaluator(parse_rules([rule("heading", "xpath", "//h1")]))
     evaluator.extract(url="http://x.test/", body=b"<h1>x</h1>", content_type=HTML)
     (process,) = evaluator_processes()
     evaluator.close()
@@ -275,7 +276,7 @@ def test_the_evaluator_process_ends_when_closed_or_when_its_parent_dies():
     code = (
         "import sys, time; from crawls.engine.evaluator import Evaluator; "
         "from crawls.engine.extraction import parse_rules; "
-        "e = Evaluator(parse_rules([{'name': 'h', 'kind': 'css', 'expr': 'h1'}])); "
+        "e = Evaluator(parse_rules([{'name': 'h', 'kind': 'xpath', 'expr': '//h1'}])); "
         "e.extract(url='http://x.test/', body=b'<h1>x</h1>', content_type='text/html'); "
         "print('ready', flush=True); time.sleep(120)"
     )
@@ -288,6 +289,48 @@ def test_the_evaluator_process_ends_when_closed_or_when_its_parent_dies():
         child.wait(timeout=10)
     finally:
         processes.stop(parent)
+
+
+# -- rules that need no process ----------------------------------------------------------------
+
+LINEAR = [
+    ("css", "h1"), ("css", "a::attr(href)"), ("css", "title::text"), ("css", "h1, h2"),
+    ("css", "div > a.x[href^='h']:not(.y)::text"), ("css", "#main > [data-id]"),
+    ("json", "offers[0].price"), ("json", "items[?price > `3`].name | [0]"),
+    ("json", "a[*].b[].c[1:3]"),
+]  # fmt: skip
+NOT_LINEAR = [
+    ("css", "div a"), ("css", "p ~ p"), ("css", "h1 + p"), ("css", "li:first-child"),
+    ("css", "li:nth-child(2n)"), ("css", "a:not(div a)"), ("xpath", "//h1"),
+    ("regex", "(a+)"), ("json", "[@, @][]"), ("json", "sort_by(@, &a)"),
+    ("json", "a" + ".a" * 20),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("kind", "expr"), LINEAR + NOT_LINEAR)
+def test_what_runs_in_time_linear_in_the_page(kind, expr):
+    assert linear(parse_rules([rule("r", kind, expr)])[0]) == ((kind, expr) in LINEAR)
+
+
+def test_rules_linear_in_the_page_run_where_it_is_and_start_no_process():
+    rules = parse_rules([rule(f"r{n}", kind, expr) for n, (kind, expr) in enumerate(LINEAR)])
+    page = (
+        b'<h1>T</h1><div id="main"><a class="x" href="h1">one</a><span data-id="3">s</span></div>'
+    )
+    with Evaluator(rules) as evaluator:
+        got = evaluator.extract(url="http://x.test/", body=page, content_type=HTML)
+        assert not evaluator_processes()
+    assert got == Extractor(rules).extract(url="http://x.test/", body=page, content_type=HTML)
+    assert got.fields["r1"] == "h1" and got.fields["r4"] == "one"
+
+
+def test_linear_rules_and_others_give_their_fields_in_the_rules_order():
+    rules = parse_rules([
+        rule("xpath", "xpath", "//h1"), rule("css", "css", "h1"), rule("regex", "regex", "<(h1)>"),
+    ])  # fmt: skip
+    with Evaluator(rules) as evaluator:
+        got = evaluator.extract(url="http://x.test/", body=b"<h1>T</h1>", content_type=HTML)
+    assert list(got.fields.items()) == [("xpath", "T"), ("css", "T"), ("regex", "h1")]
 
 
 # -- what a value may be -----------------------------------------------------------------------
