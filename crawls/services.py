@@ -572,9 +572,9 @@ def rules_preview(*, url: str, rules: object, channel: Channel | None = None,
                   **options: Any) -> dict:  # fmt: skip
     """What each extraction rule yields on one page, fetched as the crawl would fetch it (its
     user agent, timeout and size limit, the private-network guard) and read as a crawl reads
-    it (evaluator.py), in at most PREVIEW_RULES_SECONDS: a rule still running then is stopped
-    and says it took too long. Raises ValidationError for a bad URL or bad rules, naming them;
-    a page that cannot be fetched is said in "error"."""
+    it (evaluator.py), every rule in the rule process, in at most PREVIEW_RULES_SECONDS: a rule
+    still running then is stopped and says it took too long. Raises ValidationError for a bad
+    URL or bad rules, naming them; a page that cannot be fetched is said in "error"."""
     errors: dict[str, list[str]] = {}
     try:
         url = validate_url(url, "url")
@@ -596,7 +596,7 @@ def rules_preview(*, url: str, rules: object, channel: Channel | None = None,
         raise ValidationError({exc.option: [str(exc)]}) from None
     with fetcher:
         fetch = fetcher.fetch(url)
-    with Evaluator(parsed, deadline=PREVIEW_RULES_SECONDS) as evaluator:
+    with Evaluator(parsed, deadline=PREVIEW_RULES_SECONDS, linear_here=False) as evaluator:
         found = evaluator.extract(
             url=fetch.final_url, body=fetch.body, content_type=fetch.content_type
         )

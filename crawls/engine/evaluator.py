@@ -72,11 +72,16 @@ class Evaluator:
     """The rules, run on pages in a process of their own (see the module docstring). Threads
     may share one: pages are read one at a time. close() ends the process."""
 
-    def __init__(self, rules: Sequence[Rule], *, deadline: float = PAGE_DEADLINE) -> None:
-        """RulesError when `rules` are not what parse_rules would give."""
+    def __init__(
+        self, rules: Sequence[Rule], *, deadline: float = PAGE_DEADLINE, linear_here: bool = True
+    ) -> None:
+        """RulesError when `rules` are not what parse_rules would give. Without `linear_here`,
+        every rule runs in the rule process (the preview: no rule runs in the web server)."""
         self._local = Extractor(rules)
         # Rules whose cost is linear in the page run here (rule_cost.py); the rest there.
-        self._elsewhere = [index for index, rule in enumerate(rules) if not linear(rule)]
+        self._elsewhere = [
+            index for index, rule in enumerate(rules) if not (linear_here and linear(rule))
+        ]
         self._rules = rules_to_json(rules)
         self.deadline = deadline
         self._lock = threading.Lock()

@@ -322,6 +322,10 @@ def test_rules_linear_in_the_page_run_where_it_is_and_start_no_process():
         assert not evaluator_processes()
     assert got == Extractor(rules).extract(url="http://x.test/", body=page, content_type=HTML)
     assert got.fields["r1"] == "h1" and got.fields["r4"] == "one"
+    # The preview runs none in the web server: every rule goes to the rule process.
+    with Evaluator(rules, linear_here=False) as evaluator:
+        assert evaluator.extract(url="http://x.test/", body=page, content_type=HTML) == got
+        assert len(evaluator_processes()) == 1
 
 
 def test_linear_rules_and_others_give_their_fields_in_the_rules_order():
