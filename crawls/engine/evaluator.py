@@ -82,6 +82,7 @@ class Evaluator:
         self._elsewhere = [
             index for index, rule in enumerate(rules) if not (linear_here and linear(rule))
         ]
+        self._not_here = frozenset(self._elsewhere)
         self._rules = rules_to_json(rules)
         self.deadline = deadline
         self._lock = threading.Lock()
@@ -106,7 +107,7 @@ class Evaluator:
     def extract(self, *, url: str, body: bytes, content_type: str) -> Extraction:
         """The fields of one page, as Extractor.extract gives them, within the bounds."""
         page = Page(url=url, body=body, content_type=content_type)
-        found = self._local.outcomes(page, skip=set(self._elsewhere))  # threads at once
+        found = self._local.outcomes(page, skip=self._not_here)  # threads at once
         applying = [index for index in self._elsewhere if self._local.applies(index, url)]
         if applying:
             with self._lock:  # one page at a time in the process
