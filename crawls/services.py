@@ -22,7 +22,8 @@ from crawlhub.http import Fetcher, OptionError, chromium, netguard
 from crawlhub.http.urls import validate_url
 from crawls.engine import credentials, live
 from crawls.engine.crawl_settings import credentials_of, fetcher_options, settings_problems
-from crawls.engine.extraction import Extractor, RulesError, parse_rules, rules_to_json
+from crawls.engine.evaluator import Evaluator
+from crawls.engine.extraction import RulesError, parse_rules, rules_to_json
 from crawls.engine.frontier import Frontier, stats_many
 from crawls.engine.jobs import enqueue_slices, stop_slices_soon
 from crawls.engine.lifecycle import announce, announce_end, settle_pause
@@ -600,13 +601,18 @@ def crawl_progress(crawl: Crawl, stats: dict) -> dict:
 
 # The rule preview waits at most this long for its page, whatever the crawl's timeout.
 PREVIEW_TIMEOUT = 10.0
+# ... and this long for its rules (in a process of their own, killed then): the web server
+# spends no more on a preview whose client has gone.
+PREVIEW_RULES_SECONDS = 5.0
 
 
 def rules_preview(*, url: str, rules: object, channel: Channel | None = None,
                   **options: Any) -> dict:  # fmt: skip
     """What each extraction rule yields on one page, fetched as the crawl would fetch it (its
-    user agent, timeout and size limit, the private-network guard). Raises ValidationError for
-    a bad URL or bad rules, naming them; a page that cannot be fetched is said in "error"."""
+    user agent, timeout and size limit, the private-network guard) and read as a crawl reads
+    it (evaluator.py), every rule in the rule process, in at most PREVIEW_RULES_SECONDS: a rule
+    still running then is stopped and says it took too long. Raises ValidationError for a bad
+    URL or bad rules, naming them; a page that cannot be fetched is said in "error"."""
     errors: dict[str, list[str]] = {}
     try:
         url = validate_url(url, "url")
@@ -628,8 +634,10 @@ def rules_preview(*, url: str, rules: object, channel: Channel | None = None,
         raise ValidationError({exc.option: [str(exc)]}) from None
     with fetcher:
         fetch = fetcher.fetch(url)
-    extractor = Extractor(parsed)
-    found = extractor.extract(url=fetch.final_url, body=fetch.body, content_type=fetch.content_type)
+    with Evaluator(parsed, deadline=PREVIEW_RULES_SECONDS, linear_here=False) as evaluator:
+        found = evaluator.extract(
+            url=fetch.final_url, body=fetch.body, content_type=fetch.content_type
+        )
     return {
         "url": url, "final_url": fetch.final_url, "status": fetch.status, "error": fetch.error,
         "content_type": fetch.content_type, "bytes": fetch.nbytes, "truncated": fetch.truncated,

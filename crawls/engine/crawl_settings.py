@@ -10,7 +10,8 @@ from django.conf import settings
 from crawlhub.http import Fetcher, OptionError, chromium, rendering
 from crawls.engine import credentials
 from crawls.engine.credentials import Credentials
-from crawls.engine.extraction import Extractor, RulesError, check_rules, parse_rules
+from crawls.engine.evaluator import Evaluator
+from crawls.engine.extraction import RulesError, check_rules, parse_rules
 from crawls.engine.scope import Scope, ScopeError
 from crawls.models import Crawl, CrawlAuth
 
@@ -69,13 +70,14 @@ def settings_problems(crawl: Crawl) -> dict[str, list[str]]:
     return problems
 
 
-def extractor_of(crawl: Crawl) -> Extractor | None:
-    """The crawl's extraction rules (or its channel's), compiled; None when it has none."""
+def extractor_of(crawl: Crawl) -> Evaluator | None:
+    """The crawl's extraction rules (or its channel's), ready to run in a process of their own
+    (started with the first page, ended with the slice); None when it has none."""
     rules = crawl.effective_extract_rules()
     if not rules:
         return None
     try:
-        return Extractor(parse_rules(rules))
+        return Evaluator(parse_rules(rules))
     except RulesError as exc:  # saved past the checks, or the channel's rules changed
         raise ValueError("extract_rules: " + "; ".join(exc.problems)) from None
 

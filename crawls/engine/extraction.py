@@ -1,9 +1,13 @@
-"""Extraction: the fields a crawl's rules (extraction_rules.py) pull out of each page it fetches,
-and the structured data (JSON-LD, microdata, OpenGraph) a page declares.
+"""Extraction: the fields a crawl's rules (extraction_rules.py) pull out of each page it fetches.
 
-An Extractor compiles a crawl's rules once per slice and runs them on each page. A page only
-ever makes values or errors, never an exception, and what it can yield is bounded whatever the
-site sends: MAX_VALUE characters a value, MAX_VALUES values a rule, MAX_PAGE_BYTES a page.
+An Extractor compiles a crawl's rules once and runs them on each page. A page only ever makes
+values or errors, never an exception, and what it can yield is bounded whatever the site sends:
+MAX_VALUE characters a value (JSON nested MAX_DEPTH deep at most), MAX_VALUES values a rule,
+MAX_PAGE_BYTES a page. What running a rule costs is not bounded here: an XPath or a CSS
+selector can take hours on a page of a few hundred kilobytes, a JMESPath expression gigabytes.
+Crawls and the preview run their rules through evaluator.py, in a process of their own
+(rule_process.py) that bounds each rule's CPU time and memory, raising Overrun into a rule that
+runs too long.
 
 What a value is: css and xpath rules run on HTML or XML pages (by content type, else by how the
 body starts; XML without namespaces); "text" is an element's text, whitespace collapsed, or a
@@ -22,10 +26,9 @@ import json
 import math
 import re
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-import extruct
 from jmespath.exceptions import JMESPathError
 from lxml import etree
 from parsel import Selector
@@ -53,12 +56,13 @@ __all__ = [
     "check_rules",
     "parse_rules",
     "rules_to_json",
-    "structured_data",
 ]
 
 MAX_VALUE = 10_000  # characters of one value (JSON: of the value written as JSON)
 MAX_VALUES = 1_000  # values of one `many` rule on one page
 MAX_PAGE_BYTES = 256 * 1024  # of all the values of one page, in UTF-8
+# Levels of lists and objects in one JSON value (SQLite's JSON reads up to 1,000).
+MAX_DEPTH = 100
 # A tree takes tens of times the page's size in memory, parsed JSON several times.
 MAX_PARSED_BYTES = 8 * 1024 * 1024
 # Characters of text made into values (before cutting) per page: a page of deeply nested
@@ -67,8 +71,6 @@ MAX_READ = 32_000_000
 # CPU time a regex rule may search one page for: RE2 takes linear time per match, but a
 # pattern whose every match reads to the end of the text (a(.*z)?) makes that quadratic.
 MAX_REGEX_SECONDS = 0.25
-MAX_STRUCTURED_BODY = 5 * 1024 * 1024
-MAX_STRUCTURED_BYTES = 256 * 1024
 
 HTML_TYPES = ("text/html", "application/xhtml+xml")
 _TEXT_OF = etree.XPath("string()")
@@ -88,16 +90,23 @@ class Extraction:
 # -- running rules ---------------------------------------------------------------------------
 
 
-class Extractor:
-    """A crawl's rules, compiled once (per slice), run on page after page by extract.
+Outcome = tuple[object, str | None]  # a rule's value, and why it is missing or short
+# What runs one rule on a page, given the rule's index and the run (rule_process.Bounds).
+Guard = Callable[[int, Callable[[], Outcome]], Outcome]
 
-    One Extractor can serve a slice's threads: a compiled XPath takes a lock while it runs,
+
+class Extractor:
+    """A crawl's rules, compiled once, run on page after page by extract, in this process and
+    without a bound on time or memory (see the module docstring).
+
+    One Extractor can serve several threads: a compiled XPath takes a lock while it runs,
     JMESPath and RE2 programs are only read.
     """
 
     def __init__(self, rules: Sequence[Rule]) -> None:
         """RulesError when `rules` are not what parse_rules would give (stored long ago)."""
         self._rules = [_Runner(compiled) for compiled in compile_rules(rules_to_json(rules))]
+        self.names = [runner.name for runner in self._rules]
 
     def extract(self, *, url: str, body: bytes, content_type: str) -> Extraction:
         """The fields of one page; what the page holds makes values or errors, never raises.
@@ -105,16 +114,52 @@ class Extractor:
         The page is decoded, parsed into a tree and read as JSON at most once each, and only
         when a rule that applies to its URL needs it.
         """
-        page = _Page(url=url, body=body, content_type=content_type)
-        extraction = Extraction()
-        for rule in self._rules:
-            if rule.url is not None and not rule.url.search(url):
+        return self.extract_page(Page(url=url, body=body, content_type=content_type))
+
+    def extract_page(
+        self, page: Page, *, skip: Container[int] = (), guard: Guard | None = None
+    ) -> Extraction:
+        """extract, leaving out the rules whose index is in `skip`, each rule run by `guard`."""
+        return self.extraction(self.outcomes(page, skip=skip, guard=guard))
+
+    def outcomes(
+        self, page: Page, *, skip: Container[int] = (), guard: Guard | None = None
+    ) -> dict[int, Outcome]:
+        """What each rule that applies to the page gives, by the rule's index."""
+        found = {}
+        for index, rule in enumerate(self._rules):
+            if index in skip or (rule.url is not None and not rule.url.search(page.url)):
                 continue
-            value, error = rule.run(page)
-            extraction.fields[rule.name] = value
+            found[index] = (guard or _unguarded)(index, rule.bound_run(page))
+        return found
+
+    def extraction(self, outcomes: dict[int, Outcome]) -> Extraction:
+        """Outcomes by rule index as an Extraction: by name, in the rules' order."""
+        extraction = Extraction()
+        for index in sorted(outcomes):
+            name = self._rules[index].name
+            extraction.fields[name], error = outcomes[index]
             if error:
-                extraction.errors[rule.name] = error
+                extraction.errors[name] = error
         return extraction
+
+    def applies(self, index: int, url: str) -> bool:
+        """Whether the rule at `index` runs on a page at `url` (its url_pattern matches)."""
+        pattern = self._rules[index].url
+        return pattern is None or pattern.search(url)
+
+
+def _unguarded(index: int, run: Callable[[], Outcome]) -> Outcome:
+    try:
+        return run()
+    except MemoryError:
+        return None, "the rule ran out of memory on this page"
+
+
+class Overrun(BaseException):
+    """Raised into a running rule when it passed a bound on running it (rule_process.py's CPU
+    time): the rule keeps the values it found, and says why there are no more. Not an
+    Exception, so that no library's `except Exception` swallows it."""
 
 
 class _Failed(Exception):
@@ -134,7 +179,7 @@ class _Runner:
         self.rule, self.url, self.expr = compiled
         self.name = self.rule.name
 
-    def run(self, page: _Page) -> tuple[object, str | None]:
+    def run(self, page: Page) -> Outcome:
         """(value, error): a str, list or JSON value or None, and why it is missing or short."""
         values = _Values(page, many=self.rule.many)
         try:
@@ -146,13 +191,21 @@ class _Runner:
                 values.take_text(self._node_values(page))
         except _Stop as exc:
             values.problems.append(str(exc))
+        except Overrun as exc:
+            kept = "; the values found by then are kept" if values.kept else ""
+            values.problems.append(f"{exc}{kept}")
         except _Failed as exc:
             return None, str(exc)
+        except MemoryError:
+            raise  # the process's bound, not the rule's own failure: the guard says which
         except Exception as exc:  # one rule's failure is its own error
             return None, f"the rule failed on this page: {exc!r}"
         return values.result(), "; ".join(values.problems) or None
 
-    def _node_values(self, page: _Page) -> Iterator[str | None]:
+    def bound_run(self, page: Page) -> Callable[[], Outcome]:
+        return lambda: self.run(page)
+
+    def _node_values(self, page: Page) -> Iterator[str | None]:
         tree = page.tree()
         xpath = self.expr if self.rule.kind == "xpath" else self.expr[tree.method == "xml"]
         try:
@@ -164,9 +217,7 @@ class _Runner:
             yield _node_value(item, get=get, attr=attr, method=tree.method, page=page)
 
 
-def _node_value(
-    item: object, *, get: str, attr: str | None, method: str, page: _Page
-) -> str | None:
+def _node_value(item: object, *, get: str, attr: str | None, method: str, page: Page) -> str | None:
     """One XPath result as a value: an element's collapsed text, outer HTML or attribute; a
     text node, attribute value, string or number as it is, stripped."""
     if isinstance(item, etree._Element):
@@ -197,7 +248,7 @@ def _number(value: float) -> str:
     return str(int(value)) if value.is_integer() else repr(value)
 
 
-def _regex_values(pattern, page: _Page) -> Iterator[str]:
+def _regex_values(pattern, page: Page) -> Iterator[str]:
     started = time.thread_time()
     for value in pattern.finditer(page.utf8()):
         yield value.decode("utf-8", "replace")
@@ -208,7 +259,7 @@ def _regex_values(pattern, page: _Page) -> Iterator[str]:
             )
 
 
-def _json_found(expr, page: _Page) -> object:
+def _json_found(expr, page: Page) -> object:
     try:
         return expr.search(page.json())
     except JMESPathError as exc:
@@ -218,7 +269,7 @@ def _json_found(expr, page: _Page) -> object:
 class _Values:
     """One rule's values on one page, kept within the bounds, and why some were not."""
 
-    def __init__(self, page: _Page, *, many: bool) -> None:
+    def __init__(self, page: Page, *, many: bool) -> None:
         self.page, self.many = page, many
         self.kept: list[object] = []
         self.problems: list[str] = []
@@ -261,7 +312,12 @@ class _Values:
     def _keep_json(self, value: object) -> bool:
         if isinstance(value, str):
             return self._keep_text(value)
-        value = _json_safe(value)
+        try:
+            # Bounded before it is written: a list can hold one list a million times over.
+            value = json_safe(value, most=MAX_VALUE)
+        except TooLarge as exc:
+            self.problems.append(f"a value {exc}; it is left out")
+            return True
         written = json.dumps(value, ensure_ascii=False)
         if len(written) > MAX_VALUE:
             self.problems.append(
@@ -302,19 +358,37 @@ def _storable(text: str) -> str:
     return _UNSTORABLE.sub("\ufffd", text)
 
 
-def _json_safe(value: object) -> object:
-    """A JSON value with storable strings and no NaN or infinity (JSON has neither)."""
-    if isinstance(value, str):
-        return _storable(value)
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {_storable(str(key)): _json_safe(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [_json_safe(item) for item in value]
-    if value is None or isinstance(value, bool | int | float):
-        return value
-    return _storable(str(value))
+class TooLarge(ValueError):
+    """A JSON value past json_safe's bounds: what it is, as the end of "a value ..."."""
+
+
+def json_safe(value: object, *, most: int | None = None) -> object:
+    """A JSON value with storable strings and no NaN or infinity (JSON has neither).
+
+    TooLarge when it holds more than `most` values (lists, objects and what they hold: each
+    at least a character of JSON), or nests deeper than MAX_DEPTH. Without `most`, the
+    caller knows the value is a small one."""
+    left = [most if most is not None else math.inf]
+
+    def safe(value: object, depth: int) -> object:
+        left[0] -= 1
+        if left[0] < 0:
+            raise TooLarge(f"holds more than {most:,} values, more than {most:,} characters")
+        if isinstance(value, str):
+            return _storable(value)
+        if isinstance(value, float) and not math.isfinite(value):
+            return None
+        if isinstance(value, dict | list | tuple) and depth == MAX_DEPTH:
+            raise TooLarge(f"nests lists and objects over {MAX_DEPTH} deep")
+        if isinstance(value, dict):
+            return {_storable(str(key)): safe(item, depth + 1) for key, item in value.items()}
+        if isinstance(value, list | tuple):
+            return [safe(item, depth + 1) for item in value]
+        if value is None or isinstance(value, bool | int | float):
+            return value
+        return _storable(str(value))
+
+    return safe(value, 0)
 
 
 # -- the page --------------------------------------------------------------------------------
@@ -326,7 +400,7 @@ class _Tree:
     method: str  # "html" or "xml": how parts of it are written back
 
 
-class _Page:
+class Page:
     """One page as the rules read it: its encoding, text, tree and JSON, each made at most once
     and only when asked for (a failure is remembered too), and what its values have used of
     the page's bounds."""
@@ -411,7 +485,7 @@ def _encoding(body: bytes, content_type: str) -> tuple[str, int]:
     return encoding, 0
 
 
-def _parse_tree(page: _Page) -> _Tree:
+def _parse_tree(page: Page) -> _Tree:
     if len(page.body) > MAX_PARSED_BYTES:
         raise _Failed(
             f"the page is {_mb(len(page.body))}; selectors run on pages of at most "
@@ -435,7 +509,7 @@ def _parse_tree(page: _Page) -> _Tree:
     return _Tree(selector.root, markup)
 
 
-def _parse_json(page: _Page) -> object:
+def _parse_json(page: Page) -> object:
     declared = page.mime.endswith(("/json", "+json"))
     if len(page.body) > MAX_PARSED_BYTES:
         raise _Failed(
@@ -453,52 +527,3 @@ def _parse_json(page: _Page) -> object:
 
 def _mb(size: int) -> str:
     return f"{size / (1024 * 1024):,.1f} MB"
-
-
-# -- structured data ---------------------------------------------------------------------------
-
-SYNTAXES = ["json-ld", "microdata", "opengraph"]
-
-
-def structured_data(*, url: str, body: bytes, content_type: str) -> dict | None:
-    """What an HTML page declares about itself (JSON-LD, microdata, OpenGraph), by syntax, in
-    extruct's uniform shape; None for anything else, for a page that declares nothing or
-    cannot be read, or one over MAX_STRUCTURED_BODY. Never raises.
-
-    The result holds at most MAX_STRUCTURED_BYTES of JSON: items past that are left out, and
-    "dropped" says how many.
-    """
-    if not body or len(body) > MAX_STRUCTURED_BODY:
-        return None
-    page = _Page(url=url, body=body, content_type=content_type)
-    try:
-        if page.markup() != "html":
-            return None
-        found = extruct.extract(
-            page.utf8(), base_url=url, encoding="UTF-8", syntaxes=SYNTAXES, uniform=True,
-            errors="ignore",
-        )  # fmt: skip
-        return _bounded(found)
-    except Exception:  # extruct and lxml on whatever a site sends
-        return None
-
-
-def _bounded(found: dict) -> dict | None:
-    """Syntax -> items, in page order, as many as fit in MAX_STRUCTURED_BYTES of JSON."""
-    kept: dict[str, object] = {}
-    size = dropped = 0
-    for syntax in SYNTAXES:
-        items = []
-        for item in found.get(syntax) or []:
-            item = _json_safe(item)
-            item_size = len(json.dumps(item, ensure_ascii=False).encode())
-            if size + item_size > MAX_STRUCTURED_BYTES:
-                dropped += 1
-                continue
-            size += item_size
-            items.append(item)
-        if items:
-            kept[syntax] = items
-    if dropped:
-        kept["dropped"] = dropped
-    return kept or None

@@ -6,6 +6,13 @@ responses. Rules come from the form, the API or the CLI: parse_rules says every 
 every rule at once, each a sentence naming the rule by position and name ("Rule 2 (price):
 CSS selector '.price[' is not valid: ..."), and never raises anything else, whatever JSON it is
 given. compile_rules gives what extraction.py runs: each expr compiled once.
+
+Reading rules never runs one: an expr is parsed and compiled, its size and nesting bounded
+(MAX_EXPR, MAX_NESTING), and what would only fail when it runs (an unknown function, a wrong
+number of arguments to a JMESPath function, a variable or namespace prefix in an XPath) is
+looked for in what was parsed. A JMESPath expression of 200 characters can make a list of
+10^9 items from any input, even {}, and an XPath can take hours on a page of three elements:
+what running a rule may cost is bounded where rules run (evaluator.py).
 """
 
 from __future__ import annotations
@@ -18,12 +25,15 @@ from typing import NamedTuple
 import jmespath
 from cssselect import SelectorError
 from jmespath.exceptions import (
+    ArityError,
     IncompleteExpressionError,
     JMESPathError,
-    JMESPathTypeError,
     LexerError,
     ParseError,
+    UnknownFunctionError,
+    VariadictArityError,
 )
+from jmespath.functions import Functions
 from lxml import etree
 from parsel.csstranslator import GenericTranslator, HTMLTranslator
 
@@ -32,6 +42,9 @@ from crawls.engine.patterns import Pattern, PatternError, compile_extractor, com
 MAX_RULES = 50
 MAX_NAME = 64
 MAX_EXPR = 1000
+# Brackets, parentheses and braces in one another, outside quotes: JMESPath's parser recurses
+# past Python's limit at ~340 levels, and no real selector comes near this.
+MAX_NESTING = 50
 
 KINDS = ("css", "xpath", "regex", "json")
 GETS = ("text", "html", "attr")
@@ -44,13 +57,26 @@ _NOT_IN_ATTRIBUTE = re.compile(r"[\s\"'>/=\x00-\x1f\x7f]")
 _CSS_TOKEN = re.compile(r"<(?:EOF|\S+ ('.*?')) at (\d+)>")
 _HTML_CSS = HTMLTranslator()
 _XML_CSS = GenericTranslator()
-# An XPath with an unknown function or variable only fails when it runs into it, so they are
-# looked for outside its string literals, and what is left is run once on a small page.
-_PROBE = etree.fromstring("<html><body><p class='x'>x</p></body></html>")
+# An XPath with an unknown function, a variable or a namespace prefix only fails when it runs
+# into it, so they are looked for outside its string literals.
 _XPATH_LITERAL = re.compile(r"\"[^\"]*\"|'[^']*'")
 _XPATH_VARIABLE = re.compile(r"\$\s*([\w.-]+(?::[\w.-]+)?)")
 _XPATH_CALL = re.compile(r"(?<![\w.:@$-])([A-Za-z_][\w.-]*)\s*\(")
 _XPATH_OPERATORS = frozenset({"and", "or", "div", "mod"})  # "a div (b)" is no call
+# A prefixed name (dc:creator, @xlink:href), not an axis (child::a); "xml" is always declared.
+_XPATH_PREFIX = re.compile(r"(?<![\w.:$-])([A-Za-z_][\w.-]*):(?=[A-Za-z_*])")
+# XPath 1.0's functions (libxml2 has no others without a prefix) and node tests, which are
+# written like calls; with those registered for every XPath in this process (parsel's
+# has-class, say).
+_XPATH_FUNCTIONS = frozenset({
+    "last", "position", "count", "id", "local-name", "namespace-uri", "name", "string",
+    "string-length", "concat", "contains", "starts-with", "substring-before", "substring-after",
+    "substring", "normalize-space", "translate", "lang", "boolean", "not", "true", "false",
+    "number", "sum", "floor", "ceiling", "round", "text", "node", "comment",
+    "processing-instruction",
+})  # fmt: skip
+# Where quoted text starts, and ends, in each kind of expr (for MAX_NESTING).
+_QUOTES = {"css": "\"'", "xpath": "\"'", "json": "\"'`"}
 
 
 @dataclass(frozen=True)
@@ -284,6 +310,8 @@ def _compile(kind: str, expr: str) -> tuple[object, str | None]:
     RecursionError on deep nesting) is a problem of this expr too, never the caller's.
     """
     try:
+        if kind != "regex":  # patterns.py bounds a regex's groups itself
+            _check_nesting(kind, expr)
         if kind == "css":
             return _compile_css(expr), None
         if kind == "xpath":
@@ -311,6 +339,39 @@ class _Invalid(ValueError):
     """An expr that does not compile: the sentence."""
 
 
+def _check_nesting(kind: str, expr: str) -> None:
+    depth = nesting(expr, quotes=_QUOTES[kind])
+    if depth > MAX_NESTING:
+        raise _Invalid(
+            f"{_EXPR_NAMES[kind]} {_shown(expr)} nests brackets {depth:,} deep; at most "
+            f"{MAX_NESTING} levels"
+        )
+
+
+def nesting(expr: str, *, quotes: str) -> int:
+    """How deep (), [] and {} nest in `expr`, outside text quoted with one of `quotes` (a
+    backslash escapes the next character there)."""
+    depth = deepest = 0
+    quote = ""
+    escaped = False
+    for char in expr:
+        if quote:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == quote:
+                quote = ""
+        elif char in quotes:
+            quote = char
+        elif char in "([{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in ")]}":
+            depth = max(depth - 1, 0)
+    return deepest
+
+
 def _compile_css(expr: str) -> tuple[etree.XPath, etree.XPath]:
     """The selector as XPaths for HTML pages (names read case-insensitively) and XML ones."""
     try:
@@ -330,10 +391,10 @@ def _css_token(match: re.Match) -> str:
 
 def _compile_xpath(expr: str, *, written: bool = True) -> etree.XPath:
     """The XPath compiled; _Invalid if it does not compile, or (one `written` by a person, not
-    made of a CSS selector) uses a variable or a function XPath 1.0 and lxml do not have."""
+    made of a CSS selector) uses a variable, a namespace prefix or a function XPath 1.0 and
+    lxml do not have. It is not run."""
     try:
         xpath = etree.XPath(expr, smart_strings=False)
-        xpath(_PROBE)
     except (etree.XPathError, ValueError) as exc:
         raise _Invalid(f"XPath {_shown(expr)} is not valid: {exc}") from None
     unquoted = _XPATH_LITERAL.sub("''", expr) if written else ""
@@ -342,32 +403,53 @@ def _compile_xpath(expr: str, *, written: bool = True) -> etree.XPath:
             f"XPath {_shown(expr)} is not valid: it uses the variable ${variable[1]}, and rules "
             "have no variables"
         )
-    for name in set(_XPATH_CALL.findall(unquoted)) - _XPATH_OPERATORS:
+    prefixes = [prefix for prefix in _XPATH_PREFIX.findall(unquoted) if prefix != "xml"]
+    if prefixes:
+        raise _Invalid(
+            f"XPath {_shown(expr)} is not valid: it uses the namespace prefix {prefixes[0]}:, "
+            "and rules have none (XML pages are read without their namespaces: leave the "
+            "prefix out)"
+        )
+    for name in sorted(set(_XPATH_CALL.findall(unquoted)) - _XPATH_OPERATORS):
         if not _is_function(name):
             raise _Invalid(f"XPath {_shown(expr)} is not valid: there is no function {name}()")
     return xpath
 
 
 def _is_function(name: str) -> bool:
-    """Whether XPath knows `name` (called without its arguments, it says so either way)."""
-    try:
-        etree.XPath(f"{name}()")(_PROBE)
-    except etree.XPathEvalError as exc:
-        return "Unregistered function" not in str(exc)
-    except (etree.XPathError, ValueError):
-        return True  # has-class() complains of its arguments: it exists
-    return True
+    """Whether an XPath rule can call `name` (without a prefix)."""
+    return name in _XPATH_FUNCTIONS or name.encode() in etree.FunctionNamespace(None)
 
 
 def _compile_jmespath(expr: str):
     try:
         compiled = jmespath.compile(expr)
-        compiled.search({})
-    except JMESPathTypeError:
-        return compiled  # {} is not what the expr expects: that is for a page to say
+        _check_functions(compiled.parsed)
     except JMESPathError as exc:
         raise _Invalid(f"JMESPath expression {_shown(expr)} is not valid: {_why(exc)}") from None
     return compiled
+
+
+def _check_functions(node: dict) -> None:
+    """The errors JMESPath raises only when it calls a function, for every call in the parsed
+    expression: an unknown function, a wrong number of arguments."""
+    todo = [node]
+    while todo:
+        node = todo.pop()
+        children = [child for child in node.get("children", ()) if isinstance(child, dict)]
+        todo += children
+        if node.get("type") != "function_expression":
+            continue
+        name, given = node["value"], len(children)
+        entry = Functions.FUNCTION_TABLE.get(name)
+        if entry is None:
+            raise UnknownFunctionError(f"Unknown function: {name}()")
+        signature = entry["signature"]
+        if signature and signature[-1].get("variadic"):
+            if given < len(signature):
+                raise VariadictArityError(len(signature), given, name)
+        elif given != len(signature):
+            raise ArityError(len(signature), given, name)
 
 
 def _why(exc: JMESPathError) -> str:

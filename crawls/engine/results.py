@@ -12,9 +12,10 @@ import hashlib
 from dataclasses import dataclass, field
 
 from crawlhub.http.client import FetchResult
-from crawls.engine.extraction import Extractor, structured_data
+from crawls.engine.evaluator import Evaluator
 from crawls.engine.request import Request, fingerprint
 from crawls.engine.scope import Scope
+from crawls.engine.structured import structured_data
 
 # Out-links kept with a page (Page.links); links_total counts them all. A page whose links were
 # cut is never fetched conditionally: a 304 would leave the cut ones unfollowed.
@@ -43,7 +44,7 @@ class Extracted:
 
 
 def extract(
-    fetch: FetchResult, *, extractor: Extractor | None, structured: bool
+    fetch: FetchResult, *, extractor: Evaluator | None, structured: bool
 ) -> Extracted | None:
     """The page's extracted fields: for a complete 2xx response only (an error page's fields
     would be noise, a cut one's a guess). None when there is nothing to do."""

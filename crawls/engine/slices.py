@@ -280,6 +280,8 @@ class Slice:
                 with contextlib.suppress(*REDIS_ERRORS):
                     self.frontier.renew(held, lease_seconds=self.lease)
         pool.shutdown(wait=True)
+        if self.fetching.extractor is not None:
+            self.fetching.extractor.close()
         self._release_kept_proxies()
         self._flush(self.done)
         if self.unstarted:

@@ -25,6 +25,7 @@ from tests.support.crawling import (
 )
 from tests.support.parallel import WORKER
 from tests.support.sites import free_port
+from tests.support.web_server import START_SECONDS
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -38,8 +39,6 @@ FAST = {
     "CRAWLHUB_SUPERVISOR_SECONDS": "1",
 }
 WIDE = {"width": 1280, "height": 900}
-# How long daphne and the workers may take to come up on a busy machine.
-START_SECONDS = 120
 
 
 def _browser_missing() -> str:

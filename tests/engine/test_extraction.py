@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from crawls.engine import extraction
+from crawls.engine import extraction, structured
 from crawls.engine.extraction import (
     MAX_PAGE_BYTES,
     MAX_PARSED_BYTES,
@@ -23,9 +23,9 @@ from crawls.engine.extraction import (
     check_rules,
     parse_rules,
     rules_to_json,
-    structured_data,
 )
 from crawls.engine.extraction_rules import GETS, KINDS
+from crawls.engine.structured import structured_data
 from tests.support.fuzzing import PROPERTY
 
 # No database here: .ci/run runs it on SQLite only.
@@ -804,7 +804,7 @@ def test_structured_data_is_none_for_what_is_not_html_or_declares_nothing():
     assert structured_data(url=URL, body=JSON_BODY, content_type="application/json") is None
     assert structured_data(url=URL, body=PAGE, content_type=HTML) is None
     assert structured_data(url=URL, body=b"", content_type=HTML) is None
-    big = STRUCTURED_PAGE + b" " * extraction.MAX_STRUCTURED_BODY
+    big = STRUCTURED_PAGE + b" " * structured.MAX_STRUCTURED_BODY
     assert structured_data(url=URL, body=big, content_type=HTML) is None
     broken = STRUCTURED_PAGE.replace(b'"name": "Kettle",', b'"name": "Kettle",,')
     assert set(structured_data(url=URL, body=broken, content_type=HTML)) == {
@@ -819,4 +819,4 @@ def test_structured_data_keeps_at_most_256_kb_and_says_how_many_items_it_left_ou
                            content_type=HTML)  # fmt: skip
     assert [len(thing["name"]) for thing in data["json-ld"]] == [100_000, 100_000]
     assert data["dropped"] == 2
-    assert len(json.dumps(data).encode()) <= extraction.MAX_STRUCTURED_BYTES + 100
+    assert len(json.dumps(data).encode()) <= structured.MAX_STRUCTURED_BYTES + 100
