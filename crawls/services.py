@@ -21,6 +21,7 @@ from crawlhub.errors import ActionRefused
 from crawlhub.http import Fetcher, OptionError, chromium, netguard
 from crawlhub.http.urls import validate_url
 from crawls.engine import credentials, live
+from crawls.engine.ending import end_line
 from crawls.engine.extraction import Extractor, RulesError, parse_rules, rules_to_json
 from crawls.engine.frontier import Frontier, stats_many
 from crawls.engine.jobs import enqueue_slices, stop_slices_soon
@@ -37,6 +38,7 @@ from crawls.models import (
     CrawlDeletion,
     CrawlEvent,
     CrawlState,
+    EndReason,
     FailedRequest,
 )
 
@@ -411,8 +413,12 @@ def crawl_cancel(*, crawl: Crawl, user=None) -> None:
         crawl.state = CrawlState.CANCELLED
         crawl.finished_at = timezone.now()
         crawl.stats = frontier.stats()
-        crawl.save(update_fields=["state", "finished_at", "stats"])
-        _event(crawl, CrawlEvent.Kind.CANCELLED, user)
+        crawl.end_reason = EndReason.CANCELLED
+        crawl.end_line = end_line(
+            reason=EndReason.CANCELLED, stats=crawl.stats, by=user.get_username() if user else None
+        )
+        crawl.save(update_fields=["state", "finished_at", "stats", "end_reason", "end_line"])
+        _event(crawl, CrawlEvent.Kind.CANCELLED, user, crawl.end_line)
         announce(crawl.pk)
         announce_end(crawl.pk, "cancelled")
         transaction.on_commit(lambda: stop_slices_soon(crawl.pk))
@@ -550,7 +556,8 @@ def crawl_retry_failed(*, crawl: Crawl, user=None, ids: list[int] | None = None)
         if restart:
             crawl.state = CrawlState.RUNNING
             crawl.finished_at = None
-            crawl.save(update_fields=["state", "finished_at"])
+            crawl.end_reason = crawl.end_line = ""
+            crawl.save(update_fields=["state", "finished_at", "end_reason", "end_line"])
             enqueue_slices(crawl)
     return count
 

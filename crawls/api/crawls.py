@@ -124,7 +124,8 @@ class CrawlSerializer(CrawlFieldsSerializer):
         model = Crawl
         fields = [
             "id", "name", "channel", "seeds", *CRAWL_OPTIONS, "auth", "state", "created_by",
-            "created_at", "started_at", "finished_at", "error", "schedule", "stats", "page_url",
+            "created_at", "started_at", "finished_at", "error", "end_reason", "end_line",
+            "schedule", "stats", "page_url",
         ]  # fmt: skip
         read_only_fields = fields
 
