@@ -1,0 +1,47 @@
+"""What the pages say is what crawlhub does: defects an operator found walking through the
+dashboard, each held here server side (the browser's own: test_browser_operator_walkthrough.py).
+"""
+
+from __future__ import annotations
+
+import lxml.html
+import pytest
+
+from crawlhub.http.useragents import DEFAULT_USER_AGENT, USER_AGENTS
+from crawls import services
+from crawls.models import Channel, UserAgentMode
+from tests.support.crawling import drive, start_site_crawl
+from tests.support.sites import pages_site
+
+pytestmark = pytest.mark.django_db
+
+HOME = '<html><body><a href="/a">a</a><a href="/b">b</a></body></html>'
+
+
+def setting(client, crawl, label: str) -> str:
+    """The value the crawl page's settings panel gives for `label`."""
+    html = lxml.html.fromstring(client.get(f"/crawls/{crawl.pk}/").content)
+    (dd,) = html.xpath(f'//dl[@id="settings-list"]/div[dt="{label}"]/dd')
+    return dd.text_content().strip()
+
+
+def test_the_user_agent_the_settings_panel_names_is_the_one_the_site_gets(
+    user, user_client, make_site, quick_slices
+):
+    site = make_site(pages_site({"/": HOME, "/a": HOME, "/b": HOME}))
+    # The default channel, as a fresh install has it: random mode.
+    assert Channel.default().user_agent_mode == UserAgentMode.RANDOM
+    crawl = drive(start_site_crawl(user, site))
+    sent = {request.headers.get("User-Agent") for request in site.log}
+    assert sent <= set(USER_AGENTS) and DEFAULT_USER_AGENT not in sent
+    shown = setting(user_client, crawl, "User agent")
+    assert "crawlhub's own" not in shown, shown
+    assert shown.startswith("not sent: a random browser's per request")
+
+    fixed = services.crawl_create(user=user, name="fixed", seeds=[site.url + "/"],
+                                  user_agent_mode="fixed", obey_robots=False)  # fmt: skip
+    services.crawl_start(crawl=fixed, user=user)
+    site.log.clear()
+    drive(fixed)
+    assert {request.headers.get("User-Agent") for request in site.log} == {DEFAULT_USER_AGENT}
+    assert setting(user_client, fixed, "User agent") == f"crawlhub's own: {DEFAULT_USER_AGENT}"
