@@ -295,7 +295,10 @@ class HostSerializer(serializers.Serializer):
     queued = serializers.IntegerField(help_text="Requests waiting in the queue.")
     in_flight = serializers.IntegerField(help_text="Requests claimed and not yet answered.")
     done = serializers.IntegerField(help_text="Requests it answered.")
-    errors = serializers.IntegerField(help_text="Requests it did not answer.")
+    errors = serializers.IntegerField(
+        help_text="Attempts that got no usable answer: errors, each retry, failures (the "
+        "crawl's errors count requests, once each)."
+    )
     delay = serializers.FloatField(help_text="Seconds between requests now, push-back included.")
     next_at = api_fields.DateTimeField(
         allow_null=True, help_text="When it may be asked next; null: now."
