@@ -11,7 +11,8 @@ text node, attribute or XPath string or number as it is, stripped; "html" an ele
 markup; "attr" an element's attribute (one that holds a URL, such as href or src, made absolute
 against the page as its links are, also when an XPath or ::attr() ends in it). regex rules
 search the decoded text (group 1, else the whole match). Empty values are left out: without
-many a rule gives the first non-empty one. json rules give the JSON their JMESPath finds, as it is (many: as a list, null as []).
+many a rule gives the first non-empty one. json rules give the JSON their JMESPath finds, as it
+is (many: as a list, null as []).
 
 Values are JSON a database takes as is: NUL and unpaired surrogates (which PostgreSQL's jsonb
 refuses) become U+FFFD, and JSON's NaN and infinities become null.
