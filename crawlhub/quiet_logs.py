@@ -3,10 +3,10 @@
 RQ logs four lines for every job a worker runs (taken, done, its result kept) and its cron
 process one for every job it enqueues: an idle `up` printed some 130 lines a minute of the
 supervisor's runs every few seconds, and pushed the one-time admin password off the screen.
-This filter (on the console handler, settings.LOGGING) drops those INFO lines, counts them, and
-once a minute (CRAWLHUB_LOG_SUMMARY_SECONDS) lets one line through that says what they were. Warnings and errors, job
-failures included, pass untouched, as does everything else. CRAWLHUB_LOG_EVERY_JOB=1 shows
-every line again.
+This filter (on the console handler, settings.LOGGING) drops those INFO lines, counts them,
+and once a minute (CRAWLHUB_LOG_SUMMARY_SECONDS) lets one line through that says what they
+were. Warnings and errors, job failures included, pass untouched, as does everything else.
+CRAWLHUB_LOG_EVERY_JOB=1 shows every line again.
 """
 
 from __future__ import annotations
