@@ -62,11 +62,10 @@ class RoutineJobs(logging.Filter):
                 self.done[_kind(str(record.args[0]) if record.args else "")] += 1
                 return True
             return record.msg in (_TAKEN, _KEPT)
-        if record.name == "rq.cron" and isinstance(record.msg, str):
-            if found := _ENQUEUED.match(record.msg):
-                self.enqueued[found[1]] += 1
-                return True
-        return False
+        found = record.name == "rq.cron" and _ENQUEUED.match(str(record.msg))
+        if found:
+            self.enqueued[found[1]] += 1
+        return bool(found)
 
     def summary(self) -> str:
         seconds = time.monotonic() - self.since
