@@ -533,12 +533,15 @@ class CrawlViewSet(
             raise serializers.ValidationError(exc.message_dict) from None
         except QueryError as exc:
             raise serializers.ValidationError({exc.field: [str(exc)]}) from None
-        base = request.build_absolute_uri(request.path) + "?" + urlencode(flt.params())
+        base, params = request.build_absolute_uri(request.path), flt.params()
         return Response({
             "count": found.count, "count_capped": found.count_capped,
             "searched": found.searched or None,
-            "next": f"{base}&after={found.next}" if found.next else None,
-            "previous": f"{base}&before={found.previous}" if found.previous else None,
+            "next": f"{base}?{urlencode({**params, 'after': found.next})}" if found.next else None,
+            "previous": (
+                f"{base}?{urlencode({**params, 'before': found.previous})}"
+                if found.previous else None
+            ),
             "results": PageSerializer(found.rows, many=True).data,
         })  # fmt: skip
 

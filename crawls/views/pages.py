@@ -47,6 +47,20 @@ def field_names(crawl: Crawl) -> list[str]:
     return [r["name"] for r in rules if isinstance(r, dict) and isinstance(r.get("name"), str)]
 
 
+def _position(request: HttpRequest, found, flt: PageFilter) -> dict | None:
+    """Where the screen sits in the whole list: its first and last row's places, and the
+    places the Next and Previous links start at. Pages go by cursor (crawls/pages.py), so the
+    links carry the place (`at`); a link without one, past the first screen, has none."""
+    raw = request.GET.get("at", "")
+    cursor = request.GET.get("after") or request.GET.get("before")
+    if found.searched or not found.rows or (cursor and not raw.isdigit()):
+        return None
+    first = int(raw) if cursor and len(raw) < 10 else 1
+    last = first + len(found.rows) - 1
+    return {"first": max(1, first), "last": last, "next": last + 1,
+            "previous": max(1, first - flt.size)}  # fmt: skip
+
+
 def page_list(request: HttpRequest, pk: int) -> HttpResponse:
     crawl = _crawl(request, pk)
     errors: dict[str, list[str]] = {}
@@ -67,6 +81,7 @@ def page_list(request: HttpRequest, pk: int) -> HttpResponse:
         "crawl": crawl,
         "flt": flt,
         "found": found,
+        "position": _position(request, found, flt),
         "errors": errors,
         "field_names": names,
         "columns": _columns(flt, names),
