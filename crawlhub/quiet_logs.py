@@ -12,21 +12,27 @@ CRAWLHUB_LOG_EVERY_JOB=1 shows every line again.
 from __future__ import annotations
 
 import logging
+import os
 import re
 import time
 from collections import Counter
 
 SUMMARY_SECONDS = 60.0
 
-# The format strings of RQ's per-job INFO lines (rq/worker/base.py, rq/cron.py), by logger.
+# The format strings of RQ's per-job INFO lines (rq/worker/base.py, rq/cron.py). A worker logs
+# "taken" itself; the rest comes from the work horse it forks for the job (done, result kept).
 _TAKEN = "Worker %s: %s: %s (%s)"
-_DONE = ("Successfully completed %s job in %ss on worker %s",
-         "Successfully completed job %s in %ss on worker %s")  # fmt: skip
-_KEPT = "Worker %s: job %s result is kept for %s seconds"
+_HORSE = (
+    "Successfully completed %s job in %ss on worker %s",
+    "Successfully completed job %s in %ss on worker %s",
+    "Worker %s: job %s result is kept for %s seconds",
+    "Worker %s: job %s result discarded immediately",
+)
 _ENQUEUED = re.compile(r"^Enqueued job (\S+) to queue (\S+)$")
 # "crawls.engine.jobs.supervise()" -> "supervise"; "crawl 12 slice 12-ab3f" -> "crawl 12 slices"
 _FUNCTION = re.compile(r"(?:^|\.)(\w+)\(")
 _SLICE = re.compile(r"^crawl (\d+) slice ")
+_COLOUR = re.compile(r"\x1b\[[0-9;]*m")
 
 
 class RoutineJobs(logging.Filter):
@@ -41,13 +47,16 @@ class RoutineJobs(logging.Filter):
         self.done: Counter[str] = Counter()
         self.enqueued: Counter[str] = Counter()
         self.since = time.monotonic()
+        # A work horse is a fork of its worker, with a copy of this filter that dies with it:
+        # it drops the routine lines and sums up nothing (its worker counted the job).
+        self.pid = os.getpid()
 
     def filter(self, record: logging.LogRecord) -> bool:
         if self.every_job or record.levelno != logging.INFO:
             return True
         if not self._counted(record):
             return True
-        if time.monotonic() - self.since < self.seconds:
+        if os.getpid() != self.pid or time.monotonic() - self.since < self.seconds:
             return False
         record.name, record.msg, record.args = "crawlhub.activity", self.summary(), None
         self.done.clear()
@@ -58,10 +67,12 @@ class RoutineJobs(logging.Filter):
     def _counted(self, record: logging.LogRecord) -> bool:
         """True for a routine line (counted here, to be dropped or summed up)."""
         if record.name == "rq.worker":
-            if record.msg in _DONE:
-                self.done[_kind(str(record.args[0]) if record.args else "")] += 1
+            if record.msg == _TAKEN and isinstance(record.args, tuple) and len(record.args) == 4:
+                what = _COLOUR.sub("", str(record.args[2]))
+                if what != "Job OK":  # the horse's "done" in the same words
+                    self.done[_kind(what)] += 1
                 return True
-            return record.msg in (_TAKEN, _KEPT)
+            return record.msg in _HORSE
         found = record.name == "rq.cron" and _ENQUEUED.match(str(record.msg))
         if found:
             self.enqueued[found[1]] += 1
@@ -74,10 +85,10 @@ class RoutineJobs(logging.Filter):
         )
         parts = []
         if self.done:
-            parts.append(f"{sum(self.done.values())} jobs done ({_counts(self.done)})")
+            parts.append(f"{sum(self.done.values())} jobs run ({_counts(self.done)})")
         if self.enqueued:
             parts.append(f"{sum(self.enqueued.values())} enqueued ({_counts(self.enqueued)})")
-        return f"{span}: " + "; ".join(parts or ["nothing"])
+        return f"{span} (pid {os.getpid()}): " + "; ".join(parts or ["nothing"])
 
 
 def _kind(description: str) -> str:

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from tests.end_to_end.test_up import ROOT, log_in
-from tests.support.up import wait_for_output, wait_for_workers
+from tests.support.up import child_pids, wait_for_output, wait_for_workers
 
 pytestmark = pytest.mark.once
 
@@ -31,8 +31,11 @@ def test_an_idle_up_sums_up_its_routine_jobs_and_repeats_how_to_log_in(start_up)
     printed = log.read_text()
     routine = [line for line in printed.splitlines() if ROUTINE.search(line)]
     assert routine == [], "\n".join(routine[:5])
-    summaries = re.findall(r"INFO crawlhub\.activity: the last \d+ s: (.*)", printed)
-    assert summaries and any(re.search(r"\d+ jobs done \(supervise \d+", s) for s in summaries)
+    summaries = re.findall(r"INFO crawlhub\.activity: the last \d+ s \(pid (\d+)\): (.*)", printed)
+    assert summaries and any(re.search(r"\d+ jobs run \(supervise \d+", s) for _, s in summaries)
+    # From the workers and the cron process themselves: never from the work horse a worker
+    # forks for each job (its copy of the counts would sum up its one job, each time).
+    assert {int(pid) for pid, _ in summaries} <= set(child_pids(proc.pid)), summaries
     reminders = printed.count("Nobody has logged in yet: open " + base + "/")
     assert reminders >= 2, printed
     assert printed.count(f"Created admin user 'admin' with password {password}") == reminders + 1

@@ -1,4 +1,4 @@
-"""The exports and the API mean by "error" what the crawl page means (README, "Exports"): a
+"""The exports and the API mean by "error" what the crawl page means (docs/results.md, "Exports"): a
 request that ended with no usable answer. Checked on a real crawl of a local site with a 404, a
 500 every time, a page robots.txt forbids and a link to a host nobody answers (its robots.txt
 unreachable, the link is not fetched: an error with no answer): every row of
