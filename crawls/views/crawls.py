@@ -127,6 +127,10 @@ def crawl_new(request: HttpRequest) -> HttpResponse:
     return render(request, "crawls/crawl_new.html", {"nav": "crawls", "form": form})
 
 
+def _seeds_typed_key(crawl: Crawl) -> str:
+    return f"crawl-{crawl.pk}-seeds-typed"
+
+
 def crawl_detail(request: HttpRequest, pk: int) -> HttpResponse:
     crawl = get_object_or_404(
         visible_crawls(request.user).select_related("channel", "created_by", "auth"), pk=pk
@@ -147,6 +151,7 @@ def crawl_detail(request: HttpRequest, pk: int) -> HttpResponse:
             "snapshot": snapshot,
             "stats": snapshot["stats"],
             "change_counts": changes.change_counts(crawl) if crawl.is_over() else None,
+            "seeds_typed": request.session.pop(_seeds_typed_key(crawl), ""),
             **_activity(crawl),
         },
     )
@@ -246,6 +251,8 @@ def crawl_action(request: HttpRequest, pk: int, action: str) -> HttpResponse:
         ok, text = _act(request, services.crawl_add_seeds, crawl,
                         "Seeds added: {result[0]} new, {result[1]} already seen.",
                         urls=request.POST.get("urls", ""))  # fmt: skip
+        if not ok:  # the crawl page shows what was typed again, to correct rather than retype
+            request.session[_seeds_typed_key(crawl)] = request.POST.get("urls", "")[:100_000]
         if ok and (left_out := services.credentials_left_out(crawl)):
             text += (
                 f" The saved credentials are not sent to {', '.join(left_out)}: they stay "

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import lxml.html
 import pytest
+from django.test import Client
 
 from crawlhub.http.useragents import DEFAULT_USER_AGENT, USER_AGENTS
 from crawls import services
@@ -45,3 +46,25 @@ def test_the_user_agent_the_settings_panel_names_is_the_one_the_site_gets(
     drive(fixed)
     assert {request.headers.get("User-Agent") for request in site.log} == {DEFAULT_USER_AGENT}
     assert setting(user_client, fixed, "User agent") == f"crawlhub's own: {DEFAULT_USER_AGENT}"
+
+
+def test_a_wrong_password_keeps_the_username_typed(user):
+    page = Client().post("/login/", {"username": "alice", "password": "wrong"})
+    html = lxml.html.fromstring(page.content)
+    assert "didn't match" in page.content.decode()
+    assert html.get_element_by_id("id_username").get("value") == "alice"
+    assert html.get_element_by_id("id_password").get("autofocus") is not None
+
+
+def test_add_seeds_that_fail_keep_what_was_typed(user, user_client):
+    crawl = services.crawl_create(user=user, name="s", seeds=["http://127.0.0.1:9/"])
+    services.crawl_start(crawl=crawl, user=user)
+    typed = "https://ok.example/a\nnot a url at all\nhttps://ok.example/b"
+    answer = user_client.post(f"/crawls/{crawl.pk}/add-seeds/", {"urls": typed}, follow=True)
+    html = lxml.html.fromstring(answer.content)
+    assert html.get_element_by_id("id_urls").text_content().strip() == typed
+    assert "not a url at all" in html.xpath('string(//*[contains(@class, "error")])') or (
+        "not a url at all" in answer.content.decode()
+    )
+    again = lxml.html.fromstring(user_client.get(f"/crawls/{crawl.pk}/").content)
+    assert again.get_element_by_id("id_urls").text_content() == ""  # shown once
