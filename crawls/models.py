@@ -166,7 +166,8 @@ class CrawlOptions(models.Model):
     )  # fmt: skip
     priority = models.IntegerField(
         default=0, validators=[MinValueValidator(-100), MaxValueValidator(100)],
-        help_text="From -100 to 100; kept with the crawl, not yet used to order work.",
+        help_text="From -100 to 100; above 0 its slices go to the front of the workers' queue, "
+        "ahead of other crawls' waiting slices.",
     )  # fmt: skip
     threads = models.PositiveIntegerField(
         default=8, validators=[MinValueValidator(1), MaxValueValidator(128)],

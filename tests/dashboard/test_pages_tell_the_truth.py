@@ -4,13 +4,14 @@ dashboard, each held here server side (the browser's own: test_browser_operator_
 
 from __future__ import annotations
 
+import django_rq
 import lxml.html
 import pytest
 from django.test import Client
 
 from crawlhub.http.useragents import DEFAULT_USER_AGENT, USER_AGENTS
 from crawls import services
-from crawls.models import Channel, UserAgentMode
+from crawls.models import Channel, Crawl, UserAgentMode
 from tests.support.crawling import drive, start_site_crawl
 from tests.support.sites import pages_site
 
@@ -68,3 +69,29 @@ def test_add_seeds_that_fail_keep_what_was_typed(user, user_client):
     )
     again = lxml.html.fromstring(user_client.get(f"/crawls/{crawl.pk}/").content)
     assert again.get_element_by_id("id_urls").text_content() == ""  # shown once
+
+
+def test_in_flight_does_not_claim_every_request_is_being_fetched(user, user_client):
+    crawl = services.crawl_create(user=user, name="f", seeds=["http://127.0.0.1:9/"])
+    html = lxml.html.fromstring(user_client.get(f"/crawls/{crawl.pk}/").content)
+    (box,) = html.xpath('//dl[@id="counters"]/div[dt="In flight"]')
+    assert "fetching now" not in box.get("title")
+    assert "claimed and not answered yet" in box.get("title")
+
+
+def test_priority_does_what_its_field_says(user, django_capture_on_commit_callbacks):
+    """Its help said workers did not use it. Above 0, a crawl's slices go ahead of the others'."""
+    field = Crawl._meta.get_field("priority")
+    assert "not yet used" not in field.help_text
+    queue = django_rq.get_queue("crawls")
+    queue.empty()
+    plain = services.crawl_create(user=user, name="plain", seeds=["http://127.0.0.1:9/"])
+    urgent = services.crawl_create(user=user, name="urgent", seeds=["http://127.0.0.1:9/"],
+                                   priority=5)  # fmt: skip
+    with django_capture_on_commit_callbacks(execute=True):
+        services.crawl_start(crawl=plain, user=user)
+    with django_capture_on_commit_callbacks(execute=True):
+        services.crawl_start(crawl=urgent, user=user)
+    crawls_in_order = [queue.fetch_job(job_id).args[0] for job_id in queue.job_ids]
+    queue.empty()
+    assert crawls_in_order == [urgent.pk] * urgent.slices + [plain.pk] * plain.slices
