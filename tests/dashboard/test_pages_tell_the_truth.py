@@ -95,3 +95,16 @@ def test_priority_does_what_its_field_says(user, django_capture_on_commit_callba
     crawls_in_order = [queue.fetch_job(job_id).args[0] for job_id in queue.job_ids]
     queue.empty()
     assert crawls_in_order == [urgent.pk] * urgent.slices + [plain.pk] * plain.slices
+
+
+def test_the_webhook_form_names_its_event_boxes_in_a_fieldset(user_client):
+    """"Events" was one label wrapped around every box, its text after them."""
+    html = lxml.html.fromstring(user_client.get("/webhooks/").content)
+    (legend,) = html.xpath('//fieldset[@class="choices"]/legend')
+    assert legend.text_content() == "Events"
+    boxes = html.xpath('//fieldset[@class="choices"]//input[@type="checkbox"][@name="events"]')
+    assert len(boxes) == 3
+    for box in boxes:
+        (label,) = html.xpath(f'//label[@for="{box.get("id")}"]')
+        assert label.text_content().strip().startswith("Crawl ")
+    assert not html.xpath("//label//label")
