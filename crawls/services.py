@@ -103,7 +103,7 @@ def _clean_patterns(patterns: list[str] | str, field: str) -> list[str]:
         # Blank lines are skipped there but still counted, so "line N" points at the input.
         compile_patterns(list(patterns), field)
     except ScopeError as exc:
-        raise ValidationError({field: [exc.message]}) from None
+        raise ValidationError({field: exc.problems}) from None
     return [p.strip() for p in patterns if p.strip()]
 
 

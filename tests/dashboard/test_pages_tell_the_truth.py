@@ -98,7 +98,7 @@ def test_priority_does_what_its_field_says(user, django_capture_on_commit_callba
 
 
 def test_the_webhook_form_names_its_event_boxes_in_a_fieldset(user_client):
-    """"Events" was one label wrapped around every box, its text after them."""
+    """ "Events" was one label wrapped around every box, its text after them."""
     html = lxml.html.fromstring(user_client.get("/webhooks/").content)
     (legend,) = html.xpath('//fieldset[@class="choices"]/legend')
     assert legend.text_content() == "Events"
