@@ -27,6 +27,7 @@ from crawls.engine.frontier import Frontier, stats_many
 from crawls.engine.jobs import enqueue_slices, stop_slices_soon
 from crawls.engine.lifecycle import announce, announce_end, settle_pause
 from crawls.engine.request import VIA_SITEMAP_ROOT, Request
+from crawls.engine.results import extract as extract_fields
 from crawls.engine.scope import ScopeError, compile_patterns
 from crawls.engine.sitemap_reads import sitemap_roots
 from crawls.engine.slices import credentials_of, fetcher_options, settings_problems
@@ -635,14 +636,21 @@ def rules_preview(*, url: str, rules: object, channel: Channel | None = None,
         raise ValidationError({exc.option: [str(exc)]}) from None
     with fetcher:
         fetch = fetcher.fetch(url)
-    extractor = Extractor(parsed)
-    found = extractor.extract(url=fetch.final_url, body=fetch.body, content_type=fetch.content_type)
+    # As the crawl extracts (results.extract): from complete 2xx responses only; a 404's fields
+    # would show what the crawl never keeps.
+    found = extract_fields(fetch, extractor=Extractor(parsed), structured=False)
+    fields, errors = (found.fields, found.errors) if found else ({}, {})
+    not_kept = "" if found else (
+        "The crawl keeps fields of complete 2xx responses only: "
+        + ("this page was cut at the size limit." if fetch.truncated else
+           f"this page answered {'HTTP ' + str(fetch.status) if fetch.status else 'nothing'}.")
+    )  # fmt: skip
     return {
         "url": url, "final_url": fetch.final_url, "status": fetch.status, "error": fetch.error,
         "content_type": fetch.content_type, "bytes": fetch.nbytes, "truncated": fetch.truncated,
-        "fields": found.fields, "field_errors": found.errors,
+        "fields": fields, "field_errors": errors, "not_kept": not_kept,
         # Rules whose URL pattern leaves this page out.
-        "skipped": [r.name for r in parsed if r.name not in {**found.fields, **found.errors}],
+        "skipped": [r.name for r in parsed if r.name not in {**fields, **errors}] if found else [],
     }  # fmt: skip
 
 

@@ -455,6 +455,21 @@ def test_the_preview_fetches_one_page_and_shows_what_each_rule_yields(user_clien
     assert [r.path for r in site.log] == ["/p", "/data"]
 
 
+def test_the_preview_shows_no_fields_on_a_page_the_crawl_would_not_keep_them_of(
+    user_client, make_site
+):
+    """It showed a 404's fields, which a crawl never keeps (results.extract: 2xx only)."""
+    site = make_site(pages_site({}))  # every page a 404 with an <h1>
+    answer = preview(user_client, site.url + "/gone", [
+        {"name": "heading", "kind": "css", "expr": "h1"},
+    ]).json()  # fmt: skip
+    assert answer["status"] == 404
+    assert answer["fields"] == {} and answer["skipped"] == []
+    assert answer["not_kept"] == (
+        "The crawl keeps fields of complete 2xx responses only: this page answered HTTP 404."
+    )
+
+
 def test_the_preview_names_what_is_wrong(user_client, settings):
     bad = preview(user_client, "ftp://x", [{"name": "1x", "kind": "css", "expr": "h1["}])
     assert bad.status_code == 400
