@@ -100,3 +100,16 @@ def _kind(description: str) -> str:
 
 def _counts(counter: Counter[str]) -> str:
     return ", ".join(f"{name} {n}" for name, n in counter.most_common())
+
+
+class OrdinaryRefusals(logging.Filter):
+    """A 4xx that a view raised on purpose (PermissionDenied: a user who is not staff, not the
+    owner) is one line, not a traceback: django.request logs the exception with it, which made
+    every ordinary 403 look like a crash. Server errors keep theirs."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        status = getattr(record, "status_code", None)
+        if record.name == "django.request" and status is not None and 400 <= status < 500:
+            record.exc_info = None
+            record.exc_text = None
+        return True

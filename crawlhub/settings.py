@@ -436,13 +436,15 @@ LOGGING = {
             "()": "crawlhub.quiet_logs.RoutineJobs",
             "every_job": env_bool("CRAWLHUB_LOG_EVERY_JOB", False),
             "seconds": env_int("CRAWLHUB_LOG_SUMMARY_SECONDS", 60, minimum=1),
-        }
+        },
+        # A 403 or 404 a view raised on purpose is a line, not a traceback.
+        "ordinary_refusals": {"()": "crawlhub.quiet_logs.OrdinaryRefusals"},
     },
     "handlers": {
         "console": {
             "class": "logging.StreamHandler",
             "formatter": "plain",
-            "filters": ["routine_jobs"],
+            "filters": ["routine_jobs", "ordinary_refusals"],
         }
     },
     "root": {"handlers": ["console"], "level": env_log_level("LOG_LEVEL", "INFO")},
