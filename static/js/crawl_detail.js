@@ -189,6 +189,7 @@
     times.replaceChildren(snap.started_at ? "started " : "not started");
     if (snap.started_at) times.append(timeEl(snap.started_at));
     if (snap.finished_at) times.append(", finished ", timeEl(snap.finished_at));
+    document.getElementById("failed-http").hidden = !Number(stats.failed_http || 0);
     const redisError = document.getElementById("redis-error");
     redisError.hidden = !stats.redis_error;
     redisError.querySelector("span").textContent = stats.redis_error || "";

@@ -13,7 +13,7 @@ from crawlhub.http.useragents import DEFAULT_USER_AGENT, USER_AGENTS
 from crawls import services
 from crawls.models import Channel, Crawl, UserAgentMode
 from tests.support.crawling import drive, start_site_crawl
-from tests.support.sites import pages_site
+from tests.support.sites import Response, pages_site
 
 pytestmark = pytest.mark.django_db
 
@@ -108,3 +108,27 @@ def test_the_webhook_form_names_its_event_boxes_in_a_fieldset(user_client):
         (label,) = html.xpath(f'//label[@for="{box.get("id")}"]')
         assert label.text_content().strip().startswith("Crawl ")
     assert not html.xpath("//label//label")
+
+
+def test_a_5xx_out_of_retries_is_pointed_to_where_it_is(user, user_client, make_site,
+                                                         quick_slices):  # fmt: skip
+    """The 5xx bar counted it, the pages browser's 5xx filter could not find it, and nothing
+    said it was in the failure queue."""
+    site = make_site(pages_site({
+        "/": '<a href="/down">down</a>', "/down": Response(status=500, body="oops"),
+    }))  # fmt: skip
+    crawl = drive(start_site_crawl(user, site, max_retries=0))
+    assert crawl.stats["status_5xx"] == 1 and crawl.failures.count() == 1
+    listed = lxml.html.fromstring(
+        user_client.get(f"/crawls/{crawl.pk}/pages/?status_class=5xx").content
+    )
+    note = listed.get_element_by_id("failed-here")
+    assert "1 request with this status is in the failure queue" in note.text_content()
+    assert note.xpath(".//a/@href") == [f"/crawls/{crawl.pk}/#h-failures"]
+    page = lxml.html.fromstring(user_client.get(f"/crawls/{crawl.pk}/").content)
+    pointer = page.get_element_by_id("failed-http")
+    assert pointer.get("hidden") is None
+    assert pointer.text_content().startswith("1 of the 5xx (or 429) in the failure queue")
+    assert page.xpath('//ul[@id="status-bars"]//a[.="5xx"]/@href') == [
+        f"/crawls/{crawl.pk}/pages/?status_class=5xx"
+    ]
