@@ -21,9 +21,9 @@ import threading
 import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
+from urllib.parse import urlsplit
 
 from crawlhub.sample_site import QuietHTTPServer
-from urllib.parse import urlsplit
 
 HOP_BY_HOP = {
     "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection",

@@ -13,11 +13,9 @@ import argparse
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler
-
-from crawlhub.sample_site import QuietHTTPServer
 from pathlib import Path
 
-from crawlhub.sample_site import SampleSite
+from crawlhub.sample_site import QuietHTTPServer, SampleSite
 
 
 def read_log(path: Path) -> list[tuple[str, str]]:
