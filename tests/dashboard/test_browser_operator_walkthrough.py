@@ -109,3 +109,17 @@ def test_drop_queue_asks_first_and_the_host_view_follows_the_crawl(page, dashboa
         "127.0.0.1:19", "127.0.0.1:9",
     ]  # fmt: skip
     assert Frontier(crawl.pk).stats()["cancelled"] > dropped
+
+
+def test_idle_workers_are_not_drawn_as_a_warning(page, dashboard, user):
+    """Two workers waiting for work were drawn in the warning's amber, as a paused crawl is."""
+    log_in(page, dashboard, "alice")
+    page.goto(dashboard + "/workers/")
+    badge = page.locator(".state-idle").first
+    badge.wait_for()
+    idle = badge.evaluate("e => getComputedStyle(e).backgroundColor")
+    warning = page.evaluate("""() => { const probe = document.createElement('span');
+        probe.className = 'state state-paused'; document.body.append(probe);
+        const colour = getComputedStyle(probe).backgroundColor; probe.remove(); return colour; }""")
+    assert idle != warning, f"an idle worker is drawn as a warning ({idle})"
+    shoot(page, "workers")

@@ -38,6 +38,8 @@ def test_create_start_wait_status_and_list(user, make_site):
     status = json.loads(crawl_cli("status", crawl_id, "--json"))
     assert waited == status
     assert (status["state"], status["responses"], status["requests"]) == ("finished", 2, 2)
+    assert status["end_reason"] == "finished"
+    assert status["end_line"] == "Finished: every URL it scheduled was done (2 answered, 0 errors)."
     crawl.refresh_from_db()
     assert status["seconds"] == round((crawl.finished_at - crawl.started_at).total_seconds(), 3)
     listed = json.loads(crawl_cli("list", "--json", "--state", "finished"))

@@ -337,6 +337,7 @@ class Command(BaseCommand):
         if started is not None:
             seconds = round(((finished or timezone.now()) - started).total_seconds(), 3)
         return {"id": crawl.pk, "name": crawl.name, "state": crawl.state,
+                "end_reason": crawl.end_reason, "end_line": crawl.end_line,
                 "started_at": started, "finished_at": finished, "seconds": seconds,
                 **services.crawl_stats(crawl)}  # fmt: skip
 
@@ -359,7 +360,7 @@ class Command(BaseCommand):
             time.sleep(0.2)
         self.stdout.write(_json(self._status(crawl)))
         if crawl.state != CrawlState.FINISHED:
-            raise CommandError(f"crawl {id} ended {crawl.state}")
+            raise CommandError(f"crawl {id} ended {crawl.state}: {crawl.end_line}")
 
 
 _UNITS = {"s": 1 / 60, "m": 1.0, "h": 60.0, "d": 24 * 60.0}
