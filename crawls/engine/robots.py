@@ -195,6 +195,7 @@ class RobotsCache:
             )
             if status is None:
                 self._unreachable[host] = fetch
+                self.frontier.robots_unlock(host)
                 until = time.monotonic() + UNREACHABLE_ROBOTS_SECONDS
                 return policy_from_response(None, ""), until
             self._unreachable.pop(host, None)
