@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import random
 import re
+import sys
 import threading
 from collections import deque
 from dataclasses import dataclass
@@ -237,6 +238,21 @@ class SampleSite:
         (Path(directory) / "locations.conf").write_text("\n".join(lines) + "\n")
 
 
+# A client that hangs up before its answer is read (a crawler cancelled, a timeout) is no
+# error of the server's: socketserver would print a traceback for each.
+GONE_CLIENT = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError, TimeoutError)
+
+
+class QuietHTTPServer(ThreadingHTTPServer):
+    """A threaded HTTP server that says nothing when a client hangs up; other errors are
+    reported as socketserver reports them."""
+
+    def handle_error(self, request, client_address) -> None:
+        if isinstance(sys.exc_info()[1], GONE_CLIENT):
+            return
+        super().handle_error(request, client_address)
+
+
 def serve(
     site: SampleSite, host: str = "127.0.0.1", port: int = 0
 ) -> tuple[ThreadingHTTPServer, str]:
@@ -263,7 +279,7 @@ def serve(
         def log_message(self, format: str, *args: object) -> None:
             pass
 
-    server = ThreadingHTTPServer((host, port), Handler)
+    server = QuietHTTPServer((host, port), Handler)
     server.daemon_threads = True
     origin = f"http://{host}:{server.server_address[1]}"
     threading.Thread(target=server.serve_forever, name="sample-site", daemon=True).start()

@@ -344,6 +344,8 @@ CRAWLHUB_SLICE_SECONDS = env_int("CRAWLHUB_SLICE_SECONDS", 20, minimum=1)
 # A claimed request returns to the queue this long after its worker stopped answering.
 CRAWLHUB_LEASE_SECONDS = env_int("CRAWLHUB_LEASE_SECONDS", 60, minimum=1)
 CRAWLHUB_SUPERVISOR_SECONDS = env_int("CRAWLHUB_SUPERVISOR_SECONDS", 3, minimum=1)
+# `up` repeats the address and how to log in this often until someone has logged in.
+CRAWLHUB_LOGIN_HINT_SECONDS = env_int("CRAWLHUB_LOGIN_HINT_SECONDS", 60, minimum=1)
 # After a cancel or a pause, a slice still running this long after is stopped (its work horse
 # killed): its fetches in progress are dropped, and fetched again after a resume.
 CRAWLHUB_STOP_GRACE_SECONDS = env_int("CRAWLHUB_STOP_GRACE_SECONDS", 3, minimum=1)
@@ -428,7 +430,24 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    # RQ's lines for every job (an idle `up` ran the supervisor every few seconds: some 130
+    # lines a minute) become one summary a minute (crawlhub/quiet_logs.py).
+    "filters": {
+        "routine_jobs": {
+            "()": "crawlhub.quiet_logs.RoutineJobs",
+            "every_job": env_bool("CRAWLHUB_LOG_EVERY_JOB", False),
+            "seconds": env_int("CRAWLHUB_LOG_SUMMARY_SECONDS", 60, minimum=1),
+        },
+        # A 403 or 404 a view raised on purpose is a line, not a traceback.
+        "ordinary_refusals": {"()": "crawlhub.quiet_logs.OrdinaryRefusals"},
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": "plain",
+            "filters": ["routine_jobs", "ordinary_refusals"],
+        }
+    },
     "root": {"handlers": ["console"], "level": env_log_level("LOG_LEVEL", "INFO")},
     "loggers": {
         "django.channels.server": {"level": "WARNING"},

@@ -286,12 +286,17 @@ def _label(field: str) -> str:
 
 def crawl_run_again(*, crawl: Crawl, user) -> Crawl:
     """A new draft with the crawl's settings (not its results). Its credentials come along,
-    bound to the same origins, only for the crawl's owner (services.crawl_copy_credentials)."""
+    bound to the same origins, only for the crawl's owner (services.crawl_copy_credentials).
+    A crawl that ran is the new one's baseline, as a schedule's previous run is: its pages say
+    what changed since, and their validators make its requests conditional."""
     options = {f: getattr(crawl, f) for f in CRAWL_OPTIONS}
     with transaction.atomic():
         copy = services.crawl_create(
             user=user, name=crawl.name, seeds=crawl.seeds, channel=crawl.channel, **options
         )
+        if crawl.state != CrawlState.DRAFT:
+            copy.baseline = crawl
+            copy.save(update_fields=["baseline"])
         note = services.crawl_copy_credentials(source=crawl, crawl=copy, user=user)
         CrawlEvent.objects.filter(crawl=copy, kind=CrawlEvent.Kind.CREATED).update(
             detail=", ".join([f"a copy of #{crawl.pk}", *filter(None, [note])])

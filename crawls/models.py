@@ -119,6 +119,15 @@ class CrawlState(models.TextChoices):
     FAILED = "failed", "Failed"
 
 
+class EndReason(models.TextChoices):
+    """Why a crawl that is over ended (Crawl.end_reason; lifecycle.end_line says it in words)."""
+
+    FINISHED = "finished", "Finished"  # every URL it scheduled was done
+    MAX_PAGES = "max_pages", "Max pages reached"  # done, with links left that the cap refused
+    CANCELLED = "cancelled", "Cancelled"
+    FAILED = "failed", "Failed"
+
+
 # A crawl in one of these has ended for good: nothing changes it any more.
 OVER_STATES = (CrawlState.FINISHED, CrawlState.CANCELLED, CrawlState.FAILED)
 
@@ -159,7 +168,8 @@ class CrawlOptions(models.Model):
     )  # fmt: skip
     priority = models.IntegerField(
         default=0, validators=[MinValueValidator(-100), MaxValueValidator(100)],
-        help_text="From -100 to 100; kept with the crawl, not yet used to order work.",
+        help_text="From -100 to 100; above 0 its slices go to the front of the workers' queue, "
+        "ahead of other crawls' waiting slices.",
     )  # fmt: skip
     threads = models.PositiveIntegerField(
         default=8, validators=[MinValueValidator(1), MaxValueValidator(128)],
@@ -273,6 +283,18 @@ class Crawl(CrawlOptions):
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     error = models.TextField(blank=True)
+    # Why it ended, set where it ends (crawls.engine.lifecycle): the reason and the one line
+    # that says it (by whom, how much was left) on its page, in the list, the API and webhooks.
+    end_reason = models.CharField(
+        max_length=10, choices=EndReason, blank=True,
+        help_text="Why it ended: finished (every URL it scheduled was done), max_pages (done, "
+        "with links the cap refused), cancelled, failed; empty while it has not ended.",
+    )  # fmt: skip
+    end_line = models.CharField(
+        max_length=500, blank=True,
+        help_text="Why it ended, in one line: who cancelled it and how much was left, why it "
+        "failed, how many links max pages refused.",
+    )  # fmt: skip
     # Final counters (copied from Redis when the crawl ends).
     stats = models.JSONField(default=dict, blank=True)
     # Set on the crawls a schedule started: the run history of that schedule.

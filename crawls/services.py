@@ -22,12 +22,14 @@ from crawlhub.http import Fetcher, OptionError, chromium, netguard
 from crawlhub.http.urls import validate_url
 from crawls.engine import credentials, live
 from crawls.engine.crawl_settings import credentials_of, fetcher_options, settings_problems
+from crawls.engine.ending import end_line
 from crawls.engine.evaluator import Evaluator
 from crawls.engine.extraction import RulesError, parse_rules, rules_to_json
 from crawls.engine.frontier import Frontier, stats_many
 from crawls.engine.jobs import enqueue_slices, stop_slices_soon
 from crawls.engine.lifecycle import announce, announce_end, settle_pause
 from crawls.engine.request import VIA_SITEMAP_ROOT, Request
+from crawls.engine.results import extract as extract_fields
 from crawls.engine.scope import ScopeError, compile_patterns
 from crawls.engine.sitemap_reads import sitemap_roots
 from crawls.models import (
@@ -38,6 +40,7 @@ from crawls.models import (
     CrawlDeletion,
     CrawlEvent,
     CrawlState,
+    EndReason,
     FailedRequest,
 )
 
@@ -102,7 +105,7 @@ def _clean_patterns(patterns: list[str] | str, field: str) -> list[str]:
         # Blank lines are skipped there but still counted, so "line N" points at the input.
         compile_patterns(list(patterns), field)
     except ScopeError as exc:
-        raise ValidationError({field: [exc.message]}) from None
+        raise ValidationError({field: exc.problems}) from None
     return [p.strip() for p in patterns if p.strip()]
 
 
@@ -412,8 +415,12 @@ def crawl_cancel(*, crawl: Crawl, user=None) -> None:
         crawl.state = CrawlState.CANCELLED
         crawl.finished_at = timezone.now()
         crawl.stats = frontier.stats()
-        crawl.save(update_fields=["state", "finished_at", "stats"])
-        _event(crawl, CrawlEvent.Kind.CANCELLED, user)
+        crawl.end_reason = EndReason.CANCELLED
+        crawl.end_line = end_line(
+            reason=EndReason.CANCELLED, stats=crawl.stats, by=user.get_username() if user else None
+        )
+        crawl.save(update_fields=["state", "finished_at", "stats", "end_reason", "end_line"])
+        _event(crawl, CrawlEvent.Kind.CANCELLED, user, crawl.end_line)
         announce(crawl.pk)
         announce_end(crawl.pk, "cancelled")
         transaction.on_commit(lambda: stop_slices_soon(crawl.pk))
@@ -551,7 +558,8 @@ def crawl_retry_failed(*, crawl: Crawl, user=None, ids: list[int] | None = None)
         if restart:
             crawl.state = CrawlState.RUNNING
             crawl.finished_at = None
-            crawl.save(update_fields=["state", "finished_at"])
+            crawl.end_reason = crawl.end_line = ""
+            crawl.save(update_fields=["state", "finished_at", "end_reason", "end_line"])
             enqueue_slices(crawl)
     return count
 
@@ -634,16 +642,22 @@ def rules_preview(*, url: str, rules: object, channel: Channel | None = None,
         raise ValidationError({exc.option: [str(exc)]}) from None
     with fetcher:
         fetch = fetcher.fetch(url)
+    # As the crawl extracts (results.extract): from complete 2xx responses only; a 404's fields
+    # would show what the crawl never keeps.
     with Evaluator(parsed, deadline=PREVIEW_RULES_SECONDS, linear_here=False) as evaluator:
-        found = evaluator.extract(
-            url=fetch.final_url, body=fetch.body, content_type=fetch.content_type
-        )
+        found = extract_fields(fetch, extractor=evaluator, structured=False)
+    fields, errors = (found.fields, found.errors) if found else ({}, {})
+    not_kept = "" if found else (
+        "The crawl keeps fields of complete 2xx responses only: "
+        + ("this page was cut at the size limit." if fetch.truncated else
+           f"this page answered {'HTTP ' + str(fetch.status) if fetch.status else 'nothing'}.")
+    )  # fmt: skip
     return {
         "url": url, "final_url": fetch.final_url, "status": fetch.status, "error": fetch.error,
         "content_type": fetch.content_type, "bytes": fetch.nbytes, "truncated": fetch.truncated,
-        "fields": found.fields, "field_errors": found.errors,
+        "fields": fields, "field_errors": errors, "not_kept": not_kept,
         # Rules whose URL pattern leaves this page out.
-        "skipped": [r.name for r in parsed if r.name not in {**found.fields, **found.errors}],
+        "skipped": [r.name for r in parsed if r.name not in {**fields, **errors}] if found else [],
     }  # fmt: skip
 
 

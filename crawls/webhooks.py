@@ -212,6 +212,8 @@ def payload_for(crawl: Crawl, event: str, delivery_id: int, changes: dict | None
             "finished_at": machine(crawl.finished_at),
             "stats": crawl.stats,
             "error": crawl.error,
+            "end_reason": crawl.end_reason,
+            "end_line": crawl.end_line,
             "page": crawl.get_absolute_url(),
             "api": f"/api/crawls/{crawl.pk}/",
             "baseline": crawl.baseline_id,

@@ -25,14 +25,22 @@ PUBLISH_EVERY_MS = 250
 
 def health_snapshot() -> dict:
     """What the Proxies page shows live: the pool's health (Redis) and the inventory (database):
-    known / new / active / disabled / removed, and removals in the last hour."""
+    known / new (unchecked, or failing every check so far) / active / disabled / removed, and
+    removals in the last hour."""
     by_state = dict(Proxy.objects.values_list("state").annotate(n=Count("pk")).order_by())
     inventory = {state: by_state.get(state, 0) for state in ProxyState.values}
+    # New ones that failed their checks so far are not "not checked yet".
+    failing = Proxy.objects.filter(state=ProxyState.NEW, failures__gt=0).count()
     hour_ago = timezone.now() - timedelta(hours=1)
     return {
         "type": "proxies.health",
         **pool.health(),
-        "inventory": {"known": sum(inventory.values()), **inventory},
+        "inventory": {
+            "known": sum(inventory.values()),
+            **inventory,
+            "unchecked": inventory[ProxyState.NEW] - failing,
+            "failing": failing,
+        },
         "removed_last_hour": ProxyEvent.objects.filter(
             kind=ProxyEvent.Kind.REMOVED, at__gte=hour_ago
         ).count(),

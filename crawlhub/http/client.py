@@ -285,13 +285,22 @@ class Fetcher:
         A redirect that could not be followed keeps its 3xx status (RFC 9309 treats that like
         an unavailable file); any other error reads as "no response".
         """
+        status, text, _result = self.read_text(url, limit=limit, proxy=proxy,
+                                               headers_for=headers_for)  # fmt: skip
+        return status, text
+
+    def read_text(
+        self, url: str, *, limit: int = 512 * 1024, proxy: str | None = None,
+        headers_for: Callable[[str], Mapping[str, str]] | None = None,
+    ) -> tuple[int | None, str, FetchResult]:  # fmt: skip
+        """fetch_text, and the fetch itself: what went wrong when no response came."""
         call = _Call(headers_for=headers_for) if headers_for else _GET
         result = self._fetch(url, proxy=proxy, max_bytes=limit, parse=False, call=call)
         if result.error_kind == "redirects":
-            return result.status, ""
+            return result.status, "", result
         if result.error or result.status is None:
-            return None, ""
-        return result.status, result.body.decode("utf-8", "replace").lstrip("\ufeff")
+            return None, "", result
+        return result.status, result.body.decode("utf-8", "replace").lstrip("\ufeff"), result
 
     def get(
         self, url: str, *, proxy: str | None = None, operator_url: bool = False,

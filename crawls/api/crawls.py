@@ -124,7 +124,8 @@ class CrawlSerializer(CrawlFieldsSerializer):
         model = Crawl
         fields = [
             "id", "name", "channel", "seeds", *CRAWL_OPTIONS, "auth", "state", "created_by",
-            "created_at", "started_at", "finished_at", "error", "schedule", "stats", "page_url",
+            "created_at", "started_at", "finished_at", "error", "end_reason", "end_line",
+            "schedule", "stats", "page_url",
         ]  # fmt: skip
         read_only_fields = fields
 
@@ -294,7 +295,10 @@ class HostSerializer(serializers.Serializer):
     queued = serializers.IntegerField(help_text="Requests waiting in the queue.")
     in_flight = serializers.IntegerField(help_text="Requests claimed and not yet answered.")
     done = serializers.IntegerField(help_text="Requests it answered.")
-    errors = serializers.IntegerField(help_text="Requests it did not answer.")
+    errors = serializers.IntegerField(
+        help_text="Attempts that got no usable answer: errors, each retry, failures (the "
+        "crawl's errors count requests, once each)."
+    )
     delay = serializers.FloatField(help_text="Seconds between requests now, push-back included.")
     next_at = api_fields.DateTimeField(
         allow_null=True, help_text="When it may be asked next; null: now."
@@ -537,12 +541,15 @@ class CrawlViewSet(
             raise serializers.ValidationError(exc.message_dict) from None
         except QueryError as exc:
             raise serializers.ValidationError({exc.field: [str(exc)]}) from None
-        base = request.build_absolute_uri(request.path) + "?" + urlencode(flt.params())
+        base, params = request.build_absolute_uri(request.path), flt.params()
         return Response({
             "count": found.count, "count_capped": found.count_capped,
             "searched": found.searched or None,
-            "next": f"{base}&after={found.next}" if found.next else None,
-            "previous": f"{base}&before={found.previous}" if found.previous else None,
+            "next": f"{base}?{urlencode({**params, 'after': found.next})}" if found.next else None,
+            "previous": (
+                f"{base}?{urlencode({**params, 'before': found.previous})}"
+                if found.previous else None
+            ),
             "results": PageSerializer(found.rows, many=True).data,
         })  # fmt: skip
 

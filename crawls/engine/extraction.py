@@ -12,9 +12,11 @@ runs too long.
 What a value is: css and xpath rules run on HTML or XML pages (by content type, else by how the
 body starts; XML without namespaces); "text" is an element's text, whitespace collapsed, or a
 text node, attribute or XPath string or number as it is, stripped; "html" an element's outer
-markup; "attr" an element's attribute. regex rules search the decoded text (group 1, else the
-whole match). Empty values are left out: without many a rule gives the first non-empty one.
-json rules give the JSON their JMESPath finds, as it is (many: as a list, null as []).
+markup; "attr" an element's attribute (one that holds a URL, such as href or src, made absolute
+against the page as its links are, also when an XPath or ::attr() ends in it). regex rules
+search the decoded text (group 1, else the whole match). Empty values are left out: without
+many a rule gives the first non-empty one. json rules give the JSON their JMESPath finds, as it
+is (many: as a list, null as []).
 
 Values are JSON a database takes as is: NUL and unpaired surrogates (which PostgreSQL's jsonb
 refuses) become U+FFFD, and JSON's NaN and infinities become null.
@@ -28,6 +30,7 @@ import re
 import time
 from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from urllib.parse import urljoin
 
 from jmespath.exceptions import JMESPathError
 from lxml import etree
@@ -58,6 +61,12 @@ __all__ = [
     "rules_to_json",
 ]
 
+# Attributes whose value is a URL: an "attr" value of one is made absolute, as links are.
+URL_ATTRIBUTES = frozenset({
+    "href", "src", "action", "formaction", "poster", "cite", "data", "background", "longdesc",
+    "manifest", "codebase", "usemap", "icon", "ping",
+})  # fmt: skip
+_LAST_ATTRIBUTE = re.compile(r"/@([A-Za-z_][\w.:-]*)\s*$")
 MAX_VALUE = 10_000  # characters of one value (JSON: of the value written as JSON)
 MAX_VALUES = 1_000  # values of one `many` rule on one page
 MAX_PAGE_BYTES = 256 * 1024  # of all the values of one page, in UTF-8
@@ -213,8 +222,12 @@ class _Runner:
         except etree.XPathError as exc:
             raise _Failed(f"XPath evaluation error: {exc}") from None
         get, attr = self.rule.get, self.rule.attr
+        # An XPath that ends in a URL attribute (//a/@href, a css ::attr(href)) gives URLs.
+        ends_in = _LAST_ATTRIBUTE.search(xpath.path)
+        urls = bool(ends_in) and ends_in[1].lower() in URL_ATTRIBUTES
         for item in found if isinstance(found, list) else [found]:
-            yield _node_value(item, get=get, attr=attr, method=tree.method, page=page)
+            value = _node_value(item, get=get, attr=attr, method=tree.method, page=page)
+            yield page.absolute(value) if urls and isinstance(value, str) and value else value
 
 
 def _node_value(item: object, *, get: str, attr: str | None, method: str, page: Page) -> str | None:
@@ -222,7 +235,8 @@ def _node_value(item: object, *, get: str, attr: str | None, method: str, page: 
     text node, attribute value, string or number as it is, stripped."""
     if isinstance(item, etree._Element):
         if get == "attr":
-            return item.get(attr) if isinstance(item.tag, str) else None
+            value = item.get(attr) if isinstance(item.tag, str) else None
+            return page.absolute(value) if value and attr.lower() in URL_ATTRIBUTES else value
         if get == "html":
             text = etree.tostring(item, method=method, encoding="unicode", with_tail=False)
             page.note_read(len(text))
@@ -451,6 +465,22 @@ class Page:
         if head.startswith("<?xml"):
             return "xml"
         return "html" if head.startswith("<") else None
+
+    def absolute(self, value: str) -> str:
+        """A URL attribute's value made absolute, as a link of the page is: against the page's
+        <base href> when it has one, else its URL. A value that is no URL stays as it is."""
+        base = self._once("base", self._base)
+        try:
+            return urljoin(base, value.strip())
+        except ValueError:
+            return value
+
+    def _base(self) -> str:
+        found = self.tree().root.xpath("//base[@href][1]/@href")
+        try:
+            return urljoin(self.url, str(found[0]).strip()) if found else self.url
+        except ValueError:
+            return self.url
 
     def note_read(self, characters: int) -> None:
         self.read += characters

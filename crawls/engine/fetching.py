@@ -24,7 +24,7 @@ from crawls.engine.frontier import Frontier
 from crawls.engine.proxying import KeptProxies, Stopped, fetch_via_pool
 from crawls.engine.recording import Recorder, Result
 from crawls.engine.request import VIA_SITEMAP_ROOT, Request
-from crawls.engine.robots import HostBusy, RobotsCache
+from crawls.engine.robots import HostBusy, RobotsCache, robots_unreachable
 from crawls.engine.scope import Scope
 from crawls.engine.sessions import LoginFailed, SharedSession
 from crawls.models import Crawl, ProxyUse
@@ -105,6 +105,8 @@ class PageFetch:
                 finally:
                     if turn.delay is not None:  # robots.txt went to the host in this turn
                         self.frontier.answered(request)
+                if not allowed and (unreachable := self.robots.unreachable(request)):
+                    return Result(request=request, fetch=robots_unreachable(request, unreachable))
                 if not allowed:
                     return Result(request=request, blocked="blocked by robots.txt")
                 if turn.delay:  # the page waits in the queue for the host's next turn

@@ -476,6 +476,11 @@ class Frontier:
         key = self.key(f"robotslock:{host.lower()}")
         return bool(self.redis.set(key, "1", nx=True, px=max(1, _ms(ttl))))
 
+    def robots_unlock(self, host: str) -> None:
+        """The host's robots.txt got no answer: nothing was stored, and the next worker that
+        needs it may ask at once rather than wait for the lock to expire."""
+        self.redis.delete(self.key(f"robotslock:{host.lower()}"))
+
     # The login session (crawls/engine/sessions.py), shared by every worker of the crawl
 
     def session(self) -> dict[str, str]:

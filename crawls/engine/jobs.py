@@ -70,11 +70,12 @@ def enqueue_slices(crawl: Crawl, count: int | None = None) -> int:
     count = crawl.slices if count is None else count
     slice_ids = [f"{crawl.pk}-{uuid.uuid4().hex[:10]}" for _ in range(count)]
     timeout = slice_timeout(crawl)
-    transaction.on_commit(lambda: _enqueue(crawl.pk, slice_ids, timeout))
+    first = crawl.priority > 0
+    transaction.on_commit(lambda: _enqueue(crawl.pk, slice_ids, timeout, at_front=first))
     return count
 
 
-def _enqueue(crawl_id: int, slice_ids: list[str], timeout: int) -> None:
+def _enqueue(crawl_id: int, slice_ids: list[str], timeout: int, *, at_front: bool) -> None:
     Frontier(crawl_id).slice_register(slice_ids, ttl=QUEUED_SLICE_TTL)
     queue = django_rq.get_queue("crawls")
     for slice_id in slice_ids:
@@ -88,6 +89,7 @@ def _enqueue(crawl_id: int, slice_ids: list[str], timeout: int) -> None:
             job_timeout=timeout,
             result_ttl=600,
             failure_ttl=7 * 24 * 3600,
+            at_front=at_front,  # a crawl's priority above 0: ahead of the others' slices
         )
 
 

@@ -12,8 +12,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from crawls.engine import live
+from crawls.engine.ending import end_line, finished_reason
 from crawls.engine.frontier import Frontier
-from crawls.models import Crawl, CrawlEvent, CrawlState, FailedRequest, Page
+from crawls.models import Crawl, CrawlEvent, CrawlState, EndReason, FailedRequest, Page
 from crawls.signals import crawl_ended
 
 
@@ -61,11 +62,16 @@ def finish_if_done(crawl_id: int) -> bool:
         return False
     stats = frontier.stats()
     state, kind, error = CrawlState.FINISHED, CrawlEvent.Kind.FINISHED, ""
+    max_pages = Crawl.objects.filter(pk=crawl_id).values_list("max_pages", flat=True).first() or 0
+    reason = finished_reason(stats, max_pages=max_pages)
     if stats["responses"] == 0 and stats["errors"] > 0:
         state, kind, error = CrawlState.FAILED, CrawlEvent.Kind.FAILED, _commonest_error(crawl_id)
+        reason = EndReason.FAILED
+    line = end_line(reason=reason, stats=stats, max_pages=max_pages, error=error)
     ended = Crawl.objects.filter(pk=crawl_id, state=CrawlState.RUNNING).update(
-        state=state, finished_at=timezone.now(), stats=stats, error=error
-    )
+        state=state, finished_at=timezone.now(), stats=stats, error=error, end_reason=reason,
+        end_line=line,
+    )  # fmt: skip
     if ended:
         CrawlEvent.objects.create(crawl_id=crawl_id, kind=kind, detail=error)
         announce(crawl_id)
@@ -85,7 +91,11 @@ def fail(crawl_id: int, error: str) -> bool:
             return False
         frontier = Frontier(crawl_id)
         frontier.cancel()
-        Crawl.objects.filter(pk=crawl_id).update(stats=frontier.stats())
+        stats = frontier.stats()
+        Crawl.objects.filter(pk=crawl_id).update(
+            stats=stats, end_reason=EndReason.FAILED,
+            end_line=end_line(reason=EndReason.FAILED, stats=stats, error=error),
+        )  # fmt: skip
         CrawlEvent.objects.create(crawl_id=crawl_id, kind=CrawlEvent.Kind.FAILED, detail=error)
         announce(crawl_id)
         announce_end(crawl_id, CrawlEvent.Kind.FAILED)

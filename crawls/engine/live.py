@@ -16,8 +16,9 @@ from channels.layers import get_channel_layer
 
 from crawlhub.connections import REDIS_ERRORS
 from crawlhub.dates import machine
+from crawls.engine.ending import stalled_line
 from crawls.engine.frontier import SERIES_POINTS, Frontier, live_views
-from crawls.models import Crawl
+from crawls.models import Crawl, EndReason
 
 log = logging.getLogger(__name__)
 
@@ -90,22 +91,38 @@ def _snapshot(crawl: Crawl, view: dict | Exception) -> dict:
     }
     if isinstance(view, Exception):
         stats = with_derived({**crawl.stats, "redis_error": str(view)})
-        return {**base, "stats": stats, "rate": 0.0, "series": [], "hosts": [],
-                "progress": progress(crawl, stats), "waiting": False}  # fmt: skip
+        return {**base, "stats": stats, "rate": 0.0, "rate_average": False, "series": [],
+                "hosts": [], "progress": progress(crawl, stats), "waiting": False,
+                "end": status_line(crawl, stats, waiting=False)}  # fmt: skip
     # A crawl that ended shows what was saved when it ended (cancel drops the queue).
     stats = with_derived(crawl.stats if crawl.is_over() and crawl.stats else view["stats"])
     hosts = sorted(view["hosts"].items(), key=lambda item: (-item[1], item[0]))
     series = view["series"]
+    waiting = waiting_for_worker(crawl, stats, view.get("slices_running", 0))
     return {
         **base,
         "stats": stats,
-        "rate": rate(series) if crawl.is_active() else 0.0,
+        "rate": average_rate(crawl, stats)
+        if crawl.is_over()
+        else (rate(series) if crawl.is_active() else 0.0),
+        "rate_average": crawl.is_over(),
         "series": series,
         "hosts": hosts[:HOSTS_SHOWN],
         "hosts_total": len(hosts),
         "progress": progress(crawl, stats),
-        "waiting": waiting_for_worker(crawl, stats, view.get("slices_running", 0)),
+        "waiting": waiting,
+        "end": status_line(crawl, stats, waiting=waiting),
     }
+
+
+def average_rate(crawl: Crawl, stats: dict) -> float:
+    """Pages per second from start to end: what a crawl that ended did, rather than a 0.0
+    that says nothing."""
+    if not (crawl.started_at and crawl.finished_at):
+        return 0.0
+    end = crawl.finished_at
+    seconds = (end - crawl.started_at).total_seconds()
+    return round(int(stats.get("responses", 0)) / seconds, 1) if seconds > 0 else 0.0
 
 
 def with_derived(stats: dict) -> dict:
@@ -117,17 +134,34 @@ def with_derived(stats: dict) -> dict:
 
 def progress(crawl: Crawl, stats: dict) -> dict:
     """Work done against work known: "done" requests answered or given up (responses +
-    errors), "known" requests scheduled and not cancelled; "capped" once max pages stops the
-    crawl scheduling more, so that "known" is all there will be. A finished crawl is at 100."""
+    errors), "known" every request scheduled, the cancelled ones included (a cancel, a dropped
+    host: work left undone); "capped" once max pages stops the crawl scheduling more, so that
+    "known" is all there will be. 100 percent only when every known request was done and
+    nothing was refused by the cap: work left undone never reads 100."""
     done = int(stats.get("responses", 0)) + int(stats.get("errors", 0))
     requests = int(stats.get("requests", 0))
-    known = max(done, requests - int(stats.get("cancelled", 0)))
+    known = max(done, requests)
     percent = 100 * done // known if known else 0
-    if crawl.state == "finished":
-        percent = 100
+    # Finished with every URL done, or failed with every request tried (none answered).
+    complete = done >= known and (
+        (crawl.state == "finished" and crawl.end_reason in ("", EndReason.FINISHED))
+        or crawl.state == "failed"
+    )
+    if percent == 100 and not complete:
+        percent = 99
     return {"done": done, "known": known, "percent": percent,
             "capped": crawl.max_pages > 0 and requests >= crawl.max_pages,
             "open": not crawl.is_over()}  # fmt: skip
+
+
+def status_line(crawl: Crawl, stats: dict, *, waiting: bool) -> dict:
+    """Why the crawl ended (its saved reason and line), or "stalled" while it waits for a
+    worker; empty otherwise."""
+    if crawl.is_over():
+        return {"reason": crawl.end_reason, "line": crawl.end_line}
+    if waiting:
+        return {"reason": "stalled", "line": stalled_line(stats)}
+    return {"reason": "", "line": ""}
 
 
 def waiting_for_worker(crawl: Crawl, stats: dict, slices_running: int) -> bool:
@@ -169,6 +203,7 @@ def compact(full: dict) -> dict:
         "at": full["at"],
         "stats": {name: stats.get(name, 0) for name in LIST_COUNTERS},
         "progress": full.get("progress"),
+        "end": full.get("end"),
     }
 
 

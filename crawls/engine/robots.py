@@ -7,11 +7,12 @@ import math
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from urllib.parse import urlsplit
 
 from protego import Protego
 
-from crawlhub.http.client import Fetcher
+from crawlhub.http.client import Fetcher, FetchResult
 from crawls.engine.frontier import Frontier
 from crawls.engine.request import Request
 from crawls.engine.sitemaps import usable_sitemaps
@@ -113,6 +114,15 @@ def policy_from_response(status: int | None, text: str) -> RobotsPolicy:
     return RobotsPolicy.allow_everything()
 
 
+def robots_unreachable(request: Request, robots: FetchResult) -> FetchResult:
+    """The page's fetch when its host's robots.txt got no response: no response for the page
+    either, with robots.txt's error (refused, timeout: retried like the page's own would be)."""
+    return replace(
+        robots, url=request.url, final_url=request.url, body=b"", redirects=[], links=[],
+        link_texts=[], headers={}, error=f"robots.txt could not be fetched: {robots.error}",
+    )  # fmt: skip
+
+
 class RobotsCache:
     """A slice's robots.txt policies, per host; safe to share between its fetch threads.
 
@@ -135,6 +145,8 @@ class RobotsCache:
         self.user_agent = user_agent
         self.host_delay = host_delay
         self._policies: dict[str, tuple[RobotsPolicy, float]] = {}  # host -> (policy, until)
+        # host -> the fetch of its robots.txt that got no response, while that disallows it
+        self._unreachable: dict[str, FetchResult] = {}
         self._lock = threading.Lock()
 
     def allows(self, request: Request, *, before_fetch: Callable[[], bool] | None = None) -> bool:
@@ -142,6 +154,12 @@ class RobotsCache:
         before_fetch, when given, is asked right before robots.txt is fetched from the site
         (the host's politeness turn); False raises HostBusy and nothing is fetched."""
         return self._policy(request, before_fetch).allowed(request.url, self.user_agent)
+
+    def unreachable(self, request: Request) -> FetchResult | None:
+        """Why the request's host is disallowed when no robots.txt answer came (a dead host, a
+        timeout): the page is then not "blocked by robots.txt" but could not be fetched, and
+        is retried as such (crawls/engine/slices.py). None when the host answered."""
+        return self._unreachable.get(request.host)
 
     def sitemaps(self, request: Request) -> list[str]:
         """The sitemaps the robots.txt of the request's host lists (loaded as for allows)."""
@@ -152,9 +170,13 @@ class RobotsCache:
     ) -> RobotsPolicy:
         host = request.host
         cached = self._policies.get(host)
+        if request.attempts and host in self._unreachable:
+            cached = None  # a retry asks an unreachable host again: that is what it retries
         if cached is None or cached[1] < time.monotonic():
             with self._lock:
                 cached = self._policies.get(host)
+                if request.attempts and host in self._unreachable:
+                    cached = None
                 if cached is None or cached[1] < time.monotonic():
                     cached = self._load(request.url, host, before_fetch)
                     self._policies[host] = cached
@@ -168,10 +190,15 @@ class RobotsCache:
         if stored is None:
             if before_fetch is not None and not before_fetch():
                 raise HostBusy(host)
-            status, text = self.fetcher.fetch_text(robots_url(url), headers_for=self.headers_for)
+            status, text, fetch = self.fetcher.read_text(
+                robots_url(url), headers_for=self.headers_for
+            )
             if status is None:
+                self._unreachable[host] = fetch
+                self.frontier.robots_unlock(host)
                 until = time.monotonic() + UNREACHABLE_ROBOTS_SECONDS
                 return policy_from_response(None, ""), until
+            self._unreachable.pop(host, None)
             stored = f"{status}\n{text}"
             self.frontier.robots_store(host, stored)
         status_line, _, text = stored.partition("\n")

@@ -14,10 +14,12 @@ MAX_PATTERNS = 100  # per field
 class ScopeError(ValueError):
     """A scope setting that cannot be used; the message names the field, line and value."""
 
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
+    def __init__(self, field: str, message: str, *, problems: list[str] | None = None) -> None:
+        problems = problems or [message]
+        super().__init__(f"{field}: " + "; ".join(problems))
         self.field = field
         self.message = message  # without the field's name: for a form that shows it by the field
+        self.problems = problems  # every bad line's, when there are several
 
 
 def compile_patterns(patterns: list[str], field: str) -> list[Pattern]:
@@ -33,12 +35,14 @@ def _compile(patterns: list[str], field: str) -> tuple[list[Pattern], Pattern | 
     lines = [(line, text) for line, text in lines if text]
     if len(lines) > MAX_PATTERNS:
         raise ScopeError(field, f"{len(lines):,} patterns; at most {MAX_PATTERNS}")
-    compiled = []
+    compiled, problems = [], []
     for line, text in lines:
         try:
             compiled.append(compile_pattern(text))
-        except PatternError as exc:
-            raise ScopeError(field, f"line {line}: {exc}") from None
+        except PatternError as exc:  # every bad line is said at once, not the first only
+            problems.append(f"line {line}: {exc}")
+    if problems:
+        raise ScopeError(field, problems[0], problems=problems)
     try:
         return compiled, match_any(compiled)
     except PatternError as exc:  # too complex together

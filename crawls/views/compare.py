@@ -8,7 +8,7 @@ from django.shortcuts import render
 
 from crawlhub.lookups import typed_id
 from crawls import changes, exports
-from crawls.models import Crawl
+from crawls.models import Crawl, CrawlState
 from crawls.services import visible_crawls
 
 SHOWN = 100
@@ -38,8 +38,20 @@ def _pair(request: HttpRequest) -> tuple[Crawl | None, Crawl | None, list[str], 
     return older, newer, errors, kind
 
 
+def _earlier_run(user, crawl: Crawl) -> Crawl | None:
+    """The latest crawl before `crawl` of the same seeds that this user may see and that was
+    started: what "Compare with another crawl" means first, rather than the newest of any."""
+    before = visible_crawls(user).filter(pk__lt=crawl.pk).exclude(state=CrawlState.DRAFT)
+    for candidate in before.order_by("-pk").only("id", "seeds")[:CHOICES]:
+        if candidate.seeds == crawl.seeds:
+            return candidate
+    return None
+
+
 def compare(request: HttpRequest) -> HttpResponse:
     older, newer, errors, kind = _pair(request)
+    if newer is not None and older is None and not request.GET.get("a", "").strip():
+        older = _earlier_run(request.user, newer)
     context = {
         "nav": "crawls",
         "older": older,

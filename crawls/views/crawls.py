@@ -7,6 +7,7 @@ from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from crawlhub.access import next_path
@@ -126,6 +127,10 @@ def crawl_new(request: HttpRequest) -> HttpResponse:
     return render(request, "crawls/crawl_new.html", {"nav": "crawls", "form": form})
 
 
+def _seeds_typed_key(crawl: Crawl) -> str:
+    return f"crawl-{crawl.pk}-seeds-typed"
+
+
 def crawl_detail(request: HttpRequest, pk: int) -> HttpResponse:
     crawl = get_object_or_404(
         visible_crawls(request.user).select_related("channel", "created_by", "auth"), pk=pk
@@ -146,6 +151,7 @@ def crawl_detail(request: HttpRequest, pk: int) -> HttpResponse:
             "snapshot": snapshot,
             "stats": snapshot["stats"],
             "change_counts": changes.change_counts(crawl) if crawl.is_over() else None,
+            "seeds_typed": request.session.pop(_seeds_typed_key(crawl), ""),
             **_activity(crawl),
         },
     )
@@ -214,11 +220,14 @@ def crawl_hosts(request: HttpRequest, pk: int) -> HttpResponse:
         hosts, problem = services.crawl_hosts(crawl), ""
     except services.REDIS_ERRORS as exc:
         hosts, problem = [], f"Redis is not reachable: {exc}"
+    can_act = not crawl.is_over() and crawl.state != CrawlState.DRAFT
+    asked = request.GET.get("drop", "") if can_act else ""
+    confirm_drop = next((h for h in hosts if asked and h["host"] == asked and h["queued"]), None)
     return render(
         request,
         "crawls/crawl_hosts.html",
         {"nav": "crawls", "crawl": crawl, "hosts": hosts, "problem": problem,
-         "can_act": not crawl.is_over() and crawl.state != CrawlState.DRAFT},
+         "can_act": can_act, "confirm_drop": confirm_drop},
     )  # fmt: skip
 
 
@@ -242,6 +251,8 @@ def crawl_action(request: HttpRequest, pk: int, action: str) -> HttpResponse:
         ok, text = _act(request, services.crawl_add_seeds, crawl,
                         "Seeds added: {result[0]} new, {result[1]} already seen.",
                         urls=request.POST.get("urls", ""))  # fmt: skip
+        if not ok:  # the crawl page shows what was typed again, to correct rather than retype
+            request.session[_seeds_typed_key(crawl)] = request.POST.get("urls", "")[:100_000]
         if ok and (left_out := services.credentials_left_out(crawl)):
             text += (
                 f" The saved credentials are not sent to {', '.join(left_out)}: they stay "
@@ -252,6 +263,10 @@ def crawl_action(request: HttpRequest, pk: int, action: str) -> HttpResponse:
         ids = _ids(request.POST.getlist("id")) or None
         ok, text = _act(request, services.crawl_retry_failed, crawl,
                         "{result} request(s) back in the queue.", ids=ids)  # fmt: skip
+    elif action == "host-drop" and request.POST.get("confirm") != "yes":
+        # Asked first: one click used to throw away the host's whole queue.
+        query = urlencode({"drop": request.POST.get("host", "")})
+        return redirect(f"{reverse('crawl_hosts', args=[crawl.pk])}?{query}")
     elif action in HOST_ACTIONS:
         fn, done = HOST_ACTIONS[action]
         fields = {"host": request.POST.get("host", "")}

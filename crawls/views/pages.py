@@ -61,6 +61,31 @@ def field_names(crawl: Crawl) -> list[str]:
     return [r["name"] for r in rules if isinstance(r, dict) and isinstance(r.get("name"), str)]
 
 
+def _failed_here(crawl: Crawl, flt: PageFilter) -> int:
+    """Requests the status filter asks for that are not pages: those that used up their
+    retries on such a status are in the failure queue (the 5xx bar counts them)."""
+    if flt.status is not None:
+        return crawl.failures.filter(last_status=flt.status).count() if flt.status >= 400 else 0
+    if flt.status_class in ("4xx", "5xx"):
+        low = int(flt.status_class[0]) * 100
+        return crawl.failures.filter(last_status__gte=low, last_status__lt=low + 100).count()
+    return 0
+
+
+def _position(request: HttpRequest, found, flt: PageFilter) -> dict | None:
+    """Where the screen sits in the whole list: its first and last row's places, and the
+    places the Next and Previous links start at. Pages go by cursor (crawls/pages.py), so the
+    links carry the place (`at`); a link without one, past the first screen, has none."""
+    raw = request.GET.get("at", "")
+    cursor = request.GET.get("after") or request.GET.get("before")
+    if found.searched or not found.rows or (cursor and not raw.isdigit()):
+        return None
+    first = int(raw) if cursor and len(raw) < 10 else 1
+    last = first + len(found.rows) - 1
+    return {"first": max(1, first), "last": last, "next": last + 1,
+            "previous": max(1, first - flt.size)}  # fmt: skip
+
+
 def page_list(request: HttpRequest, pk: int) -> HttpResponse:
     crawl = _crawl(request, pk)
     errors: dict[str, list[str]] = {}
@@ -81,6 +106,8 @@ def page_list(request: HttpRequest, pk: int) -> HttpResponse:
         "crawl": crawl,
         "flt": flt,
         "found": found,
+        "position": _position(request, found, flt),
+        "failed_here": _failed_here(crawl, flt),
         "errors": errors,
         "field_names": names,
         "columns": _columns(flt, names),

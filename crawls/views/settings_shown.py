@@ -8,14 +8,14 @@ from django.db import models
 from django.template.defaultfilters import filesizeformat
 from django.utils.text import capfirst
 
-from crawls.models import CRAWL_OPTIONS, Crawl
+from crawlhub.http.useragents import DEFAULT_USER_AGENT
+from crawls.models import CRAWL_OPTIONS, Crawl, UserAgentMode
 
 # Words for a value that means "the default" or "none", per option.
 EMPTY = {
     "allowed_domains": "none: the seeds' hosts",
     "include_patterns": "none: every URL in scope",
     "exclude_patterns": "none",
-    "user_agent": "crawlhub's own",
 }
 UNITS = {"timeout": "s", "host_delay": "s"}
 NO_CAP = {"host_concurrency": "no cap"}
@@ -43,6 +43,8 @@ def _value(crawl: Crawl, name: str, field: models.Field) -> str:
         mode = crawl.effective_user_agent_mode()
         label = dict(field.choices).get(mode, mode)
         return label if value else f"the channel's: {label}"
+    if name == "user_agent":
+        return _user_agent(crawl)
     if name == "extract_rules":
         rules = crawl.effective_extract_rules()
         text = "\n".join(f"{r.get('name', '?')}: {r.get('kind', '')} {r.get('expr', '')}".strip()
@@ -62,6 +64,16 @@ def _value(crawl: Crawl, name: str, field: models.Field) -> str:
         value = f"{value:g}"
     unit = UNITS.get(name)
     return f"{value} {unit}" if unit else str(value)
+
+
+def _user_agent(crawl: Crawl) -> str:
+    """What the crawl sends (client.pick_user_agent): in random mode not this field at all."""
+    if crawl.effective_user_agent_mode() == UserAgentMode.RANDOM:
+        return (
+            "not sent: a random browser's per request (random mode); robots.txt is read for "
+            f"{crawl.user_agent or DEFAULT_USER_AGENT}"
+        )
+    return crawl.user_agent or f"crawlhub's own: {DEFAULT_USER_AGENT}"
 
 
 def _credential_rows(shown: dict) -> list[tuple[str, str, str]]:

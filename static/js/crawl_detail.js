@@ -170,18 +170,26 @@
     document.getElementById("add-seeds").hidden = CAN_ADD_SEEDS.indexOf(snap.state) === -1;
     const done = snap.progress || {};
     const progress = document.getElementById("progress");
-    progress.max = Math.max(1, done.known || 0);
-    progress.value = done.percent === 100 ? progress.max : (done.done || 0);
+    progress.max = 100;
+    progress.value = done.percent || 0;
+    const endLine = document.getElementById("end-line");
+    const end = snap.end || {};
+    endLine.textContent = end.line || "";
+    endLine.className = "end-line end-" + (end.reason || "none");
+    endLine.hidden = !end.line;
     document.getElementById("done").textContent = number(done.done);
     document.getElementById("known").textContent = number(done.known);
     document.getElementById("percent").textContent = done.percent || 0;
     document.getElementById("capped").hidden = !done.capped;
     document.getElementById("uncapped").hidden = !!done.capped || !done.open;
     document.getElementById("rate").textContent = Number(snap.rate || 0).toFixed(1);
+    document.getElementById("rate-unit").textContent =
+      snap.rate_average ? "pages/s on average" : "pages/s";
     const times = document.getElementById("times");
     times.replaceChildren(snap.started_at ? "started " : "not started");
     if (snap.started_at) times.append(timeEl(snap.started_at));
     if (snap.finished_at) times.append(", finished ", timeEl(snap.finished_at));
+    document.getElementById("failed-http").hidden = !Number(stats.failed_http || 0);
     const redisError = document.getElementById("redis-error");
     redisError.hidden = !stats.redis_error;
     redisError.querySelector("span").textContent = stats.redis_error || "";

@@ -44,9 +44,14 @@
     // Done against known work, as the crawl's page shows it (live.progress on the server).
     const done = snap.progress || { done: 0, known: 0, percent: 0 };
     const progress = row.querySelector("progress");
-    progress.max = done.known || 1;
-    progress.value = done.done;
+    progress.max = 100;
+    progress.value = done.percent;
     row.querySelector('[data-field="percent"]').textContent = done.percent + "%";
+    // Why it ended (or that it is stalled), in one line: live.status_line on the server.
+    const end = row.querySelector('[data-field="end"]');
+    const line = (snap.end && snap.end.line) || "";
+    end.textContent = line;
+    end.hidden = !line;
     // The duration runs on while the crawl has not ended, and stops at its end.
     row.querySelectorAll('[data-field="duration"][data-started]').forEach(function (cell) {
       const end = snap.finished_at ? new Date(snap.finished_at) : new Date();

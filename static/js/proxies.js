@@ -1,6 +1,21 @@
-// The Proxies page's health panel, live from /ws/proxies/ (staff only).
+// The Proxies page's health panel, live from /ws/proxies/ (staff only), and the table's
+// select-all box (shown only with this script, which is what makes it work).
 (function () {
   "use strict";
+  const all = document.getElementById("select-all");
+  if (all) {
+    const boxes = function () { return document.querySelectorAll('input[name="ids"]'); };
+    all.hidden = false;
+    all.addEventListener("change", function () {
+      boxes().forEach(function (box) { box.checked = all.checked; });
+    });
+    document.addEventListener("change", function (event) {
+      if (event.target.name !== "ids") return;
+      const checked = Array.from(boxes()).filter(function (box) { return box.checked; }).length;
+      all.checked = checked === boxes().length;
+      all.indeterminate = checked > 0 && checked < boxes().length;
+    });
+  }
   const panel = document.getElementById("pool-health");
   if (!panel || !window.crawlhubLive) return;
   const liveEl = document.getElementById("live");

@@ -142,6 +142,7 @@
     const rows = names.map((n) => [n, answer.fields[n] === undefined ? null : answer.fields[n], failed[n]]);
     answer.skipped.forEach((n) => rows.push([n, "(not applied: the URL does not match its URL pattern)", ""]));
     show(rows,
-         {text: answer.final_url + " — " + status});
+         {text: answer.final_url + " — " + status + (answer.not_kept ? ". " + answer.not_kept : ""),
+          error: !!answer.not_kept});
   });
 })();

@@ -76,4 +76,4 @@ def test_a_finished_crawl_reads_100_percent_in_the_list_whatever_its_max_pages(u
     assert (progress["done"], progress["known"], progress["percent"]) == (13, 13, 100)
     assert duration == timedelta(0)
     html = response.content.decode()
-    assert 'data-field="percent">100%<' in html and 'max="13" value="13"' in html
+    assert 'data-field="percent">100%<' in html and 'max="100" value="100"' in html

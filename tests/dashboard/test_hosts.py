@@ -49,7 +49,10 @@ def test_the_host_view_shows_what_each_host_is_doing(user, user_client):
     page = user_client.get(f"/crawls/{crawl.pk}/hosts/").content.decode()
     row = re.search(rf"<tr>\s*<td class=\"url\">{claimed.host}</td>.*?</tr>", page, re.S)[0]
     cells = re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)
-    assert cells[1:5] == ["2", "1", "0", "0"]  # queued, in flight, done, errors
+    assert cells[1:5] == ["2", "1", "0", "0"]  # queued, in flight, done, no answer
+    # Not "Errors": the crawl's Errors counts requests, this every attempt without an answer.
+    heads = re.findall(r"<th[^>]*>(.*?)</th>", page)
+    assert "Errors" not in heads and "Attempts without an answer" in heads
     assert cells[5] == "30"  # its delay now, from the Retry-After
     # Next allowed, some 30 s ahead: a <time> in the one date style (static/js/dates.js).
     assert re.fullmatch(
@@ -76,9 +79,29 @@ def test_an_owner_holds_and_releases_a_host_through_the_page(user):
     assert crawl.events.filter(kind=CrawlEvent.Kind.HOST_RELEASED, detail="a.test").exists()
 
 
+def test_drop_queue_asks_first_and_drops_nothing_on_the_first_click(user):
+    """One click on "Drop queue" used to throw away every queued request of the host."""
+    crawl = running(user, "a.test", "b.test")
+    client = strict_client(user)
+    response = post_form(client, crawl, "host-drop", "a.test")
+    assert response.status_code == 302
+    assert Frontier(crawl.pk).stats()["queued"] == 6
+    assert not crawl.events.filter(kind=CrawlEvent.Kind.HOST_DROPPED).exists()
+    page = client.get(response["Location"]).content.decode()
+    assert "Drop the 3 queued requests of a.test?" in page
+    html = lxml.html.fromstring(page)
+    (confirm,) = [f for f in html.forms if f.fields.get("confirm") == "yes"]
+    assert confirm.fields["host"] == "a.test"
+    # "Keep them" goes back to the host view, which asks nothing more.
+    assert html.xpath('//a[normalize-space()="Keep them"]/@href') == [f"/crawls/{crawl.pk}/hosts/"]
+
+
 def test_staff_drops_a_host_s_queue_and_it_is_counted(user, staff):
     crawl = running(user, "a.test", "b.test")
-    response = post_form(strict_client(staff), crawl, "host-drop", "a.test")
+    client = strict_client(staff)
+    response = post_form(client, crawl, "host-drop", "a.test")
+    assert Frontier(crawl.pk).stats()["cancelled"] == 0  # asked first
+    response = post_form(client, crawl, "host-drop", "a.test", confirm="yes")
     assert response.status_code == 302
     stats = Frontier(crawl.pk).stats()
     assert stats["cancelled"] == 3 and stats["queued"] == 3

@@ -507,11 +507,26 @@ def test_the_preview_fetches_one_page_and_shows_what_each_rule_yields(user_clien
     ]
     answer = preview(user_client, site.url + "/p", rules).json()
     assert answer["status"] == 200
-    assert answer["fields"] == {"name": "Lamp", "price": "12", "links": ["/x"]}
+    assert answer["fields"] == {"name": "Lamp", "price": "12", "links": [site.url + "/x"]}
     assert answer["skipped"] == ["b"]
     data = preview(user_client, site.url + "/data", rules[2:3]).json()
     assert data["fields"] == {"b": [1, 2]}
     assert [r.path for r in site.log] == ["/p", "/data"]
+
+
+def test_the_preview_shows_no_fields_on_a_page_the_crawl_would_not_keep_them_of(
+    user_client, make_site
+):
+    """It showed a 404's fields, which a crawl never keeps (results.extract: 2xx only)."""
+    site = make_site(pages_site({}))  # every page a 404 with an <h1>
+    answer = preview(user_client, site.url + "/gone", [
+        {"name": "heading", "kind": "css", "expr": "h1"},
+    ]).json()  # fmt: skip
+    assert answer["status"] == 404
+    assert answer["fields"] == {} and answer["skipped"] == []
+    assert answer["not_kept"] == (
+        "The crawl keeps fields of complete 2xx responses only: this page answered HTTP 404."
+    )
 
 
 def test_the_preview_names_what_is_wrong(user_client, settings):
@@ -534,3 +549,28 @@ def test_the_change_filter_lists_the_pages_of_each_kind(crawl, user_client):
     )
     shown = len(html.cssselect("table.pages-table tbody tr"))
     assert shown == crawl.pages.filter(change=Change.NEW).count() > 0
+
+
+def test_each_screen_says_where_it_sits_in_the_list(crawl, user_client):
+    """Page 2 used to say nothing of where it was ("51-100 of 137")."""
+    url = f"/crawls/{crawl.pk}/pages/?sort=depth"
+    seen = []
+    while url:
+        html = lxml.html.fromstring(user_client.get(url).content)
+        seen.append(html.get_element_by_id("position").text_content())
+        following = html.xpath('//nav[@class="pager"]/a[@rel="next"]/@href')
+        url = f"/crawls/{crawl.pk}/pages/{following[0]}" if following else ""
+    assert seen == ["1–50 of 137", "51–100 of 137", "101–137 of 137"]
+    (back,) = html.xpath('//nav[@class="pager"]/a[@rel="prev"]/@href')
+    html = lxml.html.fromstring(user_client.get(f"/crawls/{crawl.pk}/pages/{back}").content)
+    assert html.get_element_by_id("position").text_content() == "51–100 of 137"
+
+
+def test_the_api_next_link_has_no_stray_ampersand(crawl, user_client):
+    answer = user_client.get(f"/api/crawls/{crawl.pk}/pages/").json()
+    assert "next" in answer, answer
+    query = urlsplit(answer["next"]).query
+    assert not query.startswith("&") and "&&" not in query, answer["next"]
+    assert query.startswith("after=")
+    filtered = user_client.get(f"/api/crawls/{crawl.pk}/pages/?status_class=2xx&size=25").json()
+    assert "&after=" in filtered["next"] and "?&" not in filtered["next"]

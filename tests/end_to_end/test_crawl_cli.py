@@ -38,6 +38,8 @@ def test_create_start_wait_status_and_list(user, make_site):
     status = json.loads(crawl_cli("status", crawl_id, "--json"))
     assert waited == status
     assert (status["state"], status["responses"], status["requests"]) == ("finished", 2, 2)
+    assert status["end_reason"] == "finished"
+    assert status["end_line"] == "Finished: every URL it scheduled was done (2 answered, 0 errors)."
     crawl.refresh_from_db()
     assert status["seconds"] == round((crawl.finished_at - crawl.started_at).total_seconds(), 3)
     listed = json.loads(crawl_cli("list", "--json", "--state", "finished"))
@@ -94,3 +96,22 @@ def test_an_option_left_out_is_the_model_s_default(user):
     crawl = Crawl.objects.get(pk=int(crawl_id))
     left_out = (crawl.allowed_domains, crawl.obey_robots, crawl.keep_bodies, crawl.host_delay)
     assert left_out == ([], True, False, None)
+
+
+def test_a_crawl_created_without_user_belongs_to_the_one_admin(user, staff, django_user_model):
+    """It used to have no owner: no one but staff could see it, nor enter its credentials."""
+    admin = django_user_model.objects.create_superuser(username="root", password="x" * 12)
+    crawl_id = crawl_cli("create", "--name", "cli", "--seed", "http://a.test/").strip()
+    assert Crawl.objects.get(pk=int(crawl_id)).created_by == admin
+
+
+def test_without_user_and_no_single_admin_create_says_it_has_no_owner(user):
+    err = io.StringIO()
+    call_command("crawl", "create", "--name", "cli", "--seed", "http://a.test/",
+                 stdout=io.StringIO(), stderr=err)  # fmt: skip
+    crawl = Crawl.objects.get()
+    assert crawl.created_by is None
+    assert err.getvalue() == (
+        f"crawl {crawl.pk} has no owner (no --user, and not exactly one admin): only staff see "
+        "it; name the crawl's owner with --user\n"
+    )

@@ -94,7 +94,33 @@ def test_css_text_and_attr_pseudo_elements_give_the_value_stripped():
             {"name": "next", "kind": "css", "expr": "a[rel=next]::attr(href)"},
         ]
     )
-    assert got.fields == {"title": "Blue   Kettle | Shop", "next": "/kettles/green"}
+    assert got.fields == {
+        "title": "Blue   Kettle | Shop", "next": "https://shop.example/kettles/green",
+    }  # fmt: skip
+
+
+def test_a_url_attribute_is_made_absolute_against_the_page_and_its_base():
+    """href, src and the other attributes that hold a URL give it absolute, as a link of the
+    page would be followed; other attributes stay as they are."""
+    got = extract([
+        {"name": "hrefs", "kind": "css", "expr": "a", "get": "attr", "attr": "href", "many": True},
+        {"name": "img", "kind": "xpath", "expr": "//img/@src"},
+        {"name": "next", "kind": "css", "expr": "a[rel=next]::attr(href)"},
+        {"name": "alt", "kind": "css", "expr": "img", "get": "attr", "attr": "alt"},
+    ])  # fmt: skip
+    assert got.fields == {
+        "hrefs": ["https://shop.example/kettles/red", "https://shop.example/kettles/green"],
+        "img": "https://shop.example/img/blue.png",
+        "next": "https://shop.example/kettles/green",
+        "alt": None,
+    }
+    based = PAGE.replace(b"<head>", b'<head><base href="https://cdn.example/v2/">')
+    got = extract(one("css", "img", get="attr", attr="src"), body=based)
+    assert got.fields == {"field": "https://cdn.example/img/blue.png"}
+    got = extract(
+        one("css", "a", get="attr", attr="href"), body=PAGE.replace(b"/kettles/red", b"red")
+    )
+    assert got.fields == {"field": "https://shop.example/kettles/red"}
 
 
 def test_many_gives_every_value_in_page_order_and_leaves_out_empty_ones():
@@ -107,7 +133,7 @@ def test_many_gives_every_value_in_page_order_and_leaves_out_empty_ones():
         ]
     )
     assert got.fields == {
-        "hrefs": ["/kettles/red", "/kettles/green"],
+        "hrefs": ["https://shop.example/kettles/red", "https://shop.example/kettles/green"],
         "items": ["Red", "Green", "no link"],
         "alts": [],
         "nothing": [],
@@ -144,7 +170,7 @@ def test_an_xpath_rule_takes_elements_text_nodes_attributes_strings_and_numbers(
     assert got.fields == {
         "heading": "Blue Kettle 1.7 l",
         "own_text": "Blue",
-        "src": "/img/blue.png",
+        "src": "https://shop.example/img/blue.png",
         "html": '<li><a href="/kettles/green" rel="next">Green</a></li>',
         "rel": ["next"],
         "links": "2",
@@ -627,7 +653,7 @@ def test_an_unexpected_exception_in_a_rule_is_that_rules_error(monkeypatch):
 
     monkeypatch.setattr(extraction, "_TEXT_OF", broken)
     got = extract([*one("css", "h1"), {"name": "src", "kind": "css", "expr": "img::attr(src)"}])
-    assert got.fields == {"field": None, "src": "/img/blue.png"}
+    assert got.fields == {"field": None, "src": "https://shop.example/img/blue.png"}
     assert got.errors == {"field": "the rule failed on this page: RuntimeError('lxml broke')"}
 
 

@@ -61,7 +61,7 @@ def test_a_crawl_extracts_each_rules_fields_from_the_pages_they_apply_to(user, m
     pages = pages_by_path(crawl)
     assert pages["/product/1"].extracted == {
         "title": "Product 1", "price": "$10", "sku": "1001", "tags": ["red", "big"],
-        "image": "/img/1.png",
+        "image": site.url + "/img/1.png",  # made absolute, as links are
     }  # fmt: skip
     assert pages["/product/2"].extracted["price"] == "$20"
     # The product rules do not apply to /about; a rule that finds nothing gives None.

@@ -10,11 +10,13 @@ import pytest
 
 from crawlhub.http.client import Fetcher
 from crawlhub.http.useragents import DEFAULT_USER_AGENT, USER_AGENTS
+from crawls import services
 from crawls.engine import robots
 from crawls.engine.frontier import Frontier
 from crawls.engine.request import Request
 from crawls.engine.robots import RobotsCache, RobotsPolicy, policy_from_response, robots_url
-from tests.support.sites import Response, pages_site
+from tests.support.crawling import drive
+from tests.support.sites import Response, free_port, pages_site
 
 ROBOTS = """
 # comments and blank lines are fine
@@ -235,3 +237,24 @@ def test_an_unreachable_robots_txt_disallows_for_a_while_then_is_asked_again(
     assert cache.allows(page)  # a 404 now: no restrictions
     assert site.paths() == ["/robots.txt", "/robots.txt"]
     assert frontier.robots_text(page.host) is not None
+
+
+@pytest.mark.django_db
+def test_a_dead_host_is_unreachable_not_blocked_and_its_pages_are_retried(user, quick_slices):
+    """Its robots.txt could not be fetched because nothing answers: the page says so (not
+    "blocked by robots.txt", which is a site's rule), and it is retried like any fetch that got
+    no answer, asking for robots.txt again each time, then goes to the failure queue."""
+    port = free_port()  # nobody listens: connection refused
+    crawl = services.crawl_create(
+        user=user, name="dead", seeds=[f"http://127.0.0.1:{port}/"], obey_robots=True,
+        max_retries=2,
+    )  # fmt: skip
+    services.crawl_start(crawl=crawl, user=user)
+    crawl = drive(crawl, timeout=60)
+    stats = crawl.stats
+    assert (stats["retries"], stats["failed"], stats["errors"]) == (2, 1, 1)
+    failure = crawl.failures.get()
+    assert failure.attempts == 3
+    assert failure.last_error.startswith("robots.txt could not be fetched: ")
+    assert "refused" in failure.last_error
+    assert "blocked by robots.txt" not in crawl.end_line

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from django.core.exceptions import ValidationError
 
 from crawlhub.http.urls import url_problem, validate_url
+from crawls import services
 from crawls.engine.patterns import Pattern
 from crawls.engine.scope import Scope, ScopeError, compile_patterns
 
@@ -197,3 +199,20 @@ def test_url_problem_says_why_a_url_cannot_be_fetched():
     too_long = "https://example.com/" + "a" * 9980
     assert url_problem(too_long) == "longer than 8000 characters (10000)"
     assert url_problem(too_long[:8000]) == ""
+
+
+@pytest.mark.django_db
+def test_every_bad_line_of_a_pattern_field_is_named_at_once():
+    """Only the first bad line used to be reported: fix it, save, meet the next."""
+    with pytest.raises(ScopeError) as info:
+        compile_patterns(["/ok/", "a(", "", "(?<=x)y", "b["], "exclude_patterns")
+    assert [problem.split(":")[0] for problem in info.value.problems] == [
+        "line 2", "line 4", "line 5",
+    ]  # fmt: skip
+    assert str(info.value).startswith("exclude_patterns: line 2: 'a(' is not a valid")
+    with pytest.raises(ValidationError) as caught:
+        services.crawl_create(user=None, name="x", seeds=["http://a.test/"],
+                              include_patterns="a(\n/fine/\nb[")  # fmt: skip
+    assert [m.split(":")[0] for m in caught.value.message_dict["include_patterns"]] == [
+        "line 1", "line 3",
+    ]  # fmt: skip

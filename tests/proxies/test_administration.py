@@ -13,6 +13,7 @@ from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 from proxies import pool, services
+from proxies.health import health_snapshot
 from proxies.models import Proxy, ProxyEvent, ProxyState
 from tests.support.clients import session_cookie, ws_connect
 
@@ -279,3 +280,17 @@ def test_removing_or_disabling_many_proxies_takes_a_few_statements_not_a_few_per
     removed = Proxy.objects.get(pk=proxies[-1].pk)
     assert (removed.removed_by, removed.removed_why) == (staff, "batch")
     assert removed.removed_at is not None
+
+
+def test_a_proxy_that_failed_its_checks_is_not_counted_as_not_checked_yet(staff_client):
+    """It read "Not checked yet" after three failed checks."""
+    Proxy.objects.create(host="10.0.0.5", port=80)  # imported, never checked
+    Proxy.objects.create(host="10.0.0.6", port=80, failures=3, last_error="timed out")
+    inventory = health_snapshot()["inventory"]
+    assert (inventory["new"], inventory["unchecked"], inventory["failing"]) == (2, 1, 1)
+    page = staff_client.get("/proxies/").content.decode()
+    assert 'data-h="inventory.unchecked"' in page and 'data-h="inventory.failing"' in page
+    assert 'data-h="inventory.new"' not in page
+    assert 'title="Checked 3 times, never passed yet">failing</span>' in page
+    # And a box that selects every proxy of the page (the script shows it).
+    assert 'id="select-all"' in page

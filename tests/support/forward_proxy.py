@@ -20,8 +20,10 @@ import socket
 import threading
 import time
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from urllib.parse import urlsplit
+
+from crawlhub.sample_site import QuietHTTPServer
 
 HOP_BY_HOP = {
     "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection",
@@ -155,7 +157,7 @@ class ForwardProxy:
                 self.wfile.flush()
                 _pipe(self.connection, upstream, proxy.timeout)
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        self.server = QuietHTTPServer(("127.0.0.1", 0), _Handler)
         self.server.daemon_threads = True
         self.port = self.server.server_address[1]
         # stop() waits for serve_forever to notice: every poll_interval (0.5 s by default).

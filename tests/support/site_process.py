@@ -12,10 +12,10 @@ from __future__ import annotations
 import argparse
 import sys
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
-from crawlhub.sample_site import SampleSite
+from crawlhub.sample_site import QuietHTTPServer, SampleSite
 
 
 def read_log(path: Path) -> list[tuple[str, str]]:
@@ -47,7 +47,7 @@ def serve(site: SampleSite, *, host: str, port: int, log: Path) -> None:
         def log_message(self, format: str, *args: object) -> None:
             pass
 
-    server = ThreadingHTTPServer((host, port), Handler)
+    server = QuietHTTPServer((host, port), Handler)
     server.daemon_threads = True
     print("serving", flush=True)
     server.serve_forever()

@@ -16,7 +16,9 @@ import time
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
+
+from crawlhub.sample_site import QuietHTTPServer
 
 
 @dataclass
@@ -91,7 +93,7 @@ class LocalSite:
             def log_message(self, *args) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer((host, 0), _Handler)
+        self.server = QuietHTTPServer((host, 0), _Handler)
         self.server.daemon_threads = True
         self.port = self.server.server_address[1]
         self.url = f"http://{host}:{self.port}"

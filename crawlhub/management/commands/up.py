@@ -57,8 +57,14 @@ def ensure_admin() -> str:
         return f"Log in as {username!r} with the password in CRAWLHUB_ADMIN_PASSWORD."
     return (
         f"Created admin user {username!r} with password {generated}\n"
-        f"  (shown only this once; `./run changepassword {username}` changes it)"
+        f"  (shown again every minute until someone logs in, then never; "
+        f"`./run changepassword {username}` changes it)"
     )
+
+
+def nobody_logged_in() -> bool:
+    """No user has ever logged in: the way in is still worth repeating."""
+    return not get_user_model().objects.filter(last_login__isnull=False).exists()
 
 
 def served_url(host: str, port: int) -> str:
@@ -158,6 +164,7 @@ class Command(BaseCommand):
                 group, "web", f"{url}/healthz", timeout=WEB_START_SECONDS, stopping=signals
             ):
                 self._say_up(url, login=login, workers=workers)
+                self._hint = (url, login, time.monotonic() + settings.CRAWLHUB_LOGIN_HINT_SECONDS)
                 self._supervise(group, signals)
         finally:
             self._stop_all(group, redis_server)
@@ -198,7 +205,22 @@ class Command(BaseCommand):
             died = group.check()
             if died:
                 raise CommandError(f"{died} exited; stopping")
+            self._remind_login()
             time.sleep(SUPERVISE_SECONDS)
+
+    _hint: tuple[str, str, float] | None = None
+
+    def _remind_login(self) -> None:
+        """Until someone logs in, the address and the way in again every
+        CRAWLHUB_LOGIN_HINT_SECONDS: the first lines scroll away under the workers' output."""
+        if self._hint is None or time.monotonic() < self._hint[2]:
+            return
+        url, login, _ = self._hint
+        if not nobody_logged_in():
+            self._hint = None
+            return
+        self.stdout.write(f"Nobody has logged in yet: open {url}/\n  {login}")
+        self._hint = (url, login, time.monotonic() + settings.CRAWLHUB_LOGIN_HINT_SECONDS)
 
     def _stop_all(
         self, group: process_group.ProcessGroup | None, redis_server: launcher.EmbeddedRedis | None

@@ -94,7 +94,10 @@ def _add_create_options(parser: ArgumentParser) -> None:
     parser.add_argument(
         "--cookies-file", metavar="FILE", help="a Netscape cookies.txt of the seeds' hosts"
     )
-    parser.add_argument("--user", help="username recorded as the creator")
+    parser.add_argument(
+        "--user",
+        help="the crawl's owner (a username); default: the one admin, if there is exactly one",
+    )
     parser.add_argument("--start", action="store_true", help="start it at once")
 
 
@@ -120,6 +123,13 @@ def _read_auth(auth_file: str | None, cookies_file: str | None) -> dict[str, str
         except (OSError, UnicodeError) as exc:
             raise CommandError(f"--cookies-file: cannot read {cookies_file}: {exc}") from None
     return auth
+
+
+def _the_one_admin():
+    """Whose a crawl created without --user is: the installation's admin (`up` creates one),
+    when there is exactly one active superuser; else None."""
+    admins = list(get_user_model().objects.filter(is_superuser=True, is_active=True)[:2])
+    return admins[0] if len(admins) == 1 else None
 
 
 class Command(BaseCommand):
@@ -210,11 +220,16 @@ class Command(BaseCommand):
                 raise CommandError(f"no channel with slug {channel!r}") from None
             channel_obj = Channel.default()
         fields = {k: v for k, v in options.items() if k in CRAWL_OPTIONS and v is not None}
-        creator = self._user(user)
+        creator = self._user(user) if user else _the_one_admin()
         auth = _read_auth(auth_file, cookies_file)
         crawl = services.crawl_create(
             user=creator, name=name, seeds=seed, channel=channel_obj, auth=auth, **fields
         )
+        if creator is None:
+            self.stderr.write(
+                f"crawl {crawl.pk} has no owner (no --user, and not exactly one admin): only "
+                "staff see it; name the crawl's owner with --user"
+            )
         if start:
             services.crawl_start(crawl=crawl, user=creator)
         self.stdout.write(str(crawl.pk))
@@ -322,6 +337,7 @@ class Command(BaseCommand):
         if started is not None:
             seconds = round(((finished or timezone.now()) - started).total_seconds(), 3)
         return {"id": crawl.pk, "name": crawl.name, "state": crawl.state,
+                "end_reason": crawl.end_reason, "end_line": crawl.end_line,
                 "started_at": started, "finished_at": finished, "seconds": seconds,
                 **services.crawl_stats(crawl)}  # fmt: skip
 
@@ -344,7 +360,7 @@ class Command(BaseCommand):
             time.sleep(0.2)
         self.stdout.write(_json(self._status(crawl)))
         if crawl.state != CrawlState.FINISHED:
-            raise CommandError(f"crawl {id} ended {crawl.state}")
+            raise CommandError(f"crawl {id} ended {crawl.state}: {crawl.end_line}")
 
 
 _UNITS = {"s": 1 / 60, "m": 1.0, "h": 60.0, "d": 24 * 60.0}
