@@ -101,10 +101,11 @@ def test_the_backtracking_attack_takes_microseconds():
     )
     urls = ["https://example.com/" + "a" * n + "!" for n in (25, 40, 1000)]
     urls.append("https://example.com/" + "x" * 7000)
-    started = time.monotonic()
+    # This thread's CPU time, not the clock: a busy machine's other processes do not count.
+    started = time.thread_time()
     assert [scope.allows(url) for url in urls] == [False, False, False, False]
     assert scope.allows("https://example.com/" + "a" * 40)
-    assert time.monotonic() - started < 1.0
+    assert time.thread_time() - started < 1.0
 
 
 @pytest.mark.parametrize(
@@ -140,14 +141,14 @@ def test_a_pattern_python_refuses_gets_pythons_message():
 
 
 def test_a_megabyte_pattern_is_refused_before_it_is_compiled():
-    started = time.monotonic()
+    started = time.thread_time()  # CPU time: a busy machine's other processes do not count
     with pytest.raises(ScopeError) as info:
         compile_patterns(["x" * 1024 * 1024], "exclude_patterns")
     assert str(info.value) == (
         f"exclude_patterns: line 1: {'x' * 40!r}... is 1,048,576 characters long; a pattern "
         f"has at most {MAX_LENGTH:,}"
     )
-    assert time.monotonic() - started < 0.5
+    assert time.thread_time() - started < 0.5
 
 
 @pytest.mark.parametrize("depth", [5000, MAX_NESTING + 1])
