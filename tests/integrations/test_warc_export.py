@@ -278,11 +278,10 @@ def test_pages_without_kept_heads_get_heads_rebuilt_from_their_row(user, tmp_pat
     assert warcio_check(data, tmp_path).returncode == 0
     request, response = pairs(read_warc(data))["http://old.test:8080/x?y=1"]
     assert request["first_line"] == "GET /x?y=1 HTTP/1.1"
-    assert request["http"] == [
-        ("Host", "old.test:8080"),
-        ("User-Agent", "ua/1"),
-        ("Cookie", "••••••"),
-    ]
+    # Host first; then the kept headers, in the order the database gives them back (jsonb on
+    # PostgreSQL keeps no key order: the order as sent is known only to pages with heads).
+    assert request["http"][0] == ("Host", "old.test:8080")
+    assert sorted(request["http"][1:]) == [("Cookie", "••••••"), ("User-Agent", "ua/1")]
     assert response["first_line"] == "HTTP/1.1 301 Moved Permanently"
     assert header(response, "location") == ["http://old.test/"]
 

@@ -103,8 +103,10 @@ def stat(pid: int) -> list[str]:
 
 
 def zombies_below(pid: int) -> list[str]:
-    """Processes below pid that ended and that nobody reaped."""
-    return [f"{p} (parent {stat(p)[1]})" for p in descendants(pid) if stat(p)[:1] == ["Z"]]
+    """Processes below pid that ended and that nobody reaped. Each is read once: a zombie
+    reaped between two reads would have no parent left to name."""
+    states = ((p, stat(p)) for p in descendants(pid))
+    return [f"{p} (parent {fields[1]})" for p, fields in states if fields[:1] == ["Z"]]
 
 
 def assert_no_zombie_stays(pid: int, log: Path) -> None:
