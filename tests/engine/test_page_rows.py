@@ -217,6 +217,6 @@ def test_a_page_row_is_the_row_a_page_instance_would_write(crawl, make_site, fet
                 page.structured_data = extras.extracted.structured
             if extras.links is not None:
                 page.links, page.links_total = extras.links.kept, extras.links.total
-        assert comparable(page_row(crawl, req, now, **kwargs)) == comparable(
-            PAGE_ROWS.row(page)
-        ), kwargs
+        assert comparable(page_row(crawl, req, now, **kwargs)) == comparable(PAGE_ROWS.row(page)), (
+            kwargs
+        )
