@@ -203,8 +203,11 @@ def _browser_cookie(cookie: Cookie) -> dict[str, Any]:
 
 
 async def guard_web_socket(ws: Any) -> None:
-    """A page's WebSocket connects only where a fetch could."""
-    if await asyncio.get_running_loop().run_in_executor(None, refusal, ws.url):
+    """A page's WebSocket connects only where a fetch could: asked here first, by its URL
+    (the guard reads http(s) URLs), for a refusal in words; then at connection time by the
+    proxy it goes through (guard_proxy.py, or the crawl's own)."""
+    url = "http" + ws.url[2:] if ws.url.startswith(("ws://", "wss://")) else ws.url
+    if await asyncio.get_running_loop().run_in_executor(None, refusal, url):
         await ws.close(code=1008, reason="blocked")
     else:
         ws.connect_to_server()

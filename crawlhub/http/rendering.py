@@ -45,6 +45,7 @@ from django.conf import settings
 
 from crawlhub.http import chromium, links, render_page
 from crawlhub.http.client import FetchResult
+from crawlhub.http.guard_proxy import GuardProxy
 from crawlhub.http.render_routing import RenderOptions, Router, guard_web_socket, proxy_settings
 
 __all__ = [
@@ -171,6 +172,9 @@ class BrowserPool:
         self._pages = pages
         self.tabs_made = 0
         self._slots = self._call(self._make_slots(pages))
+        # What Chromium connects to itself (a page's WebSockets) goes through this, guarded.
+        self._guard = GuardProxy()
+        self._call(self._guard.start())
         self._launching = self._call(self._make_lock())
         self._closed = False
 
@@ -323,8 +327,11 @@ class BrowserPool:
         return tab
 
     async def _new_tab(self, browser: Any, proxy: str | None) -> _Tab:
+        # Without a proxy of the crawl's, the guard's own; loopback too goes through the proxy
+        # (Chromium sends it past one unless told otherwise).
+        proxying = {**(proxy_settings(proxy) or self._guard.settings()), "bypass": "<-loopback>"}
         context = await browser.new_context(
-            proxy=proxy_settings(proxy), service_workers="block", accept_downloads=False
+            proxy=proxying, service_workers="block", accept_downloads=False
         )
         tab = _Tab(browser=browser, proxy=proxy or "", context=context)
         try:
@@ -391,6 +398,7 @@ class BrowserPool:
 
     async def _close_all(self) -> None:
         self._idle.clear()  # closed with their browser
+        await self._guard.close()
         for browser in {*self._open, *filter(None, [self._browser])}:
             await self._close_browser(browser)
         self._open.clear()

@@ -4,6 +4,9 @@ any one answer its scripts ask for, or of its DOM."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import ipaddress
 import socket
 import threading
 import time
@@ -11,7 +14,7 @@ import tracemalloc
 
 import pytest
 
-from crawlhub.http import FetchResult, rendering
+from crawlhub.http import FetchResult, netguard, rendering
 from tests.support.sites import raw_head
 
 pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("needs_chromium")]
@@ -193,3 +196,117 @@ def test_a_dom_over_max_bytes_is_refused_without_being_read():
     assert rendered.links == []
     # This process never held the DOM (page.content() would bring its 40 MB, several times).
     assert peak < 8 * MB, f"{peak / MB:.0f} MB allocated at the peak"
+
+
+# -- a page's WebSockets -------------------------------------------------------------------
+# The browser opens them itself (its requests go through crawlhub's client; a WebSocket cannot),
+# so they go through a CONNECT proxy of the worker's own (crawlhub/http/guard_proxy.py) that
+# resolves the name once and asks the guard about the very address it connects to.
+
+WEBSOCKET_PAGE = """<!doctype html><html><head><title>-</title></head><body><script>
+const ws = new WebSocket('ws://HOST:PORT/feed');
+function said(what) {  // the first thing that happened
+  if (document.body.hasAttribute('data-done')) return;
+  document.title = what;
+  document.body.setAttribute('data-done', 'yes');
+}
+ws.onmessage = (event) => said('got: ' + event.data);
+ws.onerror = () => said('error');
+ws.onclose = (event) => said('closed ' + event.code);
+</script></body></html>"""
+
+
+def render_websocket_page(host: str, port: int) -> FetchResult:
+    page = WEBSOCKET_PAGE.replace("HOST", host).replace("PORT", str(port))
+    return rendering.shared_pool().render(
+        handed("http://example.com/", page), proxy=None,
+        options=rendering.RenderOptions(
+            timeout=15, max_bytes=10**6, wait_selector="body[data-done]"
+        ),
+    )  # fmt: skip
+
+
+class WebSocketSite:
+    """A WebSocket server on loopback: each connection gets the handshake's answer and one
+    text frame, and is noted."""
+
+    def __init__(self) -> None:
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.server.settimeout(0.05)
+        self.port = self.server.getsockname()[1]
+        self.seen: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, peer = self.server.accept()
+            except OSError:
+                continue
+            self.seen.append(f"a TCP connection from {peer}")  # noqa: PERF401
+
+            with conn:
+                conn.settimeout(5)
+                head = b""
+                while b"\r\n\r\n" not in head and (chunk := conn.recv(4096)):
+                    head += chunk
+                keys = [
+                    line.split(b":", 1)[1].strip() for line in head.split(b"\r\n")
+                    if line.lower().startswith(b"sec-websocket-key:")
+                ]  # fmt: skip
+                if not keys:  # a connection that asked nothing (a browser's spare one)
+                    continue
+                key = keys[0]
+                accept = base64.b64encode(
+                    hashlib.sha1(key + b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11").digest()
+                )
+                conn.sendall(
+                    b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+                    b"Connection: Upgrade\r\nSec-WebSocket-Accept: " + accept + b"\r\n\r\n"
+                    + b"\x81\x10hi from the site"
+                )  # fmt: skip
+                time.sleep(1)
+
+    def __enter__(self) -> WebSocketSite:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        self.server.close()
+
+
+def test_a_pages_websocket_to_an_allowed_address_goes_through(settings):
+    settings.CRAWLHUB_BLOCK_PRIVATE_NETWORKS = True
+    with WebSocketSite() as site:
+        settings.CRAWLHUB_PRIVATE_NETWORKS_ALLOWED = [f"127.0.0.1:{site.port}"]
+        rendered = render_websocket_page("127.0.0.1", site.port)
+    assert rendered.title == "got: hi from the site", rendered.error
+    assert len(site.seen) == 1
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost"])
+def test_a_pages_websocket_reaches_no_private_address_even_when_dns_rebinds(
+    settings, monkeypatch, host
+):
+    """The guard's own lookup answers a public address (what a rebinding DNS server does the
+    first time); the connection's lookup is the machine's, where localhost is 127.0.0.1. For
+    127.0.0.1 itself: Chromium sends loopback past a proxy unless told not to."""
+    settings.CRAWLHUB_BLOCK_PRIVATE_NETWORKS = True
+    monkeypatch.setattr(netguard, "_resolve", lambda name: [ipaddress.ip_address("8.8.8.8")])
+    monkeypatch.setattr(netguard, "_refused", refused_but_for_the_rebound(netguard._refused))
+    netguard._cache.clear()
+    with WebSocketSite() as site:
+        rendered = render_websocket_page(host, site.port)
+        time.sleep(0.5)
+    netguard._cache.clear()
+    assert rendered.title in ("error", "closed 1006", "closed 1008"), rendered.title
+    assert site.seen == [], f"the page's WebSocket reached {site.seen}"
+
+
+def refused_but_for_the_rebound(refused):
+    """The guard's answer, but 8.8.8.8 (the rebinding DNS server's first answer) is public
+    whatever the machine's networks say."""
+    return lambda address, port: "" if str(address) == "8.8.8.8" else refused(address, port)
