@@ -51,6 +51,7 @@ from crawls.engine.rule_process import (
     FRAME,
     KERNEL_GRACE,
     PAGE_SECONDS,
+    READY,
     RULE_SECONDS,
     Journal,
     cpu_message,
@@ -66,6 +67,9 @@ PAGE_DEADLINE = 60.0
 # whole seconds) and a new process's start, counted against PAGE_SECONDS.
 _KILL_COST = RULE_SECONDS + KERNEL_GRACE + 0.5
 _ROOT = Path(__file__).resolve().parents[2]
+# A new rule process says it is ready (its imports done) within this: its start-up is not
+# counted against a page's deadline, which a loaded machine would otherwise spend on imports.
+START_SECONDS = 60.0
 
 
 class Evaluator:
@@ -160,6 +164,10 @@ class Evaluator:
                 self._process = _Process.start(self._rules, self._journal.fd)
             except OSError as exc:
                 raise _Ended(Journal.NONE, {}, f"their process did not start ({exc})") from None
+            except _Gone as gone:
+                why = "did not start in time" if gone.timed_out else "ended as it started"
+                raise _Ended(Journal.NONE, {}, f"their process {why}") from None
+            deadline = max(deadline, time.monotonic() + self.deadline)
         process = self._process
         self._journal.clear()
         try:
@@ -245,7 +253,14 @@ class _Process:
             [sys.executable, "-m", "crawls.engine.rule_process", str(journal_fd)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=_ROOT, pass_fds=(journal_fd,),
         )  # fmt: skip
-        return cls(popen, rules)
+        process = cls(popen, rules)
+        try:
+            if process._read(len(READY), time.monotonic() + START_SECONDS) != READY:
+                raise process._gone(timed_out=True)
+        except _Gone:
+            process.end()
+            raise
+        return process
 
     def ask(self, request: dict, body: bytes, deadline: float) -> dict | None:
         """The page's answer: None when it is all in the journal, else its fields and errors."""

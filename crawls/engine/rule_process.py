@@ -46,6 +46,7 @@ MAX_MEMORY = 512 * 1024 * 1024  # what the process may grow by, past its size on
 # What a rule inside C may run past its seconds before the kernel ends the process.
 KERNEL_GRACE = 0.5
 FRAME = struct.Struct(">I")
+READY = b"R"  # the first byte a rule process writes, once its imports are done
 
 
 def cpu_message(seconds: float) -> str:
@@ -202,6 +203,8 @@ def main(journal_fd: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     source, answers = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # a stray print must not break the exchange
+    answers.write(READY)  # imports done: the parent's deadlines count from here
+    answers.flush()
     rules = read_frame(source)
     if rules is None:
         return

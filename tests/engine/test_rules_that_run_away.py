@@ -321,11 +321,21 @@ def test_rules_linear_in_the_page_run_where_it_is_and_start_no_process():
         got = evaluator.extract(url="http://x.test/", body=page, content_type=HTML)
         assert not evaluator_processes()
     assert got == Extractor(rules).extract(url="http://x.test/", body=page, content_type=HTML)
-    assert got.fields["r1"] == "h1" and got.fields["r4"] == "one"
+    # An href is made absolute against the page's URL, as its links are.
+    assert got.fields["r1"] == "http://x.test/h1" and got.fields["r4"] == "one"
     # The preview runs none in the web server: every rule goes to the rule process.
     with Evaluator(rules, linear_here=False) as evaluator:
         assert evaluator.extract(url="http://x.test/", body=page, content_type=HTML) == got
         assert len(evaluator_processes()) == 1
+
+
+def test_a_pages_deadline_does_not_count_the_rule_processs_start_up():
+    """Its imports take longer than this deadline (more so on a loaded machine): only the
+    page's own time counts, from when the process said it was ready."""
+    rules = parse_rules([rule("css", "css", "h1")])
+    with Evaluator(rules, deadline=0.3, linear_here=False) as evaluator:
+        got = evaluator.extract(url="http://x.test/", body=b"<h1>T</h1>", content_type=HTML)
+    assert (got.fields, got.errors) == ({"css": "T"}, {})
 
 
 def test_linear_rules_and_others_give_their_fields_in_the_rules_order():
