@@ -466,7 +466,8 @@ async def test_staff_see_pool_health_change_when_a_proxy_is_removed(staff, staff
     first = await receive(page)
     assert first["type"] == "proxies.health" and first["pooled"] == 3
     assert first["inventory"] == {
-        "known": 3, "new": 0, "active": 3, "disabled": 0, "removed": 0
+        "known": 3, "new": 0, "unchecked": 0, "failing": 0, "active": 3, "disabled": 0,
+        "removed": 0,
     }  # fmt: skip
     assert sum(n for _, n in first["score_histogram"]) == 3
     assert first["removed_last_hour"] == 0 and first["last_validated_age_s"] < 5
