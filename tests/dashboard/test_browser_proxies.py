@@ -20,8 +20,8 @@ SIZES = {"1366": {"width": 1366, "height": 900}, "390": {"width": 390, "height":
 # The one way a proxies page shows when something happened: an age, the exact time in its title.
 AGE = re.compile(r"^(just now|\d+ (s|min|h|d) ago|never)$")
 TILES = {
-    "All proxies", "Not checked yet", "Failing their first checks", "Working", "Disabled", "Removed", "Ready for crawls",
-    "Top quality", "In use by crawls", "Typical response time", "Last passed check",
+    "All proxies", "Not checked yet", "Failing their first checks", "Working", "Disabled",
+    "Removed", "Ready for crawls", "Top quality", "In use by crawls", "Typical response time", "Last passed check",
     "Second-best picks", "Removed in the last hour",
 }  # fmt: skip
 
