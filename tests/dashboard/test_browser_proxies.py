@@ -21,7 +21,8 @@ SIZES = {"1366": {"width": 1366, "height": 900}, "390": {"width": 390, "height":
 AGE = re.compile(r"^(just now|\d+ (s|min|h|d) ago|never)$")
 TILES = {
     "All proxies", "Not checked yet", "Failing their first checks", "Working", "Disabled",
-    "Removed", "Ready for crawls", "Top quality", "In use by crawls", "Typical response time", "Last passed check",
+    "Removed", "Ready for crawls", "Top quality", "In use by crawls", "Typical response time",
+    "Last passed check",
     "Second-best picks", "Removed in the last hour",
 }  # fmt: skip
 
