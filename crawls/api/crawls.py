@@ -621,7 +621,7 @@ class CrawlViewSet(
         summary="What is queued: counts by host and depth, and the requests, a screen at a time",
         parameters=[
             OpenApiParameter("after", str, description="`next` gives it: the screen after."),
-            OpenApiParameter("size", int, enum=list(queued.PAGE_SIZES),
+            OpenApiParameter("size", int, enum=[*queued.PAGE_SIZES],
                              description=f"Requests per screen; {queued.DEFAULT_SIZE} by default."),
         ],
         responses=QueueSerializer,
