@@ -25,9 +25,10 @@ pytestmark = pytest.mark.django_db
 
 
 def running(user, **options):
-    crawl = services.crawl_create(user=user, name="scope", seeds=["http://a.test/"],
-                                  obey_robots=False, max_pages=10_000,
-                                  allowed_domains=["a.test", "b.test", "c.test"], **options)  # fmt: skip
+    crawl = services.crawl_create(
+        user=user, name="scope", seeds=["http://a.test/"], obey_robots=False, max_pages=10_000,
+        allowed_domains=["a.test", "b.test", "c.test"], **options,
+    )  # fmt: skip
     services.crawl_start(crawl=crawl, user=user)
     frontier = Frontier(crawl.pk)
     frontier.add_seeds([f"http://a.test/s/{i}" for i in range(30)], depth=1)
