@@ -14,7 +14,7 @@ from crawls.models import Crawl
 PAGE_SIZES = (25, 50, 100, 200)
 DEFAULT_SIZE = 50
 VIA_WORDS = {
-    "": "a link or a seed", VIA_SITEMAP: "a sitemap file", VIA_SITEMAP_ROOT: "the site's sitemap",
+    VIA_SITEMAP: "a sitemap file", VIA_SITEMAP_ROOT: "the site's sitemap",
     VIA_LISTED: "listed by a sitemap", VIA_REDIRECT: "a redirect's target",
 }  # fmt: skip
 
@@ -60,6 +60,12 @@ def row(request: Request) -> dict:
     """A queued request as the view, the API and the CLI show it."""
     return {
         "url": request.url, "host": request.host, "depth": request.depth,
-        "priority": request.priority, "via": VIA_WORDS.get(request.via, request.via),
+        "priority": request.priority, "via": _how_found(request),
         "referrer": request.referrer, "attempts": request.attempts, "crashes": request.crashes,
     }  # fmt: skip
+
+
+def _how_found(request: Request) -> str:
+    if request.via:
+        return VIA_WORDS.get(request.via, request.via)
+    return "a seed" if request.depth == 0 and not request.referrer else "a link"
