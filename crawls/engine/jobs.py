@@ -94,6 +94,9 @@ def _enqueue(crawl_id: int, slice_ids: list[str], timeout: int, *, at_front: boo
         )
 
 
+DROP_JOB_SECONDS = 3600
+
+
 def enqueue_scope_drop(crawl_id: int, *, gen: int, cursor: str, dropped_before: int) -> None:
     """Once the current transaction commits: the rest of a scope change's drop
     (crawls/engine/scope_changes.py), on the control queue, beside the crawls' slices."""
