@@ -6,6 +6,7 @@ the audit trail: the crawl's own, or for a deleted crawl, CrawlDeletion.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from django.core.exceptions import NON_FIELD_ERRORS, PermissionDenied, ValidationError
@@ -13,9 +14,11 @@ from django.db import transaction
 
 from crawls import services
 from crawls.engine import credentials
+from crawls.engine.crawl_settings import scope_of
 from crawls.engine.frontier import Frontier
-from crawls.engine.jobs import enqueue_slices
+from crawls.engine.jobs import enqueue_scope_drop, enqueue_slices
 from crawls.engine.lifecycle import announce
+from crawls.engine.scope_changes import drop_out_of_scope, request_fits
 from crawls.models import (
     CRAWL_OPTIONS,
     Channel,
@@ -28,9 +31,14 @@ from crawls.models import (
 from crawls.services import CrawlActionError
 
 # What a running or paused crawl may change: the frontier's limits (read by every claim and
-# completion) and what each slice reads when it starts (its threads, the host delay); more
-# slices are started at once, fewer take effect as slices end.
-LIVE_FIELDS = ("max_pages", "max_depth", "host_delay", "host_concurrency", "threads", "slices")
+# completion), what each slice reads when it starts (its threads, the host delay; more slices
+# are started at once, fewer take effect as slices end) and its scope's patterns (taken by
+# every slice with its next claim: crawls/engine/scope_changes.py).
+SCOPE_FIELDS = ("include_patterns", "exclude_patterns")
+LIVE_FIELDS = (
+    "max_pages", "max_depth", "host_delay", "host_concurrency", "threads", "slices",
+    *SCOPE_FIELDS,
+)  # fmt: skip
 LIVE_STATES = (CrawlState.RUNNING, CrawlState.PAUSING, CrawlState.PAUSED)
 # A deleted crawl's state key says "cancelled" this long, for slices still finishing a page.
 RETIRED_STATE_SECONDS = 3600
@@ -47,7 +55,9 @@ def can_change_live(crawl: Crawl) -> bool:
 
 def _shown(value: Any) -> str:
     if isinstance(value, list):
-        return ", ".join(str(item) for item in value) or "none"
+        # A pattern may hold a comma: quoted then, so that the list reads as what it was.
+        items = (repr(x) if isinstance(x, str) and "," in x else str(x) for x in value)
+        return ", ".join(items) or "none"
     return "none" if value is None or value == "" else str(value)
 
 
@@ -211,11 +221,31 @@ def crawl_enter_credentials(*, crawl: Crawl, user, auth: dict[str, Any]) -> list
     return sorted(credentials.origin_text(bound) for bound in found.origins)
 
 
-def crawl_change_live(*, crawl: Crawl, user, **changes: Any) -> list[str]:
+@dataclasses.dataclass
+class LiveChange:
+    """What crawl_change_live did: each change as "field: old -> new" (`lines`, also on the
+    trail), and for a change of patterns, what it did to the requests waiting."""
+
+    lines: list[str] = dataclasses.field(default_factory=list)
+    # Queued requests and retries dropped as no longer in scope while the change was made;
+    # None when the patterns did not change.
+    dropped: int | None = None
+    dropping: bool = False  # a big queue: the rest is looked at in the background
+    # Requests already claimed that no longer fit: on their way, they are fetched (their URLs).
+    in_flight_urls: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def in_flight(self) -> int:
+        return len(self.in_flight_urls)
+
+
+def crawl_change_live(*, crawl: Crawl, user, **changes: Any) -> LiveChange:
     """Change what a running or paused crawl may change (LIVE_FIELDS), checked as at
     creation. The frontier's limits change at once; slices read their threads and delay when
-    they start (within CRAWLHUB_SLICE_SECONDS); more slices start at once. Returns what changed,
-    as "field: old -> new"."""
+    they start (within CRAWLHUB_SLICE_SECONDS); more slices start at once. New include or
+    exclude patterns are taken by every slice with its next claim, and the waiting requests
+    that no longer fit are dropped, counted as cancelled (crawls/engine/scope_changes.py).
+    Each change goes on the trail as "field: old -> new", with what was dropped."""
     unknown = set(changes) - set(LIVE_FIELDS)
     if unknown:
         raise ValidationError(
@@ -231,26 +261,50 @@ def crawl_change_live(*, crawl: Crawl, user, **changes: Any) -> list[str]:
         for f in LIVE_FIELDS if getattr(crawl, f) != getattr(checked, f)
     }  # fmt: skip
     if not changed:
-        return []
+        return LiveChange()
     more_slices = checked.slices - crawl.slices
-    for field, (_old, new) in changed.items():
-        setattr(crawl, field, new)
+    for name, (_old, new) in changed.items():
+        setattr(crawl, name, new)
     Frontier(crawl.pk).configure(
         max_pages=crawl.max_pages,
         max_depth=crawl.max_depth,
         host_delay=crawl.effective_host_delay(),
         host_concurrency=crawl.host_concurrency,
     )
-    lines = [f"{_label(f)}: {_shown(old)} -> {_shown(new)}" for f, (old, new) in changed.items()]
+    done = LiveChange(
+        lines=[f"{_label(f)}: {_shown(old)} -> {_shown(new)}" for f, (old, new) in changed.items()]
+    )
+    # Saved before the slices hear of it: a slice reads the patterns when it does.
     with transaction.atomic():
         crawl.save(update_fields=list(changed))
+    if set(changed) & set(SCOPE_FIELDS):
+        done.lines.append(_rescope(crawl, done))
+    with transaction.atomic():
         CrawlEvent.objects.create(
-            crawl=crawl, kind=CrawlEvent.Kind.CHANGED, user=user, detail="; ".join(lines)
+            crawl=crawl, kind=CrawlEvent.Kind.CHANGED, user=user, detail="; ".join(done.lines)
         )
         if more_slices > 0 and crawl.state == CrawlState.RUNNING:
             enqueue_slices(crawl, count=more_slices)
         announce(crawl.pk, state_change=False)
-    return lines
+    return done
+
+
+def _rescope(crawl: Crawl, done: LiveChange) -> str:
+    """The scope changed (saved): slices take it with their next claim; the queue and the
+    retries are looked at, the first part now, the rest in a job. What happened, in words."""
+    gen, claimed = Frontier(crawl.pk).scope_change()
+    scope = scope_of(crawl)
+    done.in_flight_urls = [r.url for r in claimed if not request_fits(scope, r)]
+    step = drop_out_of_scope(crawl, gen=gen)
+    done.dropped, cursor = step if step is not None else (0, "")
+    line = f"{done.dropped:,} queued request(s) dropped: they no longer fit"
+    if cursor:
+        done.dropping = True
+        enqueue_scope_drop(crawl.pk, gen=gen, cursor=cursor, dropped_before=done.dropped)
+        line += " (so far: the rest of the queue is looked at in the background)"
+    if done.in_flight:
+        line += f"; {done.in_flight:,} already being fetched that no longer fit will finish"
+    return line
 
 
 def _checked(crawl: Crawl, changes: dict[str, Any]) -> Crawl:
@@ -260,13 +314,16 @@ def _checked(crawl: Crawl, changes: dict[str, Any]) -> Crawl:
     errors: dict[str, list[str]] = {}
     for name, value in changes.items():
         field = Crawl._meta.get_field(name)
-        if value in ("", None) and not field.null:
+        if value in ("", None) and not field.null and name not in SCOPE_FIELDS:
             errors[name] = ["Give a value."]
             continue
         problem = services.value_problem(field, value)
         try:
             if problem:
                 raise ValidationError(problem)
+            if name in SCOPE_FIELDS:  # checked as at creation, with the same messages
+                setattr(checked, name, services.clean_patterns(value, name))
+                continue
             setattr(checked, name, field.clean(value, checked))
         except ValidationError as exc:
             errors[name] = exc.messages

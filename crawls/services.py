@@ -99,7 +99,7 @@ def _clean_domains(domains: list[str] | str) -> list[str]:
     return cleaned
 
 
-def _clean_patterns(patterns: list[str] | str, field: str) -> list[str]:
+def clean_patterns(patterns: list[str] | str, field: str) -> list[str]:
     patterns = _lines(patterns, field)
     try:
         # Blank lines are skipped there but still counted, so "line N" points at the input.
@@ -175,10 +175,10 @@ def _crawl_checked(
     cleaners = {
         "seeds": lambda: clean_seeds(seeds),
         "allowed_domains": lambda: _clean_domains(options.get("allowed_domains", [])),
-        "include_patterns": lambda: _clean_patterns(
+        "include_patterns": lambda: clean_patterns(
             options.get("include_patterns", []), "include_patterns"
         ),
-        "exclude_patterns": lambda: _clean_patterns(
+        "exclude_patterns": lambda: clean_patterns(
             options.get("exclude_patterns", []), "exclude_patterns"
         ),
         "extract_rules": lambda: clean_rules(options.get("extract_rules", [])),

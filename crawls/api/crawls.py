@@ -18,7 +18,8 @@ from rest_framework.response import Response
 
 from crawlhub import serializers as api_fields
 from crawlhub.api_errors import JSONErrors
-from crawls import editing, exports, services
+from crawls import editing, exports, queued, services
+from crawls.api.live_fields import LiveChangeSerializer, QueueSerializer
 from crawls.models import (
     CRAWL_OPTIONS,
     Change,
@@ -325,6 +326,25 @@ class HostDroppedSerializer(serializers.Serializer):
     dropped = serializers.IntegerField(help_text="Queued requests and retries dropped.")
 
 
+class LiveChangedSerializer(serializers.Serializer):
+    changed = serializers.ListField(
+        child=serializers.CharField(), help_text='Each change as "field: old -> new", as on '
+        "the crawl's audit trail, and what a change of patterns dropped.",
+    )  # fmt: skip
+    dropped = serializers.IntegerField(
+        allow_null=True, help_text="Queued requests and retries dropped because they no "
+        "longer fit the patterns (counted as cancelled); null when the patterns did not change.",
+    )  # fmt: skip
+    dropping = serializers.BooleanField(
+        help_text="A big queue: the rest is looked at in the background, and an event on the "
+        "crawl says how many were dropped in all."
+    )
+    in_flight = serializers.IntegerField(
+        help_text="Requests being fetched at the change that no longer fit: they finish."
+    )
+    crawl = CrawlSerializer()
+
+
 class _ExportRenderer(renderers.BaseRenderer):
     """Selects an export format (?format= or Accept); the view streams the bytes itself."""
 
@@ -523,6 +543,59 @@ class CrawlViewSet(
     def hosts_drop(self, request: Request, pk=None) -> Response:
         host, dropped = self._host_action(HostActionSerializer, services.crawl_host_drop)
         return Response({"host": host.strip().lower(), "dropped": dropped})
+
+    @extend_schema(
+        summary="Change a running or paused crawl's limits or scope (as Change limits)",
+        description="Give only what changes. New include or exclude patterns are taken by "
+        "every worker with its next requests; queued requests and retries that no longer fit "
+        "are dropped unfetched and counted as cancelled; requests being fetched finish.",
+        request=LiveChangeSerializer, responses=LiveChangedSerializer,
+    )  # fmt: skip
+    @action(detail=True, methods=["post"])
+    def change(self, request: Request, pk=None) -> Response:
+        crawl = self.get_object()
+        body = LiveChangeSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        done = editing.crawl_change_live(crawl=crawl, user=request.user, **body.validated_data)
+        return Response({
+            "changed": done.lines, "dropped": done.dropped, "dropping": done.dropping,
+            "in_flight": done.in_flight,
+            "crawl": CrawlSerializer(crawl, context=self.get_serializer_context()).data,
+        })  # fmt: skip
+
+    @extend_schema(
+        summary="What is queued: counts by host and depth, and the requests, a screen at a time",
+        parameters=[
+            OpenApiParameter("after", str, description="`next` gives it: the screen after."),
+            OpenApiParameter("size", int, enum=[*queued.PAGE_SIZES],
+                             description=f"Requests per screen; {queued.DEFAULT_SIZE} by default."),
+        ],
+        responses=QueueSerializer,
+    )  # fmt: skip
+    @action(detail=True, methods=["get"], pagination_class=None)
+    def queue(self, request: Request, pk=None) -> Response:
+        crawl = self.get_object()
+        size_text = request.query_params.get("size", "")
+        size = int(size_text) if size_text.isdigit() else queued.DEFAULT_SIZE
+        if size not in queued.PAGE_SIZES:
+            raise serializers.ValidationError(
+                {"size": [f"One of {', '.join(map(str, queued.PAGE_SIZES))}."]}
+            )
+        try:
+            screen = queued.crawl_queue(crawl, after=request.query_params.get("after", ""),
+                                        size=size)  # fmt: skip
+        except queued.CursorError as exc:
+            raise serializers.ValidationError({"after": [str(exc)]}) from None
+        base = request.build_absolute_uri(request.path)
+        return Response({
+            "queued": screen.queued, "retrying": screen.retrying,
+            "by_host": [{"host": h, "queued": n} for h, n in screen.hosts],
+            "by_depth": [{"depth": d, "queued": n} for d, n in screen.depths],
+            "depths_partial": screen.depths_partial,
+            "next": f"{base}?{urlencode({'size': size, 'after': screen.next})}"
+            if screen.next else None,
+            "results": screen.rows,
+        })  # fmt: skip
 
     @extend_schema(
         summary="Fetched pages: filtered, sorted, a screen at a time (as the pages browser)",

@@ -14,7 +14,8 @@ docs/architecture.md, "One Redis, and the path past it"):
     ch:{c<ID>}:leases         zset  fp -> lease deadline ms
     ch:{c<ID>}:stats          hash  counters, only ever HINCRBY
     ch:{c<ID>}:state          str   running / paused / cancelled
-    ch:{c<ID>}:config         hash  max_pages, max_depth, host_delay_ms, host_concurrency
+    ch:{c<ID>}:config         hash  max_pages, max_depth, host_delay_ms, host_concurrency,
+                                    scope_gen (changes of the scope while it runs)
     ch:{c<ID>}:hosts          hash  host -> next allowed time ms (last send + delay, or push-back)
     ch:{c<ID>}:hostdelay      hash  host -> delay ms overriding the default (robots Crawl-delay)
     ch:{c<ID>}:hostclaim      hash  host -> fp of its request claimed and not yet answered
@@ -42,14 +43,18 @@ Counter invariant, at every moment (stats() reads it atomically):
 
     requests == responses + errors + queued + delayed + in_flight + cancelled
 
-`cancelled` is 0 until cancel(), which moves every unfinished request into it. Times come from
-Redis' TIME inside the scripts so that all workers agree. Needs Redis >= 5 (script effects
+`cancelled` is 0 until cancel(), which moves every unfinished request into it; a host's drop
+and a change of scope (drop_unfit, drop_claimed: also counted in `descoped`) move some. Times
+come from Redis' TIME inside the scripts so that all workers agree. Needs Redis >= 5 (script effects
 replication, ZPOPMIN).
 """
 
 from __future__ import annotations
 
+import base64
+import math
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from json.encoder import encode_basestring_ascii as _json_str
 from pathlib import Path
@@ -96,15 +101,19 @@ STATES = ("running", "paused", "cancelled")
 COUNTERS = (
     "requests", "repeats", "responses", "errors", "failed", "retries", "bytes",
     "status_2xx", "status_3xx", "status_4xx", "status_5xx", "dropped", "cancelled",
-    "not_modified", "sitemap_urls", "failed_http", "recovered",
+    "not_modified", "sitemap_urls", "failed_http", "recovered", "descoped",
 )  # fmt: skip
 
 _LUA_DIR = Path(__file__).resolve().parent / "lua"
 _SCRIPTS = (
     "add", "claim", "complete", "release", "requeue_expired", "retry_failed", "pending", "cancel",
     "slice_beat", "live_slices", "series", "renew", "release_claimed", "send", "answered",
-    "push_back", "host_hold", "host_drop", "pace",
+    "push_back", "host_hold", "host_drop", "pace", "drop_claimed", "drop_queued", "queue_depths",
+    "queue_page",
 )  # fmt: skip
+
+# The queue view reads at most this many (priority, depth) groups of the queue.
+DEPTH_GROUPS = 10_000
 
 # The pages/s chart: one point a second at most, kept for 10 minutes.
 SERIES_POINTS = 600
@@ -149,6 +158,9 @@ class Frontier:
             )
         ]  # fmt: skip
         self._scripts = {name: self.redis.register_script(src) for name, src in _SOURCES.items()}
+        # The crawl's scope generation as the last claim read it (claim.lua): how a slice learns,
+        # with no round trip of its own, that the include or exclude patterns changed.
+        self.scope_gen = 0
 
     def key(self, name: str) -> str:
         """This crawl's Redis key `name`, as the module docstring lists them ("queue", "stats",
@@ -229,7 +241,11 @@ class Frontier:
         host is free now). send() still refuses one sent early."""
         if n <= 0:
             return []
-        members, waits = self._run("claim", [n, _ms(lease_seconds), n * SCAN_FACTOR, _ms(ahead)])
+        members, waits, *gen = self._run(
+            "claim", [n, _ms(lease_seconds), n * SCAN_FACTOR, _ms(ahead)]
+        )
+        if gen:  # none when the crawl is not running
+            self.scope_gen = int(gen[0])
         return [
             (Request.from_json(member), int(wait) / 1000)
             for member, wait in zip(members, waits, strict=True)
@@ -460,6 +476,101 @@ class Frontier:
                 "why": why,
             })  # fmt: skip
         return rows
+
+    # The scope changed while the crawl runs (crawls/engine/scope_changes.py), and what is queued
+    # (the queue view). Every read of queued entries is here, decoded by Request.from_json.
+
+    def scope_change(self) -> tuple[int, list[Request]]:
+        """The crawl's include or exclude patterns changed: the next scope generation, which
+        every claim from now on returns (claim.lua), and the requests claimed at this moment,
+        read in the same MULTI: those were handed out under the scope before, and any other
+        request is claimed under the new one."""
+        with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hincrby(self.key("config"), "scope_gen", 1)
+            pipe.hvals(self.key("backup"))
+            gen, claimed = pipe.execute()
+        return int(gen), [Request.from_json(member) for member in claimed]
+
+    def scope_generation(self) -> int:
+        return int(self.redis.hget(self.key("config"), "scope_gen") or 0)
+
+    def drop_claimed(self, requests: list[Request]) -> int:
+        """Drop claimed requests that will not be fetched, because they no longer fit the
+        crawl's scope (counted in "cancelled" and "descoped"). Returns how many were still
+        claimed."""
+        if not requests:
+            return 0
+        return int(self._run("drop_claimed", [request.fp for request in requests]))
+
+    def drop_unfit(
+        self, fits: Callable[[Request], bool], *, cursor: str = "", budget: int = 5000,
+        batch: int = 500,
+    ) -> tuple[int, str]:  # fmt: skip
+        """Drop the queued requests and retries that `fits` refuses (counted in "cancelled" and
+        "descoped"), looking at about `budget` entries from `cursor` ("": the start), `batch`
+        at a time, each batch dropped in one script call (an entry claimed meanwhile is not
+        counted). Returns (how many were dropped, the cursor to go on from; "" once the queue
+        and the retries were looked at whole). Entries that stay queued from start to end are
+        each looked at; those added meanwhile may not be (a slice sorts each claim itself)."""
+        where, _, position = cursor.partition(":") if cursor else ("queue", "", "0")
+        if where not in ("queue", "delayed") or not position.isdigit():
+            raise ValueError(f"not a cursor of drop_unfit: {cursor[:40]!r}")
+        dropped, seen = 0, 0
+        while seen < budget:
+            position, found = self.redis.zscan(self.key(where), int(position), count=batch)
+            seen += len(found)
+            doomed = [member for member, _ in found if not fits(Request.from_json(member))]
+            if doomed:
+                dropped += int(self._run("drop_queued", [where, *doomed]))
+            if position == 0 and where == "queue":
+                where = "delayed"
+            elif position == 0:
+                return dropped, ""
+        return dropped, f"{where}:{position}"
+
+    def queue_counts(self) -> dict:
+        """What waits, counted without reading a request, in one MULTI: "queued" and
+        "retrying" (delayed retries), "hosts" (host -> queued requests, most first) and
+        "depths" (depth -> queued requests, shallowest first; from the scores, depth 4095 and
+        over as 4095), "depths_partial" when more than DEPTH_GROUPS (priority, depth) groups
+        were left out."""
+        with self.redis.pipeline(transaction=True) as pipe:
+            pipe.zcard(self.key("queue"))
+            pipe.zcard(self.key("delayed"))
+            pipe.hgetall(self.key("hostq"))
+            self._scripts["queue_depths"](keys=self._keys, args=[DEPTH_GROUPS], client=pipe)
+            queued, retrying, hosts, groups = pipe.execute()
+        depths: dict[int, int] = {}
+        for i in range(0, len(groups) - 1, 3):
+            depth = int(groups[i + 1])
+            depths[depth] = depths.get(depth, 0) + int(groups[i + 2])
+        by_host = sorted(((h.decode(), int(n)) for h, n in hosts.items()), key=lambda x: -x[1])
+        return {
+            "queued": int(queued), "retrying": int(retrying), "hosts": dict(by_host),
+            "depths": dict(sorted(depths.items())), "depths_partial": bool(groups[-1]),
+        }  # fmt: skip
+
+    def queue_page(self, *, after: str = "", size: int = 50) -> tuple[list[Request], str]:
+        """Up to `size` queued requests in the order they are to be claimed, after a cursor
+        this method returned ("": from the head). Returns (the requests, the cursor of the
+        next ones; "" when none followed). ValueError for a cursor it did not make. Claims
+        and new links move the queue meanwhile: a page goes on from where the last one ended,
+        whatever left the queue before it."""
+        score, member = "", b""
+        if after:
+            try:
+                score_text, _, member = base64.urlsafe_b64decode(after.encode()).partition(b" ")
+                score = score_text.decode()
+                if not member or not math.isfinite(float(score)):
+                    raise ValueError(score)
+            except ValueError:
+                raise ValueError("not a cursor of this crawl's queue") from None
+        found = self._run("queue_page", [size + 1, score, member])  # one more: is there a next?
+        entries, scores = found[0 : 2 * size : 2], found[1 : 2 * size : 2]
+        requests = [Request.from_json(entry) for entry in entries]
+        if len(found) <= 2 * size:
+            return requests, ""
+        return requests, base64.urlsafe_b64encode(scores[-1] + b" " + entries[-1]).decode()
 
     # robots.txt, cached per host for the crawl
 

@@ -31,6 +31,7 @@ from crawls.engine import lifecycle, live
 from crawls.engine.crawl_settings import CannotStart, slice_seconds
 from crawls.engine.frontier import Frontier, supervisor_lock
 from crawls.engine.proxying import PROXY_TRIES
+from crawls.engine.scope_changes import drop_job
 from crawls.engine.slices import run_slice
 from crawls.models import Crawl, CrawlState, ProxyUse
 
@@ -91,6 +92,27 @@ def _enqueue(crawl_id: int, slice_ids: list[str], timeout: int, *, at_front: boo
             failure_ttl=7 * 24 * 3600,
             at_front=at_front,  # a crawl's priority above 0: ahead of the others' slices
         )
+
+
+DROP_JOB_SECONDS = 3600
+
+
+def enqueue_scope_drop(crawl_id: int, *, gen: int, cursor: str, dropped_before: int) -> None:
+    """Once the current transaction commits: the rest of a scope change's drop
+    (crawls/engine/scope_changes.py), on the control queue, beside the crawls' slices."""
+    transaction.on_commit(
+        lambda: django_rq.get_queue("control").enqueue(
+            drop_job,
+            crawl_id,
+            gen,
+            cursor,
+            dropped_before,
+            description=f"crawl {crawl_id}: scope change {gen}, dropping what no longer fits",
+            meta={JOB_CRAWL: crawl_id},
+            result_ttl=600,
+            failure_ttl=7 * 24 * 3600,
+        )  # fmt: skip
+    )
 
 
 SLICE_JOB_PREFIX = "slice-"

@@ -42,6 +42,8 @@ from crawls.engine.frontier import Frontier
 from crawls.engine.live import publish_crawl
 from crawls.engine.recording import Recorder, Result
 from crawls.engine.request import Request
+from crawls.engine.scope import ScopeError
+from crawls.engine.scope_changes import current_scope, request_fits
 from crawls.engine.sessions import LoginFailed
 from crawls.models import Crawl
 
@@ -151,6 +153,9 @@ class Slice:
         self.unstarted: list[Request] = []  # claimed but not fetched: released back to the queue
         self.last_flush = self.last_state = self.last_work = self.last_renew = 0.0
         self.next_claim = 0.0
+        # The scope generation this slice's patterns are from (crawls/engine/scope_changes.py):
+        # 0 until the crawl's patterns change while it runs, and then what it claims is checked.
+        self.scope_gen = 0
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -204,6 +209,10 @@ class Slice:
         )
         if claimed:
             self.fetching.read_delayed()  # after the claim: a host it gave with a delay is in it
+        if self.frontier.scope_gen != self.scope_gen:
+            self._rescope(self.frontier.scope_gen)
+        if self.scope_gen and claimed:
+            claimed = self._in_scope(claimed)
         self.recorder.look_up([r.fp for r, _ in claimed])
         for request, wait in claimed:
             if retry.gave_up(request.crashes):
@@ -220,6 +229,28 @@ class Slice:
         else:
             self.next_claim = now + EMPTY_CLAIM_BACKOFF
         return True
+
+    def _rescope(self, gen: int) -> None:
+        """The crawl's patterns changed: pages recorded from now on keep the links the new
+        ones allow, and what the slice claims is checked against them."""
+        try:
+            scope = current_scope(self.crawl)
+        except ScopeError:  # saved past the checks: the old scope goes on, said once
+            log.exception("crawl %s: its changed patterns cannot be used", self.crawl.pk)
+        else:
+            self.recorder.scope = self.fetching.scope = scope
+        self.scope_gen = gen
+
+    def _in_scope(self, claimed: list[tuple[Request, float]]) -> list[tuple[Request, float]]:
+        """What was claimed and fits the crawl's scope; the rest is dropped unfetched (queued
+        under the scope before the change, by a slice that had not taken it in yet)."""
+        scope = self.recorder.scope
+        kept = [(request, wait) for request, wait in claimed if request_fits(scope, request)]
+        if len(kept) < len(claimed):
+            unfit = [request for request, _ in claimed if not request_fits(scope, request)]
+            dropped = with_redis_retry(lambda: self.frontier.drop_claimed(unfit))
+            self.report.extra["descoped"] = self.report.extra.get("descoped", 0) + dropped
+        return kept
 
     def _collect(self, now: float) -> bool:
         """Take in the fetches that finished, or wait a little; False once idle too long."""

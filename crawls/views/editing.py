@@ -15,15 +15,17 @@ from crawls import editing, services
 from crawls.engine.credentials import INPUTS as AUTH_INPUTS
 from crawls.models import Crawl
 from crawls.services import visible_crawls
-from crawls.views.forms import AuthFields, CrawlForm
+from crawls.views.forms import AuthFields, CrawlForm, crawl_formfield
 
 
 class LiveSettingsForm(forms.ModelForm):
-    """What a running or paused crawl may change; crawls.editing checks the values."""
+    """What a running or paused crawl may change; crawls.editing checks the values. The
+    patterns are textareas of one per line, as on the new-crawl form."""
 
     class Meta:
         model = Crawl
         fields = list(editing.LIVE_FIELDS)
+        formfield_callback = crawl_formfield
 
     def _post_clean(self) -> None:
         """Checked by crawl_change_live, the one place every door goes through."""
@@ -54,19 +56,20 @@ def crawl_edit(request: HttpRequest, pk: int) -> HttpResponse:
     if request.method == "POST" and form.is_valid():
         changes = {f: form.cleaned_data[f] for f in editing.LIVE_FIELDS}
         try:
-            lines = editing.crawl_change_live(crawl=crawl, user=request.user, **changes)
+            done = editing.crawl_change_live(crawl=crawl, user=request.user, **changes)
         except ValidationError as exc:
             _add_errors(form, exc)
         except services.CrawlActionError as exc:
             messages.error(request, str(exc))
             return redirect(crawl)
         else:
-            messages.success(request, "Settings changed: " + "; ".join(lines) + "."
-                             if lines else "Nothing changed.")  # fmt: skip
+            messages.success(request, "Settings changed: " + "; ".join(done.lines) + "."
+                             if done.lines else "Nothing changed.")  # fmt: skip
             return redirect(crawl)
-    return render(
-        request, "crawls/crawl_live_settings.html", {"nav": "crawls", "crawl": crawl, "form": form}
-    )
+    return render(request, "crawls/crawl_live_settings.html", {
+        "nav": "crawls", "crawl": crawl, "form": form, "scope_fields": editing.SCOPE_FIELDS,
+        "queued": services.crawl_stats_safe(crawl).get("queued", 0),
+    })  # fmt: skip
 
 
 def crawl_credentials(request: HttpRequest, pk: int) -> HttpResponse:

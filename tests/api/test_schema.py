@@ -20,6 +20,8 @@ ENDPOINTS = {
     "/api/crawls/{id}/seeds/": {"post"},
     "/api/crawls/{id}/credentials/": {"post"},
     "/api/crawls/{id}/retry/": {"post"},
+    "/api/crawls/{id}/change/": {"post"},
+    "/api/crawls/{id}/queue/": {"get"},
     "/api/crawls/{id}/hosts/": {"get"},
     "/api/crawls/{id}/hosts/hold/": {"post"},
     "/api/crawls/{id}/hosts/release/": {"post"},

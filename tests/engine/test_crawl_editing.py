@@ -87,7 +87,7 @@ def test_a_running_crawl_may_change_only_its_live_settings(user):
         editing.crawl_update(crawl=crawl, user=user, name="x", seeds=crawl.seeds)
 
     lines = editing.crawl_change_live(crawl=crawl, user=user, max_pages=7, host_delay=0.5,
-                                      host_concurrency=2, max_depth=1)  # fmt: skip
+                                      host_concurrency=2, max_depth=1).lines  # fmt: skip
     assert "max pages: 1000 -> 7" in lines
     config = {k.decode(): v.decode() for k, v in
               Frontier(crawl.pk).redis.hgetall(f"ch:{{c{crawl.pk}}}:config").items()}  # fmt: skip

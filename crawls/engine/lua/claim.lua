@@ -1,9 +1,12 @@
 -- Claim up to ARGV[1] requests with a lease of ARGV[2] ms, scanning at most ARGV[3] queue
 -- entries when a host delay applies, and taking a host whose next allowed time is at most
 -- ARGV[4] ms away (0: none that is not due). Returns {the claimed request JSONs in queue
--- order, the ms each is to wait before its host's time}: a worker that claims a host's next
--- turn a little ahead and waits for it asks the host on time, instead of up to a claim
--- interval late every turn (send.lua still checks the time when it is sent).
+-- order, the ms each is to wait before its host's time, the crawl's scope generation}: a
+-- worker that claims a host's next turn a little ahead and waits for it asks the host on time,
+-- instead of up to a claim interval late every turn (send.lua still checks the time when it
+-- is sent). The scope generation counts the changes of the crawl's include and exclude
+-- patterns while it runs: read with the claim, at once, a slice sorts what it claims by the
+-- scope as it is now (crawls/engine/scope_changes.py).
 if redis.call('GET', K_STATE) ~= 'running' then return {{}, {}} end
 local n, lease_ms, scan = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local ahead = tonumber(ARGV[4]) or 0
@@ -74,7 +77,7 @@ local function pop_polite(default_delay, cap)
   return members, waits
 end
 
-local config = redis.call('HMGET', K_CONFIG, 'host_delay_ms', 'host_concurrency')
+local config = redis.call('HMGET', K_CONFIG, 'host_delay_ms', 'host_concurrency', 'scope_gen')
 local default_delay, cap = tonumber(config[1]) or 0, tonumber(config[2]) or 0
 local members, waits
 if default_delay <= 0 and cap <= 0 and redis.call('HLEN', K_HOSTDELAY) == 0
@@ -91,4 +94,4 @@ for _, member in ipairs(members) do
   redis.call('ZADD', K_LEASES, deadline, fp)
   took_off(host_of(member), fp)
 end
-return {members, waits}
+return {members, waits, tonumber(config[3]) or 0}

@@ -15,7 +15,7 @@ from django.db import models
 from django.utils import timezone
 
 from crawlhub.dates import machine
-from crawls import exports, services
+from crawls import editing, exports, queued, services
 from crawls.engine import credentials
 from crawls.models import CRAWL_OPTIONS, Channel, Crawl, CrawlState, LinesField, RulesField
 
@@ -177,6 +177,26 @@ class Command(BaseCommand):
                     help="how long (90s, 30m, 2h, 1d; a bare number is minutes) or until when "
                     "(ISO 8601, UTC unless it says otherwise, e.g. 2030-01-31T18:00)",
                 )  # fmt: skip
+        change = sub.add_parser(
+            "change", help="change a running or paused crawl's limits or scope (as Change limits)"
+        )
+        change.add_argument("id", type=int)
+        for name in editing.LIVE_FIELDS:
+            if name not in editing.SCOPE_FIELDS:
+                _add_option(change, Crawl._meta.get_field(name))
+        for kind in ("include", "exclude"):
+            change.add_argument(f"--add-{kind}", action="append", default=[], metavar="PATTERN",
+                                help=f"one more {kind} pattern (repeat)")  # fmt: skip
+            change.add_argument(f"--remove-{kind}", action="append", default=[],
+                                metavar="PATTERN", help=f"an {kind} pattern to remove, as "
+                                "`crawl status` shows it (repeat)")  # fmt: skip
+        change.add_argument("--user", help="username recorded in the crawl's events")
+        queue = sub.add_parser("queue", help="what is queued: by host, by depth, and requests")
+        queue.add_argument("id", type=int)
+        queue.add_argument("--size", type=int, choices=queued.PAGE_SIZES,
+                           default=queued.DEFAULT_SIZE, help="requests to list")  # fmt: skip
+        queue.add_argument("--after", default="", help="the cursor a listing ended with")
+        queue.add_argument("--json", action="store_true")
         waiting = sub.add_parser("wait", help="wait until the crawl ends (exit 0 if finished)")
         waiting.add_argument("id", type=int)
         waiting.add_argument("--timeout", type=float, default=0, help="seconds; 0 = forever")
@@ -298,6 +318,49 @@ class Command(BaseCommand):
     def do_drop_host(self, *, id, host, user, **_) -> None:
         dropped = services.crawl_host_drop(crawl=self._crawl(id), host=host, user=self._user(user))
         self.stdout.write(f"{host.strip().lower()}: {dropped} queued request(s) dropped")
+
+    def do_change(self, *, id, user, **options) -> None:
+        crawl = self._crawl(id)
+        changes = {k: v for k, v in options.items() if k in editing.LIVE_FIELDS and v is not None}
+        for kind in ("include", "exclude"):
+            added, removed = options[f"add_{kind}"], options[f"remove_{kind}"]
+            if not (added or removed):
+                continue
+            name = f"{kind}_patterns"
+            current = list(getattr(crawl, name))
+            if missing := [p for p in removed if p not in current]:
+                raise CommandError(
+                    f"--remove-{kind}: not one of the crawl's {kind} patterns: "
+                    + ", ".join(map(repr, missing))
+                    + f" (they are: {current or 'none'})"
+                )
+            changes[name] = [p for p in current if p not in removed] + [
+                p for p in added if p not in current]  # fmt: skip
+        done = editing.crawl_change_live(crawl=crawl, user=self._user(user), **changes)
+        for line in done.lines or ["nothing changed"]:
+            self.stdout.write(line)
+
+    def do_queue(self, *, id, size: int, after: str, json: bool, **_) -> None:
+        try:
+            screen = queued.crawl_queue(self._crawl(id), after=after, size=size)
+        except queued.CursorError as exc:
+            raise CommandError(f"--after: {exc}") from None
+        if json:
+            self.stdout.write(_json({
+                "queued": screen.queued, "retrying": screen.retrying,
+                "by_host": dict(screen.hosts), "by_depth": dict(screen.depths),
+                "next": screen.next or None, "results": screen.rows,
+            }))  # fmt: skip
+            return
+        self.stdout.write(f"{screen.queued} queued, {screen.retrying} retrying")
+        self.stdout.write("by depth: " + (", ".join(f"{d}: {n}" for d, n in screen.depths)
+                                          or "nothing queued"))  # fmt: skip
+        self.stdout.write("by host:  " + (", ".join(f"{h}: {n}" for h, n in screen.hosts[:20])
+                                          or "nothing queued"))  # fmt: skip
+        for row in screen.rows:
+            self.stdout.write(f"{row['depth']:>4} {row['priority']:>4}  {row['url']}")
+        if screen.next:
+            self.stdout.write(f"more: crawl queue {id} --after={screen.next}")
 
     def do_export(self, *, id, format: str, output: str, **_) -> None:
         crawl = self._crawl(id)
