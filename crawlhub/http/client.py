@@ -442,10 +442,14 @@ class Fetcher:
                 headers.update(call.headers)
             if call.headers_for:
                 headers.update(call.headers_for(url))
-            prepared.prepare(
-                method=call.method, url=url, headers=headers, data=call.body,
-                cookies=session.cookies, hooks={},
-            )  # fmt: skip
+            jar = session.cookies
+            if next(iter(jar), None) is not None:
+                prepared.prepare(
+                    method=call.method, url=url, headers=headers, data=call.body, cookies=jar,
+                    hooks={},
+                )  # fmt: skip
+            else:
+                _prepare_without_cookies(prepared, call.method, url, headers, call.body)
             arm(deadline)
             with contextlib.nullcontext() if guarded else unguarded():
                 response = session.get_adapter(prepared.url).send(
@@ -456,7 +460,9 @@ class Fetcher:
                     cert=None,
                     proxies={"http": proxy, "https": proxy} if proxy else {},
                 )
-            extract_cookies_to_jar(session.cookies, prepared, response.raw)
+            # The jar reads Set-Cookie only (the policy's RFC 2965 is off: no Set-Cookie2).
+            if "Set-Cookie" in response.raw.headers:
+                extract_cookies_to_jar(session.cookies, prepared, response.raw)
             return response, prepared
         except netguard.BlockedAddress as exc:  # at connection time (session.py)
             raise FetchError(f"blocked: {exc}", "blocked") from None
@@ -514,6 +520,20 @@ class Fetcher:
         else:
             raw.release_conn()  # read to the end: the connection goes back to the pool
         return body
+
+
+def _prepare_without_cookies(
+    prepared: requests.PreparedRequest, method: str, url: str, headers: Mapping[str, str],
+    body: bytes | None,
+) -> None:  # fmt: skip
+    """PreparedRequest.prepare's steps but its cookies', for a session whose jar is empty:
+    asking an empty jar for a Cookie header takes its lock and its policy's clock, per page."""
+    prepared.prepare_method(method)
+    prepared.prepare_url(url, None)
+    prepared.prepare_headers(headers)
+    prepared.prepare_body(body, None, None)
+    prepared.prepare_auth(None, url)
+    prepared.prepare_hooks({})
 
 
 def _recorded(headers: Mapping[str, str], secret: frozenset[str]) -> dict[str, str]:

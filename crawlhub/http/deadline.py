@@ -33,9 +33,13 @@ def disarm() -> None:
 
 
 def set_socket_timeout(raw: urllib3.response.HTTPResponse, timeout: float) -> None:
-    """Shrink the socket timeout for the next read (urllib3 resets it when reusing a socket)."""
+    """Shrink the socket timeout for the next read (urllib3 resets it when reusing a socket).
+
+    A socket already at `timeout` is left alone: settimeout is a system call each time, and
+    until the deadline is nearer than the usual timeout every read asks for the same one (the
+    one urllib3 set for the request)."""
     sock = getattr(raw.connection, "sock", None)
-    if sock is not None:
+    if sock is not None and sock.gettimeout() != timeout:
         sock.settimeout(timeout)
 
 

@@ -337,11 +337,14 @@ class Resolver:
         if "\t" in href or "\n" in href or "\r" in href:
             href = href.replace("\t", "").replace("\n", "").replace("\r", "")
         href = href.partition("#")[0]
-        # Most links are "/path" on a page whose origin is in normal form already.
-        if self.normal_origin and href[:1] == "/" and href[1:2] != "/" and is_normal_path(href):
-            url = self.origin + href
-            if len(url) <= MAX_URL_LENGTH:
-                return url
+        # Most links are "/path", or the page's own origin and a path, on a page whose origin
+        # is in normal form already: the path alone says whether the URL is.
+        if self.normal_origin:
+            path = href[len(self.origin) :] if href.startswith(self.origin) else href
+            if path[:1] == "/" and path[1:2] != "/" and is_normal_path(path):
+                url = self.origin + path
+                if len(url) <= MAX_URL_LENGTH:
+                    return url
         try:
             url = self.join(href) if href else self.base
         except ValueError:  # e.g. a malformed IPv6 literal

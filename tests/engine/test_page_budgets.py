@@ -7,6 +7,7 @@ the pages/s these counts stand for)."""
 from __future__ import annotations
 
 import contextlib
+import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -16,7 +17,7 @@ from django.db import connection
 from django.db.models import Model
 from django.test.utils import CaptureQueriesContext
 
-from crawlhub.http.client import FetchResult
+from crawlhub.http.client import MASK, Fetcher, FetchResult
 from crawls import services
 from crawls.engine.crawl_settings import scope_of
 from crawls.engine.frontier import Frontier
@@ -24,7 +25,7 @@ from crawls.engine.recording import Result
 from crawls.engine.request import Request
 from crawls.engine.slices import Slice
 from crawls.models import Link, Page
-from tests.support.sites import pages_site
+from tests.support.sites import Response, pages_site
 
 pytestmark = pytest.mark.django_db
 
@@ -202,3 +203,64 @@ def test_sorting_a_pages_links_parses_each_link_once_for_scope(crawl, monkeypatc
     for result in done:
         slice_.recorder.decide(result, {})
     assert len(asked) == 5 * 12
+
+
+def test_reading_a_body_far_from_the_deadline_sets_no_socket_timeout_per_read(
+    make_site, monkeypatch
+):
+    """The whole-fetch deadline shrinks the socket's timeout only when it is nearer than the
+    usual timeout: settimeout is a system call, and a body of many reads made one per read."""
+    site = make_site(pages_site({"/small": "<p>small</p>", "/large": "<p>x</p>" * 100_000}))
+    calls = []
+    settimeout = socket.socket.settimeout
+
+    def counting(self, value):
+        calls.append(value)
+        return settimeout(self, value)
+
+    monkeypatch.setattr(socket.socket, "settimeout", counting)
+    counts = {}
+    with Fetcher(timeout=10, max_bytes=10_000_000) as fetcher:
+        fetcher.fetch(site.url + "/small")  # connected: the next fetches reuse the socket
+        for path in ("/small", "/large"):
+            calls.clear()
+            result = fetcher.fetch(site.url + path)
+            assert result.status == 200 and not result.error
+            counts[path] = len(calls)
+    assert len(result.body) == 800_000  # 13 reads of 64 KiB, at least
+    assert counts["/large"] == counts["/small"] <= 2, counts
+
+
+def test_a_page_with_no_cookie_to_send_or_keep_costs_no_cookie_jar_work(make_site):
+    """The jar is asked for a Cookie header only when it holds cookies, and reads an answer
+    only when it sets one: each asks the cookie policy under the jar's lock, per page."""
+    site = make_site(
+        pages_site(
+            {
+                "/plain": "<p>plain</p>",
+                "/sets": Response(body="<p>sets</p>", headers={"Set-Cookie": "s=1; Path=/"}),
+            }
+        )
+    )
+    asked = []
+
+    def counted(jar, name: str) -> None:
+        method = getattr(jar, name)
+
+        def counting(*args):
+            asked.append(name)
+            return method(*args)
+
+        setattr(jar, name, counting)
+
+    with Fetcher(timeout=10, max_bytes=100_000) as fetcher:
+        counted(fetcher.session.cookies, "add_cookie_header")
+        counted(fetcher.session.cookies, "extract_cookies")
+        for _ in range(3):
+            assert fetcher.fetch(site.url + "/plain").status == 200
+        assert asked == []
+        assert fetcher.fetch(site.url + "/sets").status == 200  # the jar keeps s=1
+        assert asked == ["extract_cookies"]
+        fetched = fetcher.fetch(site.url + "/plain")
+        assert fetched.request_headers.get("Cookie") == MASK  # sent, and masked as it is
+        assert asked == ["extract_cookies", "add_cookie_header"]

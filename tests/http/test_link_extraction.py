@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import random
 import sys
 import time
@@ -10,6 +11,7 @@ from urllib.parse import urljoin
 
 import pytest
 
+from crawlhub.http import links as links_module
 from crawlhub.http.links import MAX_LINKS, Resolver, extract
 from crawls import services
 from tests.support import processes
@@ -317,3 +319,39 @@ def test_a_10_mb_page_of_elements_is_parsed_in_bounded_memory(element, found):
     grown_mb, links = map(int, result.stdout.split())
     assert links == found
     assert grown_mb < 40, f"extracting links from a 10 MB page took {grown_mb} MB more"
+
+
+@pytest.mark.parametrize("base", ["http://a.com/d/p.html", "https://a.com:8443/", "http://a.com"])
+def test_absolute_links_to_the_pages_own_origin_resolve_as_through_normalize(base):
+    """Absolute links back to the page's own origin (most links of many sites) take the same
+    shortcut as "/path" links: the same URL as normalize() gives, whatever follows the origin."""
+    resolver = Resolver(base)
+    origin = resolver.origin
+    tails = [
+        "/", "/x", "/a/b.html?q=1&r=2", "/a b", "/%7e", "/ü", "/./x", "/a/../b", "//x", "/x#f",
+        "?q", "#f", "", ":8443/x", ":443/x", "@evil.com/", ".evil.com/", "/x?a=%2",
+        "/" + "x" * 9000, "/X/Y?Z=1", "/a;b", "/a%2Fb", "/a\\b",
+    ]  # fmt: skip
+    for tail in tails:
+        href = origin + tail
+        expected = slow = urljoin(base, href.partition("#")[0])
+        with contextlib.suppress(ValueError):
+            expected = links_module._http_only(slow, "utf-8")
+        assert resolver.absolute(href) == expected, href
+
+
+def test_absolute_links_to_the_pages_own_origin_are_not_normalized_one_by_one(monkeypatch):
+    """A link that is the page's origin followed by a path in normal form is in normal form:
+    normalize() (a parse of the whole URL) is not asked about it."""
+    asked = []
+    normalize = links_module.normalize
+
+    def counting(url, *args, **kwargs):
+        asked.append(url)
+        return normalize(url, *args, **kwargs)
+
+    monkeypatch.setattr(links_module, "normalize", counting)
+    html = "".join(f'<a href="http://example.com/p/{n}?x={n}">{n}</a>' for n in range(20))
+    found = links_of(html)
+    assert found == [f"http://example.com/p/{n}?x={n}" for n in range(20)]
+    assert asked == ["http://example.com/"]  # the page's origin, once (Resolver.normal_origin)
