@@ -2,15 +2,16 @@
 
 This module owns every Redis key of a crawl and the Lua scripts in crawls/engine/lua/ that change
 them; no other module builds these key names. What it stores (Request, Outcome, fingerprints)
-is in crawls/engine/request.py. Keys (every one carries the crawl's id, {c<ID>}, and no script
-touches two crawls' keys: a crawl can live wholly on one of several Redis instances, see
-docs/architecture.md, "One Redis, and the path past it"):
+is in crawls/engine/request.py, with the one packing of a queued request (Request.pack and
+Request.unpack) that every reader of these keys goes through. Keys (every one carries the
+crawl's id, {c<ID>}, and no script touches two crawls' keys: a crawl can live wholly on one
+of several Redis instances, see docs/architecture.md, "One Redis, and the path past it"):
 
-    ch:{c<ID>}:queue          zset  request JSON -> score (priority, then depth, then turn)
+    ch:{c<ID>}:queue          zset  packed request -> score (priority, then depth, then turn)
     ch:{c<ID>}:hostseq        hash  host -> requests it queued: a request's turn for the score
-    ch:{c<ID>}:delayed        zset  request JSON -> ready time ms (retries waiting)
+    ch:{c<ID>}:delayed        zset  packed request -> ready time ms (retries waiting)
     ch:{c<ID>}:seen:<bucket>  set   64-bit fingerprints, 4096 buckets (intset encoded)
-    ch:{c<ID>}:backup         hash  fp -> request JSON, for every claimed unfinished request
+    ch:{c<ID>}:backup         hash  fp -> packed request, for every claimed unfinished request
     ch:{c<ID>}:leases         zset  fp -> lease deadline ms
     ch:{c<ID>}:stats          hash  counters, only ever HINCRBY
     ch:{c<ID>}:state          str   running / paused / cancelled
@@ -51,7 +52,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
-from json.encoder import encode_basestring_ascii as _json_str
 from pathlib import Path
 
 import redis
@@ -66,7 +66,8 @@ from crawls.engine.request import (
     Outcome,
     Request,
     fingerprint,
-    json_tail,
+    link_tail,
+    prefix_host,
     request_host,
     with_history,
 )
@@ -213,7 +214,7 @@ class Frontier:
         args: list = [self.key("seen:"), priority, depth]
         for url in urls:
             request = Request(url=url, depth=depth, priority=priority, via=via)
-            args += [_bucket(request.fp), request.fp, request.to_json()]
+            args += [_bucket(request.fp), request.fp, request.pack()]
         added, repeats = self._run("add", args)
         return int(added), int(repeats)
 
@@ -231,7 +232,7 @@ class Frontier:
             return []
         members, waits = self._run("claim", [n, _ms(lease_seconds), n * SCAN_FACTOR, _ms(ahead)])
         return [
-            (Request.from_json(member), int(wait) / 1000)
+            (Request.unpack(member), int(wait) / 1000)
             for member, wait in zip(members, waits, strict=True)
         ]
 
@@ -333,7 +334,7 @@ class Frontier:
         statuses = statuses if statuses is not None else [None] * len(requests)
         args: list = []
         for request, status in zip(requests, statuses, strict=True):
-            args.append(replace(request, attempts=0, crashes=0, crash_error="").to_json())
+            args.append(replace(request, attempts=0, crashes=0, crash_error="").pack())
             args.append(status_class(status) if status else "")
         return int(self._run("retry_failed", args))
 
@@ -603,10 +604,10 @@ def _outcome_args(outcome: Outcome) -> list:
     child_depth = request.depth + (0 if request.reads_sitemap or redirect else 1)
     if outcome.kind == "retry":
         history = with_history(request.history, outcome.error)
-        retry_json = replace(request, attempts=request.attempts + 1, history=history).to_json()
+        retry_json = replace(request, attempts=request.attempts + 1, history=history).pack()
     elif outcome.kind == "crashed":
         again = replace(request, crashes=request.crashes + 1, crash_error=outcome.error[:300])
-        retry_json = again.to_json()
+        retry_json = again.pack()
     elif outcome.kind == "done":
         if outcome.links_via == VIA_LISTED:
             listed = len(outcome.links)
@@ -625,22 +626,34 @@ def _link_args(
     urls: list[str], parent: Request, depth: int, via: str, redirects: tuple[str, ...] = ()
 ) -> tuple[str, str]:
     """(links, tail): what complete.lua needs to queue `urls` as Request(url, depth,
-    referrer=parent.url, priority=..., via=via, redirects=redirects) would: per URL four lines
-    (bucket, fingerprint, host as JSON, URL as JSON), and once the end of their request JSON,
-    the same for every link of the page (request.json_tail). The host of a link on the page's
-    own origin (most of them) is sent as "": the script takes the page's, and no link's host
-    is parsed here. One argument per page, not three per link: redis-py packs each argument
-    on its own, a twentieth of a slice thread's time. No JSON string holds a line break."""
+    referrer=parent.url, priority=..., via=via, redirects=redirects).pack() would: per URL
+    four lines (bucket, fingerprint, host, URL), and once the end of their packed requests,
+    the same for every link of the page (request.link_tail). The host of a link on the page's
+    own prefix (most of them) is sent as "": the script takes the page's, and no link's host
+    is parsed here; the script also makes their referrer relative, as pack() does. One
+    argument per page, not three per link: redis-py packs each argument on its own, a
+    twentieth of a slice thread's time. A link's URL holds no line break (links and sitemaps
+    are in the client's normal form, which escapes them); one that does is sent escaped."""
     if not urls:
         return "", ""
-    tail = json_tail(depth, parent.priority, 0, parent.url, via=via, redirects=redirects)
-    # Links on the page's origin have its host; the script writes it back as '"' .. host ..
-    # '"', so only for a host that JSON leaves as it is.
+    tail = link_tail(depth, parent.priority, parent.url, via=via, redirects=redirects)
+    # Links on the page's prefix (its URL up to the "/" after "://") have its host, which
+    # the prefix tells (the script writes no host for them), and a relative referrer.
     origin, host = url_origin(parent.url), parent.host
-    own = origin + "/" if origin and _json_str(host) == f'"{host}"' else None
+    own = origin + "/" if origin and parent.url.startswith(origin + "/") else None
+    if own and prefix_host(parent.url) != host:
+        own = None
     lines = []
     for url in urls:
+        if "\n" in url:
+            url = url.replace("\n", "%0A")
         fp = fingerprint(url)
-        link_host = "" if own and url.startswith(own) else _json_str(request_host(url))
-        lines.append(f"{_bucket(fp)}\n{fp}\n{link_host}\n{_json_str(url)}\n")
+        if own and url.startswith(own):
+            link_host = ""
+        else:
+            link_host = request_host(url)
+            link_host = (
+                "+" + link_host if prefix_host(url) == link_host else "-" + (link_host or "/")
+            )
+        lines.append(f"{_bucket(fp)}\n{fp}\n{link_host}\n{url}\n")
     return "".join(lines), tail
