@@ -56,7 +56,7 @@ from pathlib import Path
 
 import redis
 
-from crawlhub.connections import get_redis, replicated
+from crawlhub.connections import get_redis, redis_memory_from, replicated
 from crawlhub.http.urls import url_origin
 from crawls.engine.request import (
     OUTCOME_KINDS,
@@ -543,11 +543,13 @@ def live_views(
     hosts: bool = True, client: redis.Redis | None = None,
 ) -> dict[int, dict]:  # fmt: skip
     """Frontier.live_view() of many crawls in one MULTI; without `hosts` the queue size per
-    host is left out ({}), for the list page, which shows none."""
+    host is left out ({}), for the list page, which shows none. "memory" is Redis' (a
+    RedisMemory), the same for every crawl."""
     client = client or get_redis()
     frontiers = [Frontier(crawl_id, client) for crawl_id in crawl_ids]
     now_ms = _ms(time.time())
     with client.pipeline(transaction=True) as pipe:
+        pipe.info("memory")
         for frontier in frontiers:
             frontier._queue_stats(pipe)
             if hosts:
@@ -559,6 +561,7 @@ def live_views(
             # ahead (jobs.QUEUED_SLICE_TTL): those due within a minute are running.
             pipe.zcount(frontier.key("slices"), now_ms, now_ms + STARTED_SLICE_WINDOW_MS)
         replies = iter(pipe.execute())
+    memory = redis_memory_from(next(replies))
     views = {}
     for frontier in frontiers:
         stats = _stats_from(next(replies), next(replies), next(replies), next(replies))
@@ -568,6 +571,7 @@ def live_views(
             "hosts": {host.decode(): int(n) for host, n in by_host.items()},
             "series": [tuple(int(x) for x in point.split(b":")) for point in next(replies)],
             "slices_running": int(next(replies)),
+            "memory": memory,
         }
     return views
 
