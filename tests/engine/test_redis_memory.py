@@ -22,7 +22,7 @@ from crawls import services
 from crawls.api.crawls import CrawlSerializer
 from crawls.engine import live
 from crawls.engine.frontier import Frontier
-from crawls.engine.jobs import slice_job
+from crawls.engine.jobs import after_slice, slice_job, supervise
 from crawls.engine.slices import run_slice, with_redis_retry
 from crawls.models import CrawlState
 from tests.support.crawling import start_site_crawl
@@ -135,3 +135,29 @@ def test_a_slice_on_a_redis_past_its_maxmemory_waits_without_an_error_and_finish
     assert crawl.state == CrawlState.FINISHED
     assert (crawl.stats["requests"], crawl.stats["responses"]) == (21, 21)
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_slices_redis_refuses_to_queue_are_a_warning_and_the_supervisor_queues_them_later(
+    user, redis, maxmemory, caplog
+):
+    crawl = services.crawl_create(
+        user=user, name="full", seeds=["http://127.0.0.1:9/"], obey_robots=False, slices=2
+    )
+    services.crawl_start(crawl=crawl, user=user)
+    redis.delete(Frontier(crawl.pk).key("slices"))  # as if its slices had ended
+    maxmemory(redis_memory(redis).used - 50_000)
+    with caplog.at_level(logging.WARNING):
+        after_slice(crawl.pk)  # a slice's successor
+        assert supervise() == {"skipped": "Redis is full"}
+    said = [r.getMessage() for r in caplog.records if r.name == "crawls.engine.jobs"]
+    assert len(said) == 2 and said[0].startswith(
+        f"crawl {crawl.pk}: Redis is full, 1 slice(s) not queued yet: command not allowed when "
+        "used memory > 'maxmemory'."
+    )
+    assert said[1] == "supervisor: Redis is full (past its maxmemory); skipped until it frees"
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+    assert Frontier(crawl.pk).live_slices() == 0
+    maxmemory(0)
+    assert supervise()["slices_started"] == 2 and Frontier(crawl.pk).live_slices() == 2
+    services.crawl_cancel(crawl=crawl, user=user)
