@@ -9,6 +9,11 @@ Runs its own embedded Redis on a free port (nothing else is touched) and prints 
    claim() and complete(), until the frontier is done: every URL is fingerprinted once, the queue
    ends empty, so the used_memory delta is the dedup sets (plus a few fixed keys).
 2. N seeds through add_seeds(): memory with every request still queued.
+3. N links found on N/10 pages (10 each, on the page's host, its URL their referrer), through
+   claim() and complete(): memory with every link still queued, as a crawl's queue holds most.
+
+To compare with another checkout, run this file with that checkout's code:
+`cp bench/frontier_memory.py /tmp/base/bench/ && /tmp/base/.venv/bin/python /tmp/base/bench/...`.
 """
 
 from __future__ import annotations
@@ -114,9 +119,40 @@ def seeds(client: redis.Redis, count: int, chunk: int = 10_000) -> None:
     queue = client.memory_usage(frontier.key("queue"), samples=0)
     print(f"\n== {count:,} seeds through add_seeds, all still queued")
     print(f"time                          {elapsed:8.1f} s  ({count / elapsed:,.0f} URLs/s)")
-    print(f"used_memory delta / URL       {delta / count:8.2f} bytes (dedup + queued JSON)")
+    print(f"used_memory delta / URL       {delta / count:8.2f} bytes (dedup + queued request)")
     print(f"MEMORY USAGE seen:* / URL     {seen / count:8.2f} bytes")
     print(f"MEMORY USAGE queue / URL      {queue / count:8.2f} bytes")
+    frontier.delete()
+
+
+def queued_links(client: redis.Redis, count: int, chunk: int = 500) -> None:
+    frontier = Frontier(3, client=client)
+    frontier.configure(max_pages=0, max_depth=-1, host_delay=0)
+    frontier.set_state("running")
+    pages = count // FANOUT
+    frontier.add_seeds([url(i) for i in range(pages)])
+    claimed = []
+    while more := frontier.claim(chunk, lease_seconds=600):
+        claimed += more
+    before = used_memory(client)
+    started = time.perf_counter()
+    for start in range(0, pages, chunk):
+        outcomes = []
+        for request in claimed[start : start + chunk]:
+            links = [f"{request.url}/{k}" for k in range(FANOUT)]
+            outcomes.append(Outcome(request, "done", status=200, nbytes=1000, links=links))
+        frontier.complete(outcomes)
+    elapsed = time.perf_counter() - started
+    delta = used_memory(client) - before
+    queue = client.memory_usage(frontier.key("queue"), samples=0)
+    queued = frontier.stats()["queued"]
+    assert queued == pages * FANOUT, queued
+    print(f"\n== {queued:,} links of {pages:,} pages through complete, all still queued")
+    print(f"time                          {elapsed:8.1f} s  ({queued / elapsed:,.0f} links/s)")
+    print(f"used_memory delta / URL       {delta / queued:8.2f} bytes (dedup + queued request)")
+    print(f"MEMORY USAGE queue / URL      {queue / queued:8.2f} bytes")
+    [member] = client.zrange(frontier.key("queue"), 0, 0)
+    print(f"a queued link                 {len(member)} bytes: {member!r}")
     frontier.delete()
 
 
@@ -137,6 +173,7 @@ def main() -> None:
         crawl(client, options.urls, options.batch)
         if not options.skip_seeds:
             seeds(client, options.urls)
+            queued_links(client, options.urls)
         client.close()
 
 

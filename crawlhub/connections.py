@@ -1,6 +1,7 @@
 """The one Redis connection pool per process, for crawlhub's own keys."""
 
 import logging
+from dataclasses import dataclass
 
 import redis
 from django.conf import settings
@@ -9,8 +10,11 @@ from crawlhub import redis_config
 
 # Redis is away: refused, dropped, timed out (BusyLoadingError, a restarting Redis, is a
 # ConnectionError too; so are a Sentinel that names no master yet, and a READONLY answer from a
-# master just demoted). Callers that can wait or report it catch these.
-REDIS_ERRORS = (redis.ConnectionError, redis.TimeoutError)
+# master just demoted). Callers that can wait or report it catch these. A full Redis too: with
+# maxmemory and noeviction it refuses a write past its limit ("OOM command not allowed"), and a
+# script refused so has written nothing (its first write is refused, or none is), so a write
+# waits for memory as it waits for a Redis that went away.
+REDIS_ERRORS = (redis.ConnectionError, redis.TimeoutError, redis.exceptions.OutOfMemoryError)
 
 log = logging.getLogger(__name__)
 
@@ -66,3 +70,33 @@ def replicated(client: redis.Redis | None = None, *, timeout: float = REPLICA_WA
         timeout,
     )
     return False
+
+
+# Redis memory: crawls stop adding to Redis once it holds this share of its maxmemory (the
+# budget, settings.CRAWLHUB_REDIS_MEMORY_BUDGET_PERCENT), well before Redis refuses writes.
+
+
+@dataclass(frozen=True)
+class RedisMemory:
+    """What Redis holds (used_memory), its maxmemory (0: none) and crawlhub's budget of it
+    (0: none, when Redis has no maxmemory)."""
+
+    used: int
+    maxmemory: int
+    budget: int
+
+    @property
+    def full(self) -> bool:
+        return self.budget > 0 and self.used >= self.budget
+
+
+def redis_memory_from(info: dict) -> RedisMemory:
+    """RedisMemory from Redis' INFO memory section (as redis-py parses it)."""
+    maxmemory = int(info.get("maxmemory", 0) or 0)
+    budget = maxmemory * settings.CRAWLHUB_REDIS_MEMORY_BUDGET_PERCENT // 100
+    return RedisMemory(used=int(info.get("used_memory", 0)), maxmemory=maxmemory, budget=budget)
+
+
+def redis_memory(client: redis.Redis | None = None) -> RedisMemory:
+    """Redis' memory now (one INFO call)."""
+    return redis_memory_from((client or get_redis()).info("memory"))

@@ -131,11 +131,15 @@ class EmbeddedRedis:
     """A redis-server for one data dir: on a unix socket, or on a loopback port if given one."""
 
     def __init__(
-        self, data_dir: Path, *, port: int | None = None, binary: str | None = None
-    ) -> None:
+        self, data_dir: Path, *, port: int | None = None, binary: str | None = None,
+        maxmemory_mb: int = 0,
+    ) -> None:  # fmt: skip
         self.data_dir = Path(data_dir).resolve()
         self.port = port
         self.binary = binary
+        # 0: no limit. With one, Redis refuses writes past it (noeviction): evicting would
+        # drop a crawl's queue or dedup keys, and lose or repeat work.
+        self.maxmemory_mb = maxmemory_mb
         self.process: subprocess.Popen | None = None
         self.url = self._wanted_url()
 
@@ -204,6 +208,8 @@ class EmbeddedRedis:
             "--daemonize", "no",
             "--logfile", str(folder / "redis.log"),
             "--pidfile", str(folder / "redis.pid"),
+            "--maxmemory", f"{self.maxmemory_mb}mb",
+            "--maxmemory-policy", "noeviction",
         ]  # fmt: skip
 
     def _wait_ready(self, timeout: float) -> None:

@@ -344,6 +344,19 @@ CRAWLHUB_SLICE_SECONDS = env_int("CRAWLHUB_SLICE_SECONDS", 20, minimum=1)
 # A claimed request returns to the queue this long after its worker stopped answering.
 CRAWLHUB_LEASE_SECONDS = env_int("CRAWLHUB_LEASE_SECONDS", 60, minimum=1)
 CRAWLHUB_SUPERVISOR_SECONDS = env_int("CRAWLHUB_SUPERVISOR_SECONDS", 3, minimum=1)
+# Redis memory (docs/reliability.md, "A Redis that fills up"): the embedded Redis gets this
+# maxmemory (0: none) and refuses writes past it rather than evicting a crawl's keys; crawls
+# stop taking new work from Redis once it holds CRAWLHUB_REDIS_MEMORY_BUDGET_PERCENT of its
+# maxmemory (an external Redis' own maxmemory counts), and go on when memory frees.
+CRAWLHUB_REDIS_MAXMEMORY_MB = env_int("CRAWLHUB_REDIS_MAXMEMORY_MB", 0, minimum=0)
+CRAWLHUB_REDIS_MEMORY_BUDGET_PERCENT = env_int(
+    "CRAWLHUB_REDIS_MEMORY_BUDGET_PERCENT", 85, minimum=1
+)
+if CRAWLHUB_REDIS_MEMORY_BUDGET_PERCENT > 99:
+    raise ImproperlyConfigured(
+        "CRAWLHUB_REDIS_MEMORY_BUDGET_PERCENT must be at most 99 (a share of Redis' maxmemory "
+        f"left for the writes in flight), got {CRAWLHUB_REDIS_MEMORY_BUDGET_PERCENT}"
+    )
 # `up` repeats the address and how to log in this often until someone has logged in.
 CRAWLHUB_LOGIN_HINT_SECONDS = env_int("CRAWLHUB_LOGIN_HINT_SECONDS", 60, minimum=1)
 # After a cancel or a pause, a slice still running this long after is stopped (its work horse

@@ -16,7 +16,7 @@ from django.core.exceptions import ValidationError
 from django.db import models, transaction
 from django.utils import timezone
 
-from crawlhub.connections import REDIS_ERRORS
+from crawlhub.connections import REDIS_ERRORS, RedisMemory, redis_memory
 from crawlhub.errors import ActionRefused
 from crawlhub.http import Fetcher, OptionError, chromium, netguard
 from crawlhub.http.urls import validate_url
@@ -590,6 +590,24 @@ def crawl_stats_safe(crawl: Crawl) -> dict:
         return crawl_stats(crawl)
     except REDIS_ERRORS as exc:
         return {**crawl.stats, "redis_error": str(exc)}
+
+
+def redis_memory_safe() -> RedisMemory | None:
+    """Redis' memory against crawlhub's budget; None when Redis is away."""
+    try:
+        return redis_memory()
+    except REDIS_ERRORS:
+        return None
+
+
+def crawl_waiting(*, crawl: Crawl, memory: RedisMemory | None) -> dict[str, str]:
+    """Why a running crawl fetches nothing right now that is not its own doing: {"reason":
+    "memory", "line": ...} while Redis holds crawlhub's budget of its memory (`memory`:
+    redis_memory_safe(), read once for many crawls); empty reason and line otherwise, or when
+    Redis is away (None)."""
+    if memory is None:
+        return {"reason": "", "line": ""}
+    return live.memory_status(crawl, memory)
 
 
 def crawls_stats_safe(crawls: list[Crawl]) -> dict[int, dict]:

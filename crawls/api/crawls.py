@@ -114,6 +114,12 @@ class CrawlSerializer(CrawlFieldsSerializer):
     created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
     stats = serializers.SerializerMethodField(help_text="Live counters; the final ones once over.")
     page_url = serializers.CharField(source="get_absolute_url", read_only=True)
+    waiting = serializers.SerializerMethodField(
+        help_text="Why a running crawl fetches nothing now: reason 'memory' while Redis holds "
+        "crawlhub's budget of its memory (CRAWLHUB_REDIS_MEMORY_BUDGET_PERCENT of maxmemory; "
+        "it goes on by itself once memory frees), with the line its page shows; reason and "
+        "line empty otherwise."
+    )
     auth = serializers.SerializerMethodField(
         help_text="The crawl's credentials: header and cookie names, the basic auth user, the "
         "login URL and field names; every secret value is '••••• (set)'. `origins`: where they "
@@ -126,12 +132,17 @@ class CrawlSerializer(CrawlFieldsSerializer):
         fields = [
             "id", "name", "channel", "seeds", *CRAWL_OPTIONS, "auth", "state", "created_by",
             "created_at", "started_at", "finished_at", "error", "end_reason", "end_line",
-            "schedule", "stats", "page_url",
+            "schedule", "stats", "page_url", "waiting",
         ]  # fmt: skip
         read_only_fields = fields
 
     def get_auth(self, crawl: Crawl) -> dict:
         return services.credentials_shown(crawl)
+
+    def get_waiting(self, crawl: Crawl) -> dict:
+        if "redis_memory" not in self.context:  # read once for a page of crawls
+            self.context["redis_memory"] = services.redis_memory_safe()
+        return services.crawl_waiting(crawl=crawl, memory=self.context["redis_memory"])
 
     def get_stats(self, crawl: Crawl) -> dict:
         stats = self.context.get("stats")

@@ -2,12 +2,14 @@
 
 Decided where a crawl ends (lifecycle.finish_if_done and fail, services.crawl_cancel) from its
 final counters, and saved with it (Crawl.end_reason, Crawl.end_line), never per page. A crawl
-still running is "stalled" while it has work queued that no slice is fetching (live.py).
+still running is "stalled" while it has work queued that no slice is fetching, or waits for
+Redis memory (live.py).
 Pure functions of their arguments: the migration that fills in crawls ended before reads them.
 """
 
 from __future__ import annotations
 
+from crawlhub.connections import RedisMemory
 from crawls.models import EndReason
 
 # The longest line kept (Crawl.end_line): a failure's error is cut to fit.
@@ -64,4 +66,15 @@ def stalled_line(stats: dict) -> str:
     return (
         f"Stalled: {waiting:,} requests wait and no worker is fetching them (every worker is "
         "busy with other jobs, or none is running: see Workers)."
+    )
+
+
+def memory_line(memory: RedisMemory) -> str:
+    """A running crawl while Redis holds its budget of memory (slices claim nothing)."""
+    share = round(memory.budget * 100 / max(1, memory.maxmemory))
+    return (
+        f"Waiting for Redis memory: it holds {memory.used / 2**20:,.1f} MB, crawlhub's budget "
+        f"is {memory.budget / 2**20:,.1f} MB ({share}% of its maxmemory, "
+        f"{memory.maxmemory / 2**20:,.1f} MB). Nothing is lost; fetching goes "
+        "on by itself once memory frees (a crawl cancelled or deleted, a larger maxmemory)."
     )

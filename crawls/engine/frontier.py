@@ -2,15 +2,16 @@
 
 This module owns every Redis key of a crawl and the Lua scripts in crawls/engine/lua/ that change
 them; no other module builds these key names. What it stores (Request, Outcome, fingerprints)
-is in crawls/engine/request.py. Keys (every one carries the crawl's id, {c<ID>}, and no script
-touches two crawls' keys: a crawl can live wholly on one of several Redis instances, see
-docs/architecture.md, "One Redis, and the path past it"):
+is in crawls/engine/request.py, with the one packing of a queued request (Request.pack and
+Request.unpack) that every reader of these keys goes through. Keys (every one carries the
+crawl's id, {c<ID>}, and no script touches two crawls' keys: a crawl can live wholly on one
+of several Redis instances, see docs/architecture.md, "One Redis, and the path past it"):
 
-    ch:{c<ID>}:queue          zset  request JSON -> score (priority, then depth, then turn)
+    ch:{c<ID>}:queue          zset  packed request -> score (priority, then depth, then turn)
     ch:{c<ID>}:hostseq        hash  host -> requests it queued: a request's turn for the score
-    ch:{c<ID>}:delayed        zset  request JSON -> ready time ms (retries waiting)
+    ch:{c<ID>}:delayed        zset  packed request -> ready time ms (retries waiting)
     ch:{c<ID>}:seen:<bucket>  set   64-bit fingerprints, 4096 buckets (intset encoded)
-    ch:{c<ID>}:backup         hash  fp -> request JSON, for every claimed unfinished request
+    ch:{c<ID>}:backup         hash  fp -> packed request, for every claimed unfinished request
     ch:{c<ID>}:leases         zset  fp -> lease deadline ms
     ch:{c<ID>}:stats          hash  counters, only ever HINCRBY
     ch:{c<ID>}:state          str   running / paused / cancelled
@@ -56,12 +57,11 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from json.encoder import encode_basestring_ascii as _json_str
 from pathlib import Path
 
 import redis
 
-from crawlhub.connections import get_redis, replicated
+from crawlhub.connections import get_redis, redis_memory_from, replicated
 from crawlhub.http.urls import url_origin
 from crawls.engine.request import (
     OUTCOME_KINDS,
@@ -71,7 +71,8 @@ from crawls.engine.request import (
     Outcome,
     Request,
     fingerprint,
-    json_tail,
+    link_tail,
+    prefix_host,
     request_host,
     with_history,
 )
@@ -225,7 +226,7 @@ class Frontier:
         args: list = [self.key("seen:"), priority, depth]
         for url in urls:
             request = Request(url=url, depth=depth, priority=priority, via=via)
-            args += [_bucket(request.fp), request.fp, request.to_json()]
+            args += [_bucket(request.fp), request.fp, request.pack()]
         added, repeats = self._run("add", args)
         return int(added), int(repeats)
 
@@ -247,7 +248,7 @@ class Frontier:
         if gen:  # none when the crawl is not running
             self.scope_gen = int(gen[0])
         return [
-            (Request.from_json(member), int(wait) / 1000)
+            (Request.unpack(member), int(wait) / 1000)
             for member, wait in zip(members, waits, strict=True)
         ]
 
@@ -349,7 +350,7 @@ class Frontier:
         statuses = statuses if statuses is not None else [None] * len(requests)
         args: list = []
         for request, status in zip(requests, statuses, strict=True):
-            args.append(replace(request, attempts=0, crashes=0, crash_error="").to_json())
+            args.append(replace(request, attempts=0, crashes=0, crash_error="").pack())
             args.append(status_class(status) if status else "")
         return int(self._run("retry_failed", args))
 
@@ -478,7 +479,7 @@ class Frontier:
         return rows
 
     # The scope changed while the crawl runs (crawls/engine/scope_changes.py), and what is queued
-    # (the queue view). Every read of queued entries is here, decoded by Request.from_json.
+    # (the queue view). Every read of queued entries is here, decoded by Request.unpack.
 
     def scope_change(self) -> tuple[int, list[Request]]:
         """The crawl's include or exclude patterns changed: the next scope generation, which
@@ -489,7 +490,7 @@ class Frontier:
             pipe.hincrby(self.key("config"), "scope_gen", 1)
             pipe.hvals(self.key("backup"))
             gen, claimed = pipe.execute()
-        return int(gen), [Request.from_json(member) for member in claimed]
+        return int(gen), [Request.unpack(member) for member in claimed]
 
     def scope_generation(self) -> int:
         return int(self.redis.hget(self.key("config"), "scope_gen") or 0)
@@ -519,7 +520,7 @@ class Frontier:
         while seen < budget:
             position, found = self.redis.zscan(self.key(where), int(position), count=batch)
             seen += len(found)
-            doomed = [member for member, _ in found if not fits(Request.from_json(member))]
+            doomed = [member for member, _ in found if not fits(Request.unpack(member))]
             if doomed:
                 dropped += int(self._run("drop_queued", [where, *doomed]))
             if position == 0 and where == "queue":
@@ -567,7 +568,7 @@ class Frontier:
                 raise ValueError("not a cursor of this crawl's queue") from None
         found = self._run("queue_page", [size + 1, score, member])  # one more: is there a next?
         entries, scores = found[0 : 2 * size : 2], found[1 : 2 * size : 2]
-        requests = [Request.from_json(entry) for entry in entries]
+        requests = [Request.unpack(entry) for entry in entries]
         if len(found) <= 2 * size:
             return requests, ""
         return requests, base64.urlsafe_b64encode(scores[-1] + b" " + entries[-1]).decode()
@@ -653,11 +654,13 @@ def live_views(
     hosts: bool = True, client: redis.Redis | None = None,
 ) -> dict[int, dict]:  # fmt: skip
     """Frontier.live_view() of many crawls in one MULTI; without `hosts` the queue size per
-    host is left out ({}), for the list page, which shows none."""
+    host is left out ({}), for the list page, which shows none. "memory" is Redis' (a
+    RedisMemory), the same for every crawl."""
     client = client or get_redis()
     frontiers = [Frontier(crawl_id, client) for crawl_id in crawl_ids]
     now_ms = _ms(time.time())
     with client.pipeline(transaction=True) as pipe:
+        pipe.info("memory")
         for frontier in frontiers:
             frontier._queue_stats(pipe)
             if hosts:
@@ -669,6 +672,7 @@ def live_views(
             # ahead (jobs.QUEUED_SLICE_TTL): those due within a minute are running.
             pipe.zcount(frontier.key("slices"), now_ms, now_ms + STARTED_SLICE_WINDOW_MS)
         replies = iter(pipe.execute())
+    memory = redis_memory_from(next(replies))
     views = {}
     for frontier in frontiers:
         stats = _stats_from(next(replies), next(replies), next(replies), next(replies))
@@ -678,6 +682,7 @@ def live_views(
             "hosts": {host.decode(): int(n) for host, n in by_host.items()},
             "series": [tuple(int(x) for x in point.split(b":")) for point in next(replies)],
             "slices_running": int(next(replies)),
+            "memory": memory,
         }
     return views
 
@@ -714,10 +719,10 @@ def _outcome_args(outcome: Outcome) -> list:
     child_depth = request.depth + (0 if request.reads_sitemap or redirect else 1)
     if outcome.kind == "retry":
         history = with_history(request.history, outcome.error)
-        retry_json = replace(request, attempts=request.attempts + 1, history=history).to_json()
+        retry_json = replace(request, attempts=request.attempts + 1, history=history).pack()
     elif outcome.kind == "crashed":
         again = replace(request, crashes=request.crashes + 1, crash_error=outcome.error[:300])
-        retry_json = again.to_json()
+        retry_json = again.pack()
     elif outcome.kind == "done":
         if outcome.links_via == VIA_LISTED:
             listed = len(outcome.links)
@@ -736,22 +741,34 @@ def _link_args(
     urls: list[str], parent: Request, depth: int, via: str, redirects: tuple[str, ...] = ()
 ) -> tuple[str, str]:
     """(links, tail): what complete.lua needs to queue `urls` as Request(url, depth,
-    referrer=parent.url, priority=..., via=via, redirects=redirects) would: per URL four lines
-    (bucket, fingerprint, host as JSON, URL as JSON), and once the end of their request JSON,
-    the same for every link of the page (request.json_tail). The host of a link on the page's
-    own origin (most of them) is sent as "": the script takes the page's, and no link's host
-    is parsed here. One argument per page, not three per link: redis-py packs each argument
-    on its own, a twentieth of a slice thread's time. No JSON string holds a line break."""
+    referrer=parent.url, priority=..., via=via, redirects=redirects).pack() would: per URL
+    four lines (bucket, fingerprint, host, URL), and once the end of their packed requests,
+    the same for every link of the page (request.link_tail). The host of a link on the page's
+    own prefix (most of them) is sent as "": the script takes the page's, and no link's host
+    is parsed here; the script also makes their referrer relative, as pack() does. One
+    argument per page, not three per link: redis-py packs each argument on its own, a
+    twentieth of a slice thread's time. A link's URL holds no line break (links and sitemaps
+    are in the client's normal form, which escapes them); one that does is sent escaped."""
     if not urls:
         return "", ""
-    tail = json_tail(depth, parent.priority, 0, parent.url, via=via, redirects=redirects)
-    # Links on the page's origin have its host; the script writes it back as '"' .. host ..
-    # '"', so only for a host that JSON leaves as it is.
+    tail = link_tail(depth, parent.priority, parent.url, via=via, redirects=redirects)
+    # Links on the page's prefix (its URL up to the "/" after "://") have its host, which
+    # the prefix tells (the script writes no host for them), and a relative referrer.
     origin, host = url_origin(parent.url), parent.host
-    own = origin + "/" if origin and _json_str(host) == f'"{host}"' else None
+    own = origin + "/" if origin and parent.url.startswith(origin + "/") else None
+    if own and prefix_host(parent.url) != host:
+        own = None
     lines = []
     for url in urls:
+        if "\n" in url:
+            url = url.replace("\n", "%0A")
         fp = fingerprint(url)
-        link_host = "" if own and url.startswith(own) else _json_str(request_host(url))
-        lines.append(f"{_bucket(fp)}\n{fp}\n{link_host}\n{_json_str(url)}\n")
+        if own and url.startswith(own):
+            link_host = ""
+        else:
+            link_host = request_host(url)
+            link_host = (
+                "+" + link_host if prefix_host(url) == link_host else "-" + (link_host or "/")
+            )
+        lines.append(f"{_bucket(fp)}\n{fp}\n{link_host}\n{url}\n")
     return "".join(lines), tail

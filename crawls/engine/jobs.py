@@ -18,6 +18,7 @@ import time
 import uuid
 
 import django_rq
+import redis
 from django.conf import settings
 from django.db import close_old_connections, connection, transaction
 from rq.command import send_stop_job_command
@@ -77,6 +78,17 @@ def enqueue_slices(crawl: Crawl, count: int | None = None) -> int:
 
 
 def _enqueue(crawl_id: int, slice_ids: list[str], timeout: int, *, at_front: bool) -> None:
+    try:
+        _enqueue_jobs(crawl_id, slice_ids, timeout, at_front=at_front)
+    except redis.exceptions.OutOfMemoryError as exc:
+        # Past its maxmemory Redis takes no job (the slices would wait for memory anyway):
+        # the supervisor starts the missing slices once it frees; a slice registered whose
+        # job was refused is forgotten (_forget_lost_slices).
+        log.warning("crawl %s: Redis is full, %d slice(s) not queued yet: %s", crawl_id,
+                    len(slice_ids), exc)  # fmt: skip
+
+
+def _enqueue_jobs(crawl_id: int, slice_ids: list[str], timeout: int, *, at_front: bool) -> None:
     Frontier(crawl_id).slice_register(slice_ids, ttl=QUEUED_SLICE_TTL)
     queue = django_rq.get_queue("crawls")
     for slice_id in slice_ids:
@@ -163,7 +175,13 @@ def after_slice(crawl_id: int) -> None:
 
 def supervise() -> dict:
     """Every few seconds: recover expired leases, keep slices alive, finish done crawls."""
-    if not supervisor_lock(ttl=settings.CRAWLHUB_SUPERVISOR_SECONDS * 2):
+    try:
+        locked = supervisor_lock(ttl=settings.CRAWLHUB_SUPERVISOR_SECONDS * 2)
+    except redis.exceptions.OutOfMemoryError:
+        # Past its maxmemory Redis takes not even the lock; nothing it could start would run.
+        log.warning("supervisor: Redis is full (past its maxmemory); skipped until it frees")
+        return {"skipped": "Redis is full"}
+    if not locked:
         return {"skipped": "another supervisor is running"}
     close_old_connections()
     report = {"requeued": 0, "slices_started": 0, "finished": 0, "paused": 0}

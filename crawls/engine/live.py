@@ -11,12 +11,13 @@ from __future__ import annotations
 import logging
 import time
 
+import redis
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 
-from crawlhub.connections import REDIS_ERRORS
+from crawlhub.connections import REDIS_ERRORS, RedisMemory, redis_memory
 from crawlhub.dates import machine
-from crawls.engine.ending import stalled_line
+from crawls.engine.ending import memory_line, stalled_line
 from crawls.engine.frontier import SERIES_POINTS, Frontier, live_views
 from crawls.models import Crawl, EndReason
 
@@ -91,9 +92,10 @@ def _snapshot(crawl: Crawl, view: dict | Exception) -> dict:
     }
     if isinstance(view, Exception):
         stats = with_derived({**crawl.stats, "redis_error": str(view)})
+        memory = _memory_past_maxmemory(view)
         return {**base, "stats": stats, "rate": 0.0, "rate_average": False, "series": [],
                 "hosts": [], "progress": progress(crawl, stats), "waiting": False,
-                "end": status_line(crawl, stats, waiting=False)}  # fmt: skip
+                "end": status_line(crawl, stats, waiting=False, memory=memory)}  # fmt: skip
     # A crawl that ended shows what was saved when it ended (cancel drops the queue).
     stats = with_derived(crawl.stats if crawl.is_over() and crawl.stats else view["stats"])
     hosts = sorted(view["hosts"].items(), key=lambda item: (-item[1], item[0]))
@@ -111,8 +113,19 @@ def _snapshot(crawl: Crawl, view: dict | Exception) -> dict:
         "hosts_total": len(hosts),
         "progress": progress(crawl, stats),
         "waiting": waiting,
-        "end": status_line(crawl, stats, waiting=waiting),
+        "end": status_line(crawl, stats, waiting=waiting, memory=view.get("memory")),
     }
+
+
+def _memory_past_maxmemory(error: Exception) -> RedisMemory | None:
+    """Redis' memory when `error` is Redis refusing for its maxmemory (it refuses a MULTI
+    whole then, reads too; INFO still answers), so that the page says why; else None."""
+    if not isinstance(error, redis.exceptions.OutOfMemoryError):
+        return None
+    try:
+        return redis_memory()
+    except REDIS_ERRORS:
+        return None
 
 
 def average_rate(crawl: Crawl, stats: dict) -> float:
@@ -154,13 +167,26 @@ def progress(crawl: Crawl, stats: dict) -> dict:
             "open": not crawl.is_over()}  # fmt: skip
 
 
-def status_line(crawl: Crawl, stats: dict, *, waiting: bool) -> dict:
-    """Why the crawl ended (its saved reason and line), or "stalled" while it waits for a
+def status_line(
+    crawl: Crawl, stats: dict, *, waiting: bool, memory: RedisMemory | None = None
+) -> dict:
+    """Why the crawl ended (its saved reason and line), "memory" while it runs and Redis holds
+    its budget of memory (slices claim nothing then), or "stalled" while it waits for a
     worker; empty otherwise."""
     if crawl.is_over():
         return {"reason": crawl.end_reason, "line": crawl.end_line}
+    if memory is not None and (held := memory_status(crawl, memory))["reason"]:
+        return held
     if waiting:
         return {"reason": "stalled", "line": stalled_line(stats)}
+    return {"reason": "", "line": ""}
+
+
+def memory_status(crawl: Crawl, memory: RedisMemory) -> dict:
+    """ "memory" and its line while the crawl runs and Redis holds its budget of memory (its
+    slices claim nothing, crawls.engine.slices); empty otherwise."""
+    if memory.full and crawl.state == "running":
+        return {"reason": "memory", "line": memory_line(memory)}
     return {"reason": "", "line": ""}
 
 
@@ -231,6 +257,9 @@ def publish_crawl(crawl_id: int, *, force: bool = False, trailing: bool = False)
         # One event loop, so one channel-layer connection for both sends.
         async_to_sync(_send)(crawl_id, full)
         return True
+    except REDIS_ERRORS as exc:  # away or full: the next snapshot catches up
+        log.warning("publishing crawl %s failed: Redis: %s", crawl_id, exc)
+        return False
     except Exception:
         log.warning("publishing crawl %s failed", crawl_id, exc_info=True)
         return False

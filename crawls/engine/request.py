@@ -1,9 +1,9 @@
 """A crawl's request and what became of it: the URL's identity (canonical form, fingerprint,
-host) and the compact JSON the frontier's Lua scripts read.
+host) and the packed form the frontier's queue holds and its Lua scripts read.
 
 Plain values with no Redis in them: crawls/engine/frontier.py stores them, the slice runner
 fetches them, the services add them. The fast paths here (canonical URLs found without w3lib,
-JSON built without json.dumps, hosts cached per origin) are checked against the slow ones by
+hosts cached per origin) are checked against the slow ones by
 tests/engine/test_canonical_urls.py.
 """
 
@@ -14,7 +14,6 @@ import json
 import re
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
-from json.encoder import encode_basestring_ascii as _json_str
 from urllib.parse import urlsplit
 
 from w3lib.url import canonicalize_url
@@ -139,24 +138,59 @@ class Request:
         """Lowercased hostname[:port]: the unit of politeness."""
         return request_host(self.url)
 
-    def to_json(self) -> str:
-        """Compact and deterministic. Carries fp (as a string: a double would round it) and host
-        for the Lua scripts, which neither hash nor parse URLs; default fields are left out."""
-        # What json.dumps(separators=(",", ":")) gives for {"f", "h", "u", "d", "p", "a", "r",
-        # "v", "y", "c", "x", "e"} (in this order: the Lua scripts find "h" right after "f",
-        # and add "x" at the end), built directly: this runs once per link.
-        # tests/engine/test_canonical_urls.py checks it against json.dumps.
-        return (
-            f'{{"f":"{self.fp}","h":{_json_str(self.host)},"u":{_json_str(self.url)}'
-            + json_tail(
-                self.depth, self.priority, self.attempts, self.referrer,
-                self.crashes, self.crash_error, self.via, self.history, self.redirects,
-            )
+    def pack(self) -> str:
+        """The request as a queue holds it (see "Packed requests" below): deterministic, and
+        about half the bytes of a JSON object. unpack() gives it back, equal."""
+        url, host, referrer = self.url, self.host, self.referrer
+        prefix = _prefix(url)
+        extra: dict[str, object] = {}
+        url_field = url
+        if "\n" in url:
+            url_field, extra["u"] = "", url
+        host_field = "" if url_field and prefix_host(url) == host else host or "/"
+        if referrer[:1] == "/" or "\n" in referrer:
+            referrer, extra["r"] = "", referrer
+        elif prefix and referrer.startswith(prefix + "/"):
+            referrer = referrer[len(prefix) :]
+        return f"{self.fp}\n{host_field}\n{url_field}" + packed_tail(
+            self.depth, self.priority, self.attempts, referrer, self.crashes,
+            self.crash_error, self.via, self.history, self.redirects, extra,
         )  # fmt: skip
 
     @classmethod
-    def from_json(cls, raw: str | bytes) -> Request:
-        data = json.loads(raw)
+    def unpack(cls, raw: str | bytes) -> Request:
+        """The request pack() wrote (or, from a queue written before packing, to_json's JSON
+        object): the only reading of a queued or claimed request."""
+        text = raw.decode() if isinstance(raw, bytes) else raw
+        if text[:1] == "{":
+            return cls._from_json(json.loads(text))
+        fp, host, url_field, depth, priority, referrer, *rest = text.split("\n", 6)
+        data = json.loads(rest[0]) if rest else {}
+        url = url_field or data.get("u", "")
+        if referrer[:1] == "/":
+            referrer = _prefix(url) + referrer
+        request = cls(
+            url=url,
+            depth=int(depth),
+            referrer=referrer or data.get("r", ""),
+            attempts=data.get("a", 0),
+            priority=int(priority) if priority else 0,
+            crashes=data.get("x", 0),
+            crash_error=data.get("e", ""),
+            via=data.get("v", ""),
+            history=tuple(data.get("y", ())),
+            redirects=tuple(data.get("c", ())),
+        )
+        # Keep the stored fp and host: the backup hash is keyed by that fp, so complete() must
+        # use it even if fingerprinting changed since the request was queued.
+        request.__dict__["fp"] = int(fp)
+        request.__dict__["host"] = "" if host == "/" else host or prefix_host(url_field)
+        return request
+
+    @classmethod
+    def _from_json(cls, data: dict) -> Request:
+        """A request queued as a JSON object, before requests were packed (an upgrade finds
+        them in a crawl's Redis; Lua's host_of and fp_of read both forms)."""
         request = cls(
             url=data["u"],
             depth=data.get("d", 0),
@@ -169,8 +203,6 @@ class Request:
             history=tuple(data.get("y", ())),
             redirects=tuple(data.get("c", ())),
         )
-        # Keep the stored fp and host: the backup hash is keyed by that fp, so complete() must
-        # use it even if fingerprinting changed since the request was queued.
         if "f" in data:
             request.__dict__["fp"] = int(data["f"])
         if "h" in data:
@@ -178,36 +210,79 @@ class Request:
         return request
 
 
+# Packed requests. A queued request is text of six fields and a line break between each:
+#
+#     fp \n host \n url \n depth \n priority \n referrer [\n extra]
+#
+# fp in decimal (the scripts key backup and leases by it); host "" when it is what stands
+# between the URL's "://" and the "/" after it (nearly always), "/" for no host (a host never
+# holds a "/"); priority "" for 0; referrer
+# from its "/" on when it starts with the URL's prefix (the URL up to that "/"), as a link's
+# on the same site does. `extra` is a JSON object, only when needed, of what is not default:
+# "a" attempts, "v" via, "y" history, "c" redirects, "x" crashes, "e" crash error, and, for a
+# field a line break would split (or a referrer that starts with "/"), "u" or "r" (its line
+# left empty; a host never holds one: urlsplit drops them). JSON escapes line breaks. Lua
+# reads the same fields (lua/_lib.lua: fp_of, host_of, enqueue, crashed), and complete.lua
+# writes a page's links in this form.
+
+
+def _prefix(url: str) -> str:
+    """url up to the first "/" after its "://" ("" when there is none): what a packed request's
+    host and relative referrer are read against, the same rule as lua/_lib.lua's."""
+    start = url.find("://")
+    if start < 0:
+        return ""
+    end = url.find("/", start + 3)
+    return url[:end] if end >= 0 else ""
+
+
+def prefix_host(url: str) -> str:
+    """What stands between url's "://" and the "/" after it: the host a packed request with
+    no host field has ("" when url has no such "/")."""
+    prefix = _prefix(url)
+    return prefix[prefix.find("://") + 3 :]
+
+
 def with_history(history: tuple[str, ...], error: str) -> tuple[str, ...]:
     """history with one more attempt's error, keeping the last HISTORY_ENTRIES, each cut."""
     return (*history, error[:HISTORY_CHARS])[-HISTORY_ENTRIES:]
 
 
-def json_tail(
+def packed_tail(
     depth: int, priority: int, attempts: int, referrer: str, crashes: int = 0,
     crash_error: str = "", via: str = "", history: tuple[str, ...] = (),
-    redirects: tuple[str, ...] = (),
+    redirects: tuple[str, ...] = (), extra: dict[str, object] | None = None,
 ) -> str:  # fmt: skip
-    """The end of a request's JSON after "u" (see Request.to_json). The frontier builds a
-    page's link JSON from it without a Request per link."""
-    tail = f',"d":{depth}'
-    if priority:
-        tail += f',"p":{priority}'
+    """A packed request after its URL (Request.pack): `referrer` as its line holds it. The
+    frontier builds the requests of a page's links from it without a Request per link."""
+    extra = dict(extra or ())
     if attempts:
-        tail += f',"a":{attempts}'
-    if referrer:
-        tail += f',"r":{_json_str(referrer)}'
+        extra["a"] = attempts
     if via:
-        tail += f',"v":{_json_str(via)}'
+        extra["v"] = via
     if history:
-        tail += ',"y":[' + ",".join(map(_json_str, history)) + "]"
+        extra["y"] = list(history)
     if redirects:
-        tail += ',"c":[' + ",".join(map(_json_str, redirects)) + "]"
+        extra["c"] = list(redirects)
     if crashes:
-        tail += f',"x":{crashes}'
+        extra["x"] = crashes
     if crash_error:
-        tail += f',"e":{_json_str(crash_error)}'
-    return tail + "}"
+        extra["e"] = crash_error
+    tail = f"\n{depth}\n{priority or ''}\n{referrer}"
+    if extra:
+        tail += "\n" + json.dumps(extra, separators=(",", ":"))
+    return tail
+
+
+def link_tail(
+    depth: int, priority: int, referrer: str, via: str = "", redirects: tuple[str, ...] = ()
+) -> str:
+    """packed_tail for the links of the page at `referrer`, with the referrer absolute:
+    complete.lua makes it relative for the links on the page's own prefix."""
+    extra: dict[str, object] = {}
+    if referrer[:1] == "/" or "\n" in referrer:
+        referrer, extra["r"] = "", referrer
+    return packed_tail(depth, priority, 0, referrer, via=via, redirects=redirects, extra=extra)
 
 
 @dataclass

@@ -26,9 +26,10 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+import redis
 from django.conf import settings
 
-from crawlhub.connections import REDIS_ERRORS
+from crawlhub.connections import REDIS_ERRORS, redis_memory
 from crawlhub.http import Fetcher
 from crawls.engine import retry
 from crawls.engine.crawl_settings import (
@@ -64,6 +65,8 @@ EMPTY_CLAIM_BACKOFF = 0.1
 # tenth of its pace. More than EMPTY_CLAIM_BACKOFF plus a loop's wait (_collect).
 CLAIM_AHEAD_SECONDS = 0.2
 REDIS_RETRY_SECONDS = 300.0
+# How often a slice reads Redis' memory against its budget (one INFO call).
+MEMORY_CHECK_SECONDS = 1.0
 
 
 @dataclass
@@ -121,7 +124,8 @@ def with_redis_retry(fn, *, stop_after: float = REDIS_RETRY_SECONDS):
         except REDIS_ERRORS as exc:
             if time.monotonic() > deadline:
                 raise
-            log.warning("Redis unavailable (%s); retrying in %.1f s", exc, delay)
+            why = "full" if isinstance(exc, redis.exceptions.OutOfMemoryError) else "unavailable"
+            log.warning("Redis %s (%s); retrying in %.1f s", why, exc, delay)
             time.sleep(delay)
             delay = min(delay * 2, 5.0)
 
@@ -156,6 +160,8 @@ class Slice:
         # The scope generation this slice's patterns are from (crawls/engine/scope_changes.py):
         # 0 until the crawl's patterns change while it runs, and then what it claims is checked.
         self.scope_gen = 0
+        self.last_memory = 0.0
+        self.memory_full = False  # Redis holds its budget: claim nothing until it frees
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -180,12 +186,35 @@ class Slice:
         return self.report
 
     def _check_in(self, now: float) -> None:
-        """A few times a second: stop when the crawl left 'running'; tell the supervisor we live."""
+        """A few times a second: stop when the crawl left 'running'; tell the supervisor we live;
+        once a second, see whether Redis holds its budget of memory."""
         if now - self.last_state >= STATE_CHECK_SECONDS:
             self.last_state = now
             self._check_state()
             self._beat()
             self.fetching.read_delayed()
+        if now - self.last_memory >= MEMORY_CHECK_SECONDS:
+            self.last_memory = now
+            self._check_memory()
+
+    def _check_memory(self) -> None:
+        """While Redis holds its memory budget the slice claims nothing: each page fetched would
+        add its links to Redis. What it holds is fetched and completed (the budget leaves room
+        for that); it waits, alive, instead of ending idle, so no successor starts meanwhile."""
+        try:
+            memory = redis_memory(self.frontier.redis)
+        except REDIS_ERRORS:
+            return
+        if memory.full and not self.memory_full:
+            log.warning(
+                "crawl %s: Redis holds %d of its %d-byte memory budget; slice %s claims "
+                "nothing until memory frees", self.crawl.pk, memory.used, memory.budget,
+                self.slice_id,
+            )  # fmt: skip
+        elif self.memory_full and not memory.full:
+            log.info("crawl %s: Redis memory freed (%d bytes); slice %s claims again",
+                     self.crawl.pk, memory.used, self.slice_id)  # fmt: skip
+        self.memory_full = memory.full
 
     def _renew(self, now: float) -> None:
         """Extend the leases of what the slice holds (being fetched, or fetched and not yet
@@ -201,6 +230,10 @@ class Slice:
         # after an empty claim: one claim per page would double Redis traffic.
         free = self.buffer - len(self.running)
         if not ((free * 2 >= self.buffer or not self.running) and now >= self.next_claim):
+            return True
+        if self.memory_full:
+            self.last_work = now  # waiting for memory, not idle
+            self.next_claim = now + EMPTY_CLAIM_BACKOFF
             return True
         claimed = with_redis_retry(
             lambda: self.frontier.claim_ahead(
@@ -392,7 +425,7 @@ def run_slice(crawl_id: int, slice_id: str, *, budget_seconds: float | None = No
             work.fetching.fetcher.close()
             raise CannotStart(f"the login step failed: {exc}") from exc
     stop_on_sigterm(work.stop)
-    work.frontier.slice_beat(slice_id)
+    work._beat()
     try:
         report = work.run()
     finally:

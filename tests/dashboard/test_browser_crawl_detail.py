@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from crawlhub.connections import get_redis, redis_memory
 from crawlhub.sample_site import SampleSite
 from crawls import editing, services
 from crawls.engine.frontier import Frontier
@@ -310,3 +311,36 @@ def test_run_again_copies_credentials_only_for_the_owner(user, staff):
     assert not hasattr(theirs, "auth") or theirs.auth is None
     note = theirs.events.get(kind=CrawlEvent.Kind.CREATED).detail
     assert "without its credentials" in note
+
+
+def test_a_crawl_waiting_for_redis_memory_says_so_and_the_line_goes_when_it_frees(
+    page, dashboard, user, make_site
+):
+    site = SampleSite(pages=50, seed=5)
+    server = make_site(sample_handler(site, 0))
+    log_in(page, dashboard, "alice")
+    crawl = services.crawl_create(user=user, name="memory", seeds=[server.url + "/"],
+                                  obey_robots=False, slices=1)  # fmt: skip
+    client = get_redis()
+    client.config_set("maxmemory-policy", "noeviction")
+    client.set("test:ballast", b"x" * 50_000_000)  # what other crawls would hold
+    time.sleep(0.5)  # the write's own buffers freed
+    try:
+        # 4 MB past the budget (85% of maxmemory), 4 MB below maxmemory: nothing is fetched.
+        client.config_set("maxmemory", str(int(redis_memory(client).used / 0.85 * 0.92)))
+        services.crawl_start(crawl=crawl, user=user)
+        page.goto(f"{dashboard}/crawls/{crawl.pk}/")
+        wait_for_js(page, "!document.getElementById('end-line').hidden")
+        line = page.locator("#end-line").inner_text()
+        assert line.startswith("Waiting for Redis memory: it holds ") and "85%" in line
+        assert server.paths() == []
+        shoot(page, "waiting-for-memory")
+        no_sideways_scroll(page)
+        assert page.locator("#end-line").is_visible() and server.paths() == []
+        client.delete("test:ballast")  # memory frees: the crawl goes on by itself
+        wait_for_state(crawl, CrawlState.FINISHED)
+        wait_for_js(page, "document.getElementById('end-line').textContent.startsWith('Fin')")
+    finally:
+        client.config_set("maxmemory", "0")
+        client.delete("test:ballast")
+    assert crawl.stats["requests"] == len(site.expected())

@@ -39,7 +39,7 @@ def running(user, **options):
 
 def queued_in_redis(crawl) -> list[Request]:
     frontier = Frontier(crawl.pk)
-    return [Request.from_json(m) for m in frontier.redis.zrange(frontier.key("queue"), 0, -1)]
+    return [Request.unpack(m) for m in frontier.redis.zrange(frontier.key("queue"), 0, -1)]
 
 
 def crawl_cli(*args: str) -> str:

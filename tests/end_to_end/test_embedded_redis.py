@@ -178,3 +178,10 @@ def test_start_returns_only_once_the_data_is_loaded(tmp_path):
     with launcher.EmbeddedRedis(tmp_path / "data", port=port) as server:
         client = redis_py.Redis.from_url(server.url)
         assert client.dbsize() == 200_000  # a LOADING error here would fail the test
+
+
+def test_the_embedded_redis_gets_its_maxmemory_and_evicts_nothing(tmp_path):
+    with launcher.EmbeddedRedis(tmp_path / "data", port=free_port(), maxmemory_mb=64) as server:
+        config = redis_py.Redis.from_url(server.url).config_get("maxmemory*")
+        assert config["maxmemory"] == str(64 * 2**20)
+        assert config["maxmemory-policy"] == "noeviction"

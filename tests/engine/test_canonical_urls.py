@@ -1,14 +1,17 @@
 """The fast paths of the frontier and the scope give exactly what the slow ones give.
 
-canonicalize() skips w3lib for URLs it can tell are canonical already; Request.to_json and the
-link JSON of complete() are built without json.dumps; hosts are cached per scheme://netloc. Each
-is checked here against the plain computation on a large generated corpus (the link JSON as
-complete() queues it in Redis).
+canonicalize() skips w3lib for URLs it can tell are canonical already; a packed request leaves
+out its host and its referrer's prefix, which Python and the Lua scripts read back alike, and
+complete() packs the requests of links in Lua; hosts are cached per scheme://netloc. Each is
+checked here against the plain computation on a large generated corpus (the links as
+complete() queues them in Redis).
 """
 
 import functools
 import json
 import random
+from collections import Counter
+from dataclasses import replace
 from urllib.parse import urlsplit
 
 import pytest
@@ -161,6 +164,8 @@ def test_scope_allows_is_unchanged_by_the_host_cache():
 
 
 def reference_json(request: Request) -> str:
+    """The JSON object a request was queued as before packing (what a queue written then
+    holds)."""
     data = {"f": str(request.fp), "h": request.host, "u": request.url, "d": request.depth}
     if request.priority:
         data["p"] = request.priority
@@ -189,28 +194,55 @@ def valid(url: str) -> bool:
     return True
 
 
-def test_request_json_equals_json_dumps():
+def odd_requests(count: int) -> list[Request]:
     rng = random.Random(5)
     urls = [url for url in corpus() if valid(url)]
-    for url in urls[:20_000]:
-        request = Request(
-            url=url,
-            depth=rng.choice([0, 1, 7, 4095]),
-            referrer=rng.choice(["", 'http://r.example/é"\\\n', url]),
-            attempts=rng.choice([0, 0, 2]),
-            priority=rng.choice([0, 0, 3, -5]),
-            via=rng.choice(["", "", "m", "s", "r"]),
-            history=rng.choice([(), (), ("HTTP 503",), ('timed out "\u00e9"', "HTTP 500")]),
-            redirects=rng.choice([(), (), (url,), ('http://r.example/é"\\', url)]),
+    urls += ["http://a.test/x\ny", "http://a.test/\n", "http://a.test", "a.test/x", "/x"]
+    requests = []
+    for url in [*rng.sample(urls[:-5], count - 5), *urls[-5:]]:
+        requests.append(
+            Request(
+                url=url,
+                depth=rng.choice([0, 1, 7, 4095]),
+                referrer=rng.choice(
+                    ["", 'http://r.example/é"\\\n', url, url + "/up", "/x", "x\ny", "http://r/"]
+                ),
+                attempts=rng.choice([0, 0, 2]),
+                priority=rng.choice([0, 0, 3, -5]),
+                via=rng.choice(["", "", "m", "s", "r"]),
+                history=rng.choice([(), (), ("HTTP 503",), ('timed out\n"\u00e9"', "HTTP 500")]),
+                redirects=rng.choice([(), (), (url,), ('http://r.example/é"\\', url)]),
+                crashes=rng.choice([0, 0, 1]),
+                crash_error=rng.choice(["", "", "killed\n"]),
+            )
         )
-        raw = request.to_json()
-        assert raw == reference_json(request)
-        assert Request.from_json(raw) == request
+    return requests
+
+
+def test_a_packed_request_unpacks_equal_with_its_fingerprint_and_host():
+    for request in odd_requests(20_000):
+        raw = request.pack()
+        back = Request.unpack(raw)
+        assert back == request, raw
+        assert (back.fp, back.host) == (request.fp, request.host), raw
+        assert Request.unpack(raw.encode()) == request
+
+
+def test_a_request_queued_as_json_before_packing_still_reads():
+    for request in odd_requests(2_000):
+        back = Request.unpack(reference_json(request).encode())
+        assert (back, back.fp, back.host) == (request, request.fp, request.host)
+
+
+def test_a_packed_link_takes_under_two_thirds_of_the_bytes_of_its_json():
+    parent = "http://www.example.com/catalogue/page-12.html"
+    link = Request("http://www.example.com/catalogue/item-345.html", 3, referrer=parent)
+    assert len(link.pack()) * 3 < len(reference_json(link)) * 2  # 94 bytes, 160 as JSON
 
 
 def queued_by(crawl_id: int, outcome: Outcome) -> list[str]:
-    """The request JSONs complete() queues for `outcome`, in a crawl of its own that claimed
-    the outcome's request (complete.lua writes each link's JSON from _link_args' lines)."""
+    """The packed requests complete() queues for `outcome`, in a crawl of its own that claimed
+    the outcome's request (complete.lua packs each link's request from _link_args' lines)."""
     crawl = Frontier(crawl_id)
     crawl.configure(max_pages=0, max_depth=-1, host_delay=0)
     crawl.set_state("running")
@@ -221,10 +253,10 @@ def queued_by(crawl_id: int, outcome: Outcome) -> list[str]:
 
 
 def first_of_each(requests: list[Request]) -> list[str]:
-    """reference_json of each request, the first of those with one fingerprint only."""
+    """Each request packed, the first of those with one fingerprint only."""
     seen = {}
     for request in requests:
-        seen.setdefault(request.fp, reference_json(request))
+        seen.setdefault(request.fp, request.pack())
     return sorted(seen.values())
 
 
@@ -258,10 +290,47 @@ def test_a_redirects_target_is_queued_as_its_request_would_be():
             urls[n + 3], parent.depth, referrer=parent.url, priority=parent.priority,
             via=VIA_REDIRECT, redirects=(*chain, parent.url),
         )  # fmt: skip
-        assert queued_by(n + 1, outcome) == [reference_json(target)]
+        assert queued_by(n + 1, outcome) == [target.pack()]
 
 
 def test_bucket_names_are_the_top_bits_in_hex():
     for fp in [0, 1, -1, 2**63 - 1, -(2**63), 0x123 << 52, -(0x123 << 52)]:
         expected = format((fp >> 52) & 0xFFF, "03x")
         assert frontier._bucket(fp) == expected
+
+
+def test_the_scripts_read_each_packed_requests_host_as_python_does():
+    """Per host queued counts (hostq) are kept by the scripts from the host they read in a
+    packed request (its field, or its URL's prefix): they match Request.host when links and
+    seeds are queued, fall to nothing when all are claimed, and match again when they are
+    handed back or come back with one more crash."""
+    requests = [r for r in odd_requests(3_000) if "\n" not in r.url]
+    crawl = Frontier(9001)
+    crawl.delete()
+    crawl.configure(max_pages=0, max_depth=-1, host_delay=0)
+    crawl.set_state("running")
+    crawl.add_seeds([requests[1500].url])
+    [parent] = crawl.claim(1, lease_seconds=60)
+    links = [r.url for r in requests[1501:]]
+    crawl.complete([Outcome(request=parent, kind="done", status=200, links=links)])
+    crawl.add_seeds([r.url for r in requests[:1500]])
+    queued = [Request.unpack(m) for m in crawl.redis.zrange(crawl.key("queue"), 0, -1)]
+    expected = Counter(r.host for r in queued)
+
+    def hostq() -> Counter:
+        found = crawl.redis.hgetall(crawl.key("hostq"))
+        return Counter({host.decode(): int(n) for host, n in found.items()})
+
+    assert hostq() == expected and len(queued) > 2000
+    claimed = crawl.claim(5000, lease_seconds=60)
+    assert len(claimed) == len(queued) and hostq() == Counter()
+    assert crawl.release(claimed[: len(claimed) // 2]) == len(claimed) // 2
+    crawl.redis.zadd(crawl.key("leases"), {str(r.fp): 0 for r in claimed[len(claimed) // 2 :]})
+    assert crawl.requeue_expired() == len(claimed) - len(claimed) // 2
+    assert hostq() == expected
+    again = {r.fp: r for r in crawl.claim(5000, lease_seconds=60)}
+    for request in claimed:
+        crashes = 0 if request in claimed[: len(claimed) // 2] else 1
+        assert again[request.fp] == replace(request, crashes=request.crashes + crashes)
+        assert again[request.fp].host == request.host
+    crawl.delete()

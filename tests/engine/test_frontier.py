@@ -70,14 +70,18 @@ def test_fingerprint_is_a_signed_64_bit_int_of_version_1():
     assert any(fp < 0 for fp in fps) and any(fp > 0 for fp in fps)
 
 
-def test_request_json_is_compact_deterministic_and_round_trips():
+def test_a_packed_request_is_compact_deterministic_and_round_trips():
     request = Request(
         "http://Example.com:8080/x?b=1", depth=2, referrer="http://e.com/", priority=3
     )
-    raw = request.to_json()
-    assert raw == Request(request.url, 2, "http://e.com/", 0, 3).to_json()
-    assert " " not in raw
-    back = Request.from_json(raw.encode())
+    raw = request.pack()
+    assert raw == Request(request.url, 2, "http://e.com/", 0, 3).pack()
+    assert (
+        raw == f"{request.fp}\nexample.com:8080\nhttp://Example.com:8080/x?b=1\n2\n3\nhttp://e.com/"
+    )
+    link = Request("http://e.com/a/b", depth=1, referrer="http://e.com/a")
+    assert link.pack() == f"{link.fp}\n\nhttp://e.com/a/b\n1\n\n/a"
+    back = Request.unpack(raw.encode())
     assert back == request
     assert (back.fp, back.host) == (request.fp, "example.com:8080")
     assert Request("http://EXAMPLE.com/").host == "example.com"
@@ -165,7 +169,7 @@ def test_claimed_requests_are_backed_up_with_a_lease(frontier, redis):
     frontier.add_seeds(["http://a.test/"])
     before_ms = time.time() * 1000
     [request] = frontier.claim(1, lease_seconds=60)
-    assert Request.from_json(redis.hget(frontier.key("backup"), request.fp)) == request
+    assert Request.unpack(redis.hget(frontier.key("backup"), request.fp)) == request
     deadline = redis.zscore(frontier.key("leases"), request.fp)
     assert before_ms + 59_000 < deadline < before_ms + 61_000
     assert frontier.stats()["in_flight"] == 1

@@ -19,7 +19,7 @@ def assert_invariant(stats: dict[str, int]) -> None:
 
 def queued_urls(frontier: Frontier) -> list[str]:
     """The queue as Redis holds it, in order (read here, by the test, to check the frontier)."""
-    return [Request.from_json(m).url for m in frontier.redis.zrange(frontier.key("queue"), 0, -1)]
+    return [Request.unpack(m).url for m in frontier.redis.zrange(frontier.key("queue"), 0, -1)]
 
 
 def not_skip(request: Request) -> bool:
@@ -88,7 +88,7 @@ def test_queue_counts_by_host_and_depth_match_the_queue(frontier):
     by_depth: dict[int, int] = {}
     by_host: dict[str, int] = {}
     for member in frontier.redis.zrange(frontier.key("queue"), 0, -1):
-        request = Request.from_json(member)
+        request = Request.unpack(member)
         depth = min(request.depth, 4095)
         by_depth[depth] = by_depth.get(depth, 0) + 1
         by_host[request.host] = by_host.get(request.host, 0) + 1

@@ -245,7 +245,9 @@ class Command(BaseCommand):
             except redis_config.RedisUnreachable as exc:
                 raise CommandError(str(exc)) from None
             return None
-        server = launcher.EmbeddedRedis(settings.DATA_DIR)
+        server = launcher.EmbeddedRedis(
+            settings.DATA_DIR, maxmemory_mb=settings.CRAWLHUB_REDIS_MAXMEMORY_MB
+        )
         try:
             started = server.start()
         except launcher.LauncherError as exc:

@@ -14,7 +14,7 @@ local K_HOSTFAIL, K_HOSTPARKED = KEYS[22], KEYS[23]
 -- seq is the request's turn among its host's requests (K_HOSTSEQ): at one priority and depth,
 -- hosts take turns (each host's first request, then each one's second...), so that the window
 -- a claim looks at holds many hosts, not the many pages of a few; ties between hosts break on
--- the request JSON (its fingerprint, first).
+-- the packed request (its fingerprint, first).
 local PRIORITY_UNIT = 17592186044416
 local DEPTH_UNIT = 4294967296
 
@@ -37,26 +37,57 @@ local function score(priority, depth, seq)
   return string.format('%.0f', -p * PRIORITY_UNIT + d * DEPTH_UNIT + seq % DEPTH_UNIT)
 end
 
--- The host of a request JSON without decoding it all: Request.to_json writes "h" right after
--- "f", and a host name holds no quote.
-local function host_of(member)
-  return string.match(member, '"h":"([^"]*)"') or cjson.decode(member).h or ''
+-- A queued request is packed (crawls/engine/request.py, "Packed requests"): six fields and a
+-- line break between each, fp, host, url, depth, priority, referrer, then a JSON object of
+-- the rest when there is any. A queue written before packing holds JSON objects ('{' first):
+-- each reader here takes both.
+local PACKED = '^([^\n]*)\n([^\n]*)\n([^\n]*)\n([^\n]*)\n([^\n]*)\n'
+
+local function is_json(member)
+  return string.byte(member, 1) == 123
 end
 
--- Queue `member` (request JSON) behind its host's peers of equal priority and depth. `req` may
--- carry the already known priority (p) and depth (d); otherwise the JSON is decoded for them.
+-- The host of a request without decoding it all: its own field, or when that is empty what
+-- stands between the URL's "://" and the "/" after it (Request.pack leaves it out then).
+local function host_of(member)
+  if is_json(member) then
+    return string.match(member, '"h":"([^"]*)"') or cjson.decode(member).h or ''
+  end
+  local host, url = string.match(member, '^[^\n]*\n([^\n]*)\n([^\n]*)')
+  if host == '/' then return '' end  -- none: a host never holds a '/'
+  if host ~= '' then return host end
+  return string.match(url, '^.-://([^/]*)/') or ''
+end
+
+-- The priority and depth of a request.
+local function rank_of(member)
+  if is_json(member) then
+    local req = cjson.decode(member)
+    return req.p, req.d
+  end
+  local _, _, _, depth, priority = string.match(member, PACKED)
+  return tonumber(priority), tonumber(depth)
+end
+
+-- Queue `member` (a packed request) behind its host's peers of equal priority and depth. `req`
+-- may carry the already known priority (p), depth (d) and host (h); otherwise they are read
+-- from the member.
 local function enqueue(member, req)
-  req = req or cjson.decode(member)
-  local host = req.h or host_of(member)
+  local priority, depth
+  if req then priority, depth = req.p, req.d else priority, depth = rank_of(member) end
+  local host = (req and req.h) or host_of(member)
   local seq = redis.call('HINCRBY', K_HOSTSEQ, host, 1)
-  local added = redis.call('ZADD', K_QUEUE, 'NX', score(req.p, req.d, seq), member)
+  local added = redis.call('ZADD', K_QUEUE, 'NX', score(priority, depth, seq), member)
   if added == 1 then redis.call('HINCRBY', K_HOSTQ, host, 1) end
   return added
 end
 
--- The fingerprint of a request JSON: Request.to_json writes "f" first.
+-- The fingerprint of a request: its first field.
 local function fp_of(member)
-  return string.match(member, '^{"f":"(%d+)"') or cjson.decode(member).f
+  if is_json(member) then
+    return string.match(member, '^{"f":"(-?%d+)"') or cjson.decode(member).f
+  end
+  return string.match(member, '^([^\n]*)')
 end
 
 -- A host's own delay in ms: its robots.txt Crawl-delay, else the crawl's (`default`).
@@ -100,10 +131,18 @@ local function dequeued(host)
   if redis.call('HINCRBY', K_HOSTQ, host, -1) <= 0 then redis.call('HDEL', K_HOSTQ, host) end
 end
 
--- One more crash ("x") in a request JSON. Inside a JSON string a quote is escaped, so ',"x":'
--- can only be the key; Request.to_json writes it after every other key but "e", which comes
--- with an "x", so a new "x" goes at the end.
+-- One more crash ("x") in a request. In a packed one "x" is a key of its JSON object (the
+-- seventh field), made when there is none. In a JSON one, inside a JSON string a quote is
+-- escaped, so ',"x":' can only be the key; to_json wrote it after every other key but "e",
+-- which comes with an "x", so a new "x" goes at the end.
 local function crashed(member)
+  if not is_json(member) then
+    local head, extra = string.match(member, '^([^\n]*\n[^\n]*\n[^\n]*\n[^\n]*\n[^\n]*\n[^\n]*)\n(.*)$')
+    if not head then return member .. '\n{"x":1}' end
+    local data = cjson.decode(extra)
+    data.x = (tonumber(data.x) or 0) + 1
+    return head .. '\n' .. cjson.encode(data)
+  end
   local n = string.match(member, ',"x":(%d+)')
   if n then
     return (string.gsub(member, ',"x":%d+', ',"x":' .. (tonumber(n) + 1), 1))

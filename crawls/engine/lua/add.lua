@@ -1,4 +1,4 @@
--- Add seed requests. ARGV: seen prefix, priority, depth, then (bucket, fp, json) per seed.
+-- Add seed requests. ARGV: seen prefix, priority, depth, then (bucket, fp, packed request) per seed.
 -- Returns {added, repeats}.
 local prefix, req = ARGV[1], {p = tonumber(ARGV[2]), d = tonumber(ARGV[3])}
 local limits, counts = read_limits(), {}

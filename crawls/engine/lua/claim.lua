@@ -1,6 +1,6 @@
 -- Claim up to ARGV[1] requests with a lease of ARGV[2] ms, scanning at most ARGV[3] queue
 -- entries when a host delay applies, and taking a host whose next allowed time is at most
--- ARGV[4] ms away (0: none that is not due). Returns {the claimed request JSONs in queue
+-- ARGV[4] ms away (0: none that is not due). Returns {the claimed packed requests in queue
 -- order, the ms each is to wait before its host's time, the crawl's scope generation}: a
 -- worker that claims a host's next turn a little ahead and waits for it asks the host on time,
 -- instead of up to a claim interval late every turn (send.lua still checks the time when it

@@ -1,15 +1,16 @@
 -- Record what a slice did with its claimed requests. ARGV: seen prefix, then per outcome
--- FIELDS fields: fp, host, kind, status or '', nbytes, priority, child depth, retry JSON or '',
--- retry delay ms, how many of the first links a sitemap listed, the links, the end of their
--- request JSON, the sitemaps it lists, the end of theirs. Links (and sitemaps) come as one
--- string, four lines per link: seen bucket, fingerprint, host as JSON ('' for the page's own
--- host), URL as JSON; each link's request JSON is written here as Request.to_json writes it
--- (frontier._link_args says why). Fingerprints come from Python. Per host, an answer counts in
+-- FIELDS fields: fp, host, kind, status or '', nbytes, priority, child depth, retry request
+-- (packed) or '', retry delay ms, how many of the first links a sitemap listed, the links, the
+-- end of their packed requests (request.packed_tail, the referrer absolute), the sitemaps it
+-- lists, the end of theirs. Links (and sitemaps) come as one string, four lines per link: seen
+-- bucket, fingerprint, host ('' for the page's own, on its prefix; else '+' and the host when
+-- the URL tells it, '-' and its packed host field when it does not), URL; each link's packed request is
+-- written here as Request.pack writes it (frontier._link_args says why). Fingerprints come from Python. Per host, an answer counts in
 -- K_HOSTDONE, a request that got none (an error, a retry, a failure) in K_HOSTERRORS. A 304 is
 -- also 'not_modified'; listed links that are new also count in 'sitemap_urls'.
 -- A 'failed' request with a status (it ran out of retries on a 5xx or 429) counts in its status
 -- class too, and in 'failed_http'.
--- A 'retry' and a 'crashed' request both wait in delayed as their retry JSON says (one more
+-- A 'retry' and a 'crashed' request both wait in delayed as their retry request says (one more
 -- attempt, or one more crash); only a retry counts in 'retries'.
 local prefix = ARGV[1]
 local limits, counts = read_limits(), {}
@@ -22,6 +23,17 @@ local default_delay = tonumber(redis.call('HGET', K_CONFIG, 'host_delay_ms')) or
 local FIELDS = 14
 local LINK = '([^\n]*)\n([^\n]*)\n([^\n]*)\n([^\n]*)\n'
 
+-- `tail` with its referrer from the "/" after its "://" on (Request.pack's relative referrer,
+-- for a link whose URL has the referrer's prefix), and that prefix; `tail` itself and nil
+-- when the referrer has no such "/".
+local function own_tail(tail)
+  local head, referrer, rest = string.match(tail, '^(\n[^\n]*\n[^\n]*\n)([^\n]*)(.*)$')
+  local start, path
+  if head then start, path = string.match(referrer, '^(.-://[^/]*)(/.*)$') end
+  if not path then return tail, nil end
+  return head .. path .. rest, start .. '/'
+end
+
 -- Queue the links of one string (see the header) whose requests end in `tail`; the first
 -- `listed` of them a sitemap listed.
 local function admit_links(links, tail, host, priority, child_depth, listed)
@@ -31,16 +43,25 @@ local function admit_links(links, tail, host, priority, child_depth, listed)
     bump(counts, 'dropped', lines / 4)
     return
   end
-  local own = '"' .. host .. '"'
+  local near, start = own_tail(tail)
   local req, n = {p = priority, d = child_depth}, 0
   for bucket, fp, link_host, url in string.gmatch(links, LINK) do
     n = n + 1
+    local member
     if link_host == '' then
-      link_host, req.h = own, host
+      req.h = host
+      member = fp .. '\n\n' .. url .. near
     else
-      req.h = nil  -- enqueue reads it from the JSON
+      local ending = tail
+      if start and string.sub(url, 1, #start) == start then ending = near end
+      if string.byte(link_host, 1) == 43 then  -- '+': the URL tells its host
+        req.h = string.sub(link_host, 2)
+        member = fp .. '\n\n' .. url .. ending
+      else  -- '-' and its host field (rare): enqueue reads it as host_of does
+        req.h = nil
+        member = fp .. '\n' .. string.sub(link_host, 2) .. '\n' .. url .. ending
+      end
     end
-    local member = '{"f":"' .. fp .. '","h":' .. link_host .. ',"u":' .. url .. tail
     local added = admit(limits, counts, prefix .. bucket, fp, member, req)
     if added == 1 and n <= listed then bump(counts, 'sitemap_urls') end
   end

@@ -1,4 +1,4 @@
--- Queue failed requests again (ARGV: pairs of a JSON with attempts reset and the HTTP status
+-- Queue failed requests again (ARGV: pairs of a packed request with attempts reset and the HTTP status
 -- class its last attempt got, '' for none) without a dedup check, and take them off failed and
 -- errors (and off their status class and failed_http) so the counters hold. Never more than
 -- `failed`, never one that is claimed right now. Returns how many were queued.
@@ -7,9 +7,8 @@ local count, counts = 0, {}
 for i = 1, #ARGV, 2 do
   if count >= available then break end
   local member, class = ARGV[i], ARGV[i + 1]
-  local req = cjson.decode(member)
-  if redis.call('HEXISTS', K_BACKUP, req.f) == 0 then
-    local queued = enqueue(member, req)
+  if redis.call('HEXISTS', K_BACKUP, fp_of(member)) == 0 then
+    local queued = enqueue(member)
     count = count + queued
     if queued > 0 and class ~= '' then
       bump(counts, class, -1)
