@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from crawls.views import compare, crawls, editing, exports, pages, schedules, webhooks
+from crawls.views import compare, crawls, editing, exports, log, pages, schedules, webhooks
 
 urlpatterns = [
     path("", crawls.crawl_list, name="crawl_list"),
@@ -11,6 +11,7 @@ urlpatterns = [
     path("crawls/<int:pk>/snapshot.json", crawls.crawl_snapshot, name="crawl_snapshot"),
     path("crawls/<int:pk>/activity", crawls.crawl_activity, name="crawl_activity"),
     path("crawls/<int:pk>/hosts/", crawls.crawl_hosts, name="crawl_hosts"),
+    path("crawls/<int:pk>/log/", log.crawl_log, name="crawl_log"),
     path("crawls/demo/", crawls.crawl_demo, name="crawl_demo"),
     path("crawls/<int:pk>/export.<str:fmt>", exports.crawl_export, name="crawl_export"),
     path(

@@ -3,8 +3,9 @@
 -- ARGV[4] ms away (0: none that is not due). Returns {the claimed request JSONs in queue
 -- order, the ms each is to wait before its host's time}: a worker that claims a host's next
 -- turn a little ahead and waits for it asks the host on time, instead of up to a claim
--- interval late every turn (send.lua still checks the time when it is sent).
-if redis.call('GET', K_STATE) ~= 'running' then return {{}, {}} end
+-- interval late every turn (send.lua still checks the time when it is sent). A third list:
+-- what the crawl's log tells (EVENTS in _lib.lua), hosts whose hold or parking ran out.
+if redis.call('GET', K_STATE) ~= 'running' then return {{}, {}, {}} end
 local n, lease_ms, scan = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local ahead = tonumber(ARGV[4]) or 0
 local now = now_ms()
@@ -49,7 +50,16 @@ local function pop_polite(default_delay, cap)
       if delays[host] > 0 then
         due[host] = math.max(0, (tonumber(redis.call('HGET', K_HOSTS, host)) or 0) - now)
       end
-      local ready = (tonumber(redis.call('HGET', K_HOSTHELD, host)) or 0) <= now and (
+      local held = tonumber(redis.call('HGET', K_HOSTHELD, host))
+      if held and held <= now then
+        -- A hold (an operator's, or a parking) that ran out: the log says the host is free.
+        redis.call('HDEL', K_HOSTHELD, host)
+        local parked = redis.call('HGET', K_HOSTPARKED, host)
+        redis.call('HDEL', K_HOSTPARKED, host)
+        event('released', host, parked and 'its parking ended' or 'its hold ended')
+        held = nil
+      end
+      local ready = not held and (
         delays[host] <= 0 or (
           redis.call('HEXISTS', K_HOSTCLAIM, host) == 0 and due[host] <= ahead))
       room[host] = 0
@@ -91,4 +101,4 @@ for _, member in ipairs(members) do
   redis.call('ZADD', K_LEASES, deadline, fp)
   took_off(host_of(member), fp)
 end
-return {members, waits}
+return {members, waits, EVENTS}
