@@ -587,6 +587,8 @@ class CrawlViewSet(
         except DjangoValidationError as exc:
             raise serializers.ValidationError(exc.message_dict) from None
         base, query = request.build_absolute_uri(request.path), flt.params()
+        if params.get("size"):
+            query["size"] = params["size"]
         older = f"{base}?{urlencode({**query, 'before': found.older})}" if found.older else None
         return Response({
             "results": LogLineSerializer(found.lines, many=True).data, "next": older,
