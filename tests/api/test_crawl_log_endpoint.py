@@ -100,3 +100,15 @@ def test_the_log_page_shows_the_filtered_lines_and_escapes_what_sites_sent(user_
     assert "level: &#x27;loud&#x27; is not a level" in bad
     detail = user_client.get(f"/crawls/{crawl.pk}/").content.decode()
     assert 'id="h-log"' in detail and "slowed to one request every 2 s" in detail
+
+
+def test_the_admin_shows_a_crawls_audit_trail_not_its_thousands_of_worker_lines(
+    staff_client, staff, crawl
+):
+    staff.is_superuser = True  # the admin's change page of a crawl
+    staff.save()
+    crawl_log.write([crawl_log.line(crawl.pk, Kind.ERROR, f"line {n}") for n in range(1500)])
+    page = staff_client.get(f"/admin/crawls/crawl/{crawl.pk}/change/")
+    assert page.status_code == 200
+    [events] = [f for f in page.context["inline_admin_formsets"] if f.formset.prefix == "events"]
+    assert [form.instance.kind for form in events.formset.forms] == ["started", "created"]
