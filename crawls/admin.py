@@ -63,7 +63,7 @@ class EventInline(admin.TabularInline):
     model = CrawlEvent
     extra = 0
     can_delete = False
-    readonly_fields = ["kind", "user", "detail", "at"]
+    readonly_fields = ["kind", "level", "host", "user", "detail", "at"]
     verbose_name_plural = "audit trail (what users did; the whole log is on the crawl's log page)"
 
     def get_queryset(self, request):
