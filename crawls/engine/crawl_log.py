@@ -26,7 +26,6 @@ import time
 from collections.abc import Iterable
 
 from django.conf import settings
-from django.db import transaction
 from django.db.models import F
 
 from crawls.engine.frontier import HostEvent
@@ -94,10 +93,14 @@ class SliceLog:
 
     def note(self, kind: str, text: str, *, host: str = "", level: str = Level.INFO) -> None:
         with self._lock:
-            if self._written + len(self._lines) >= SLICE_LINES:
-                self.left_out += 1
-                return
-            self._lines.append(line(self.crawl_id, kind, text, host=host, level=level))
+            self._add(line(self.crawl_id, kind, text, host=host, level=level))
+
+    def _add(self, noted: CrawlEvent) -> None:
+        """Under the lock: one more line, unless the slice has written its SLICE_LINES."""
+        if self._written + len(self._lines) >= SLICE_LINES:
+            self.left_out += 1
+        else:
+            self._lines.append(noted)
 
     def host_events(self, events: Iterable[HostEvent]) -> None:
         """What the frontier's scripts saw happen to hosts (Frontier.complete, claim_ahead)."""
@@ -126,24 +129,26 @@ class SliceLog:
             self._count(result, outcome)
 
     def _count(self, result, outcome) -> None:
+        """What became of the request ("gave_up", "retried", "crashed", "no_answer"), counted
+        with the others of its host that ended alike, for the same reason."""
         fetch, request = result.fetch, result.request
         error = (fetch.error if fetch is not None else "") or result.blocked
         if outcome.kind == "failed":
+            what = "gave_up"
             if result.failure is not None:
                 error = result.failure.last_error or error
-            key = (Kind.GAVE_UP, error[:80] or f"HTTP {outcome.status}")
-        elif outcome.kind == "retry":
-            key = (Kind.ERROR + ":retry", outcome.error[:80])
-            error = outcome.error
-        elif outcome.kind == "crashed":
-            key = (Kind.ERROR + ":crashed", "")
-            error = outcome.error
-        else:
-            key = (Kind.ERROR, (fetch.error_kind if fetch is not None else "") or error[:80])
+            error = error or f"HTTP {outcome.status}"
+            reason = error[:80]
+        elif outcome.kind in ("retry", "crashed"):
+            what, error = ("retried" if outcome.kind == "retry" else "crashed"), outcome.error
+            reason = error[:80]
+        else:  # a page without an answer: grouped by the kind of error (timeout, refused...)
+            what = "no_answer"
+            reason = (fetch.error_kind if fetch is not None else "") or error[:80]
         with self._lock:
-            found = self._errors.get((key[0], request.host, key[1]))
+            found = self._errors.get((what, request.host, reason))
             if found is None:
-                found = self._errors[key[0], request.host, key[1]] = _Errors(error)
+                found = self._errors[what, request.host, reason] = _Errors(error)
             found.count += 1
             found.attempts = max(found.attempts, request.attempts + 1)
 
@@ -154,8 +159,8 @@ class SliceLog:
         with self._lock:
             if self._errors and (force or now - self._errors_told >= ERROR_EVERY_SECONDS):
                 self._errors_told = now
-                for (kind, host, _), errors in self._errors.items():
-                    self._lines.append(self._error_line(kind, host, errors))
+                for (what, host, _), errors in self._errors.items():
+                    self._add(self._error_line(what, host, errors))
                 self._errors = {}
             lines, self._lines = self._lines, []
             self._written += len(lines)
@@ -167,15 +172,15 @@ class SliceLog:
             self._lines[:0] = lines
             self._written -= len(lines)
 
-    def _error_line(self, kind: str, host: str, errors: _Errors) -> CrawlEvent:
+    def _error_line(self, what: str, host: str, errors: _Errors) -> CrawlEvent:
         requests, why = _plural(errors.count, "request"), errors.example or "no answer"
-        if kind == Kind.GAVE_UP:
+        if what == "gave_up":
             text = (f"{requests} given up after {_plural(errors.attempts, 'attempt')}, to the "
                     f"failure queue: {why}")  # fmt: skip
             return line(self.crawl_id, Kind.GAVE_UP, text, host=host, level=Level.ERROR)
-        if kind.endswith(":retry"):
+        if what == "retried":
             text = f"{requests} failed, tried again later: {why}"
-        elif kind.endswith(":crashed"):
+        elif what == "crashed":
             text = f"{requests} could not be recorded, tried again later: {why}"
         elif why == "blocked by robots.txt":
             return line(self.crawl_id, Kind.ERROR, f"{requests} not fetched: {why}", host=host)
@@ -224,6 +229,5 @@ def trim(crawl_id: int, *, keep: int | None = None) -> int:
         if cut:
             removed += of_level.filter(id__lte=cut[0]).delete()[0]
     if removed:
-        with transaction.atomic():
-            Crawl.objects.filter(pk=crawl_id).update(log_removed=F("log_removed") + removed)
+        Crawl.objects.filter(pk=crawl_id).update(log_removed=F("log_removed") + removed)
     return removed

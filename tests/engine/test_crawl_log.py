@@ -197,10 +197,16 @@ def test_a_slice_writes_a_bounded_number_of_lines_and_says_how_many_it_left_out(
     log.started = True
     for n in range(SLICE_LINES + 30):
         log.note(Kind.SLOWED, f"line {n}", host="a.test")
+    # Errors of many hosts are lines too, within the same bound.
+    log.count_errors([
+        Result(request=request, outcome=Outcome(request=request, kind="retry", error="timeout"))
+        for request in (Request(url=f"http://h{n}.test/") for n in range(5))
+    ])  # fmt: skip
     log.slice_ended(pages=0, reason="budget", seconds=1.0, handed_back=0)
     assert crawl.events.filter(kind=Kind.SLOWED).count() == SLICE_LINES
+    assert not crawl.events.filter(kind=Kind.ERROR).exists()
     [end] = lines(crawl, kind=Kind.SLICE)
-    assert end.detail.endswith("its time was up; 30 more lines of its log left out")
+    assert end.detail.endswith("its time was up; 35 more lines of its log left out")
 
 
 def test_the_log_keeps_the_newest_lines_of_each_level_and_counts_what_it_removed(user):
