@@ -341,6 +341,9 @@ RQ_SHOW_ADMIN_LINK = True
 
 # The crawl engine's timing. A slice is one RQ job that crawls for this long, then hands over.
 CRAWLHUB_SLICE_SECONDS = env_int("CRAWLHUB_SLICE_SECONDS", 20, minimum=1)
+# A crawl's log keeps the newest this many of its workers' lines of each level (info, warning,
+# error); older ones are removed when a slice ends (crawls/engine/crawl_log.py).
+CRAWLHUB_LOG_LINES = env_int("CRAWLHUB_LOG_LINES", 5000, minimum=10)
 # A claimed request returns to the queue this long after its worker stopped answering.
 CRAWLHUB_LEASE_SECONDS = env_int("CRAWLHUB_LEASE_SECONDS", 60, minimum=1)
 CRAWLHUB_SUPERVISOR_SECONDS = env_int("CRAWLHUB_SUPERVISOR_SECONDS", 3, minimum=1)

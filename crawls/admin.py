@@ -5,6 +5,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 
 from crawls import editing, schedules, services, webhooks
+from crawls.logs import LogFilter
 from crawls.models import (
     CRAWL_OPTIONS,
     Channel,
@@ -57,10 +58,16 @@ def _crawl_action(action, label: str, verb: str):
 
 
 class EventInline(admin.TabularInline):
+    """The crawl's audit trail; its workers' lines (thousands) are on its log page."""
+
     model = CrawlEvent
     extra = 0
     can_delete = False
-    readonly_fields = ["kind", "user", "detail", "at"]
+    readonly_fields = ["kind", "level", "host", "user", "detail", "at"]
+    verbose_name_plural = "audit trail (what users did; the whole log is on the crawl's log page)"
+
+    def get_queryset(self, request):
+        return LogFilter(kind="actions").apply(super().get_queryset(request))
 
     def has_add_permission(self, request, obj=None) -> bool:
         return False

@@ -49,8 +49,9 @@ class CrawlActionError(ActionRefused):
     """An action that the crawl's state does not allow, said in words for the user."""
 
 
-def _event(crawl: Crawl, kind: str, user=None, detail: str = "") -> None:
-    CrawlEvent.objects.create(crawl=crawl, kind=kind, user=user, detail=detail)
+def _event(crawl: Crawl, kind: str, user=None, detail: str = "", *, host: str = "") -> None:
+    """A line of the crawl's audit trail (its log: crawls/logs.py)."""
+    CrawlEvent.objects.create(crawl=crawl, kind=kind, user=user, detail=detail, host=host)
 
 
 def _lines(value: list[str] | str, field: str) -> list[str]:
@@ -510,7 +511,7 @@ def crawl_host_hold(*, crawl: Crawl, host: str, minutes: Any, user=None) -> date
     frontier.host_hold(host, until_ms=until_ms)
     until = _datetime_of(until_ms)
     # How long, not until when: the trail shows the event's own time in the one date style.
-    _event(crawl, CrawlEvent.Kind.HOST_HELD, user, f"{host} for {round(minutes)} min")
+    _event(crawl, CrawlEvent.Kind.HOST_HELD, user, f"{host} for {round(minutes)} min", host=host)
     return until
 
 
@@ -518,7 +519,7 @@ def crawl_host_release(*, crawl: Crawl, host: str, user=None) -> None:
     """End a hold: the host is asked again as its delay allows."""
     host = _host_arg(crawl, host)
     _frontier(crawl).host_release(host)
-    _event(crawl, CrawlEvent.Kind.HOST_RELEASED, user, host)
+    _event(crawl, CrawlEvent.Kind.HOST_RELEASED, user, host, host=host)
 
 
 def crawl_host_drop(*, crawl: Crawl, host: str, user=None) -> int:
@@ -526,7 +527,8 @@ def crawl_host_drop(*, crawl: Crawl, host: str, user=None) -> int:
     fetched finishes, and links found later are queued as usual. Returns how many."""
     host = _host_arg(crawl, host)
     dropped = _frontier(crawl).host_drop(host)
-    _event(crawl, CrawlEvent.Kind.HOST_DROPPED, user, f"{host}: {dropped} request(s) dropped")
+    note = f"{host}: {dropped} request(s) dropped"
+    _event(crawl, CrawlEvent.Kind.HOST_DROPPED, user, note, host=host)
     announce(crawl.pk, state_change=False)
     return dropped
 

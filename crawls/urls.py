@@ -2,7 +2,17 @@
 
 from django.urls import path
 
-from crawls.views import compare, crawls, editing, exports, pages, queue, schedules, webhooks
+from crawls.views import (
+    compare,
+    crawls,
+    editing,
+    exports,
+    log,
+    pages,
+    queue,
+    schedules,
+    webhooks,
+)
 
 urlpatterns = [
     path("", crawls.crawl_list, name="crawl_list"),
@@ -12,6 +22,7 @@ urlpatterns = [
     path("crawls/<int:pk>/activity", crawls.crawl_activity, name="crawl_activity"),
     path("crawls/<int:pk>/hosts/", crawls.crawl_hosts, name="crawl_hosts"),
     path("crawls/<int:pk>/queue/", queue.crawl_queue, name="crawl_queue"),
+    path("crawls/<int:pk>/log/", log.crawl_log, name="crawl_log"),
     path("crawls/demo/", crawls.crawl_demo, name="crawl_demo"),
     path("crawls/<int:pk>/export.<str:fmt>", exports.crawl_export, name="crawl_export"),
     path(

@@ -20,6 +20,8 @@ from crawlhub import serializers as api_fields
 from crawlhub.api_errors import JSONErrors
 from crawls import editing, exports, queued, services
 from crawls.api.live_fields import LiveChangeSerializer, QueueSerializer
+from crawls.api.log import LOG_PARAMETERS, LogLineSerializer, LogSerializer
+from crawls.logs import PAGE_SIZE, LogFilter, log_page
 from crawls.models import (
     CRAWL_OPTIONS,
     Change,
@@ -34,6 +36,15 @@ from crawls.models import (
 from crawls.pages import PAGE_SIZES, STATUS_CLASSES, PageFilter, QueryError, page_slice
 from crawls.services import visible_crawls
 from crawls.views.exports import export_response
+
+
+def _size(value: str | None) -> int:
+    if not value:
+        return PAGE_SIZE
+    try:
+        return int(value)
+    except ValueError:
+        raise serializers.ValidationError({"size": [f"{value[:40]!r} is not a number."]}) from None
 
 
 class ChannelSerializer(api_fields.ModelSerializer):
@@ -644,6 +655,29 @@ class CrawlViewSet(
         crawl = self.get_object()
         page = get_object_or_404(crawl.pages.defer("body"), pk=int(page_pk))
         return Response(PageDetailSerializer(page).data)
+
+    @extend_schema(
+        summary="The crawl's log: what its workers did and what users did to it, newest first",
+        parameters=LOG_PARAMETERS, responses=LogSerializer,
+    )  # fmt: skip
+    @action(detail=True, methods=["get"], pagination_class=None)
+    def log(self, request: Request, pk=None) -> Response:
+        crawl = self.get_object()
+        params = request.query_params
+        try:
+            flt = LogFilter.from_params(params)
+            found = log_page(crawl, flt, before=params.get("before"), after=params.get("after"),
+                             size=_size(params.get("size")))  # fmt: skip
+        except DjangoValidationError as exc:
+            raise serializers.ValidationError(exc.message_dict) from None
+        base, query = request.build_absolute_uri(request.path), flt.params()
+        if params.get("size"):
+            query["size"] = params["size"]
+        older = f"{base}?{urlencode({**query, 'before': found.older})}" if found.older else None
+        return Response({
+            "results": LogLineSerializer(found.lines, many=True).data, "next": older,
+            "removed": found.removed, "kept_per_level": found.kept,
+        })  # fmt: skip
 
     @extend_schema(summary="The failure queue", responses=FailureSerializer(many=True))
     @action(detail=True, methods=["get"])

@@ -18,6 +18,7 @@ from crawlhub.connections import REDIS_ERRORS
 from crawlhub.http import Fetcher, FetchResult, refusal, rendering
 from crawlhub.http.useragents import DEFAULT_USER_AGENT
 from crawls.engine import credentials, results, sitemap_reads
+from crawls.engine.crawl_log import SliceLog
 from crawls.engine.crawl_settings import credentials_of, extractor_of, fetcher_options
 from crawls.engine.credentials import Cookie
 from crawls.engine.frontier import Frontier
@@ -44,9 +45,10 @@ class PageFetch:
     def __init__(
         self, crawl: Crawl, frontier: Frontier, *, scope: Scope, fetcher: Fetcher,
         recorder: Recorder, stop: threading.Event, lease: float,
-        give_up: threading.Event | None = None,
+        give_up: threading.Event | None = None, log: SliceLog | None = None,
     ) -> None:  # fmt: skip
         self.crawl = crawl
+        self.log = log if log is not None else SliceLog(crawl.pk, "")
         self.channel = crawl.channel
         self.frontier = frontier
         self.scope = scope
@@ -68,8 +70,9 @@ class PageFetch:
         self.session: SharedSession | None = None
         if self.credentials and self.credentials.logs_in:
             self.session = SharedSession(
-                frontier, self.credentials, lambda: Fetcher(**fetcher_options(crawl))
-            )
+                frontier, self.credentials, lambda: Fetcher(**fetcher_options(crawl)),
+                log=self.log,
+            )  # fmt: skip
         # robots.txt and sitemaps of the crawl's own hosts are asked with its credentials too.
         self.robots = RobotsCache(
             frontier, fetcher,
@@ -163,7 +166,9 @@ class PageFetch:
             return
         wait = fetch.retry_after
         why = f"HTTP {fetch.status}" + ("" if wait is None else f", Retry-After {wait:g} s")
-        self.frontier.pushed_back(request.host, wait=wait, why=why)
+        pushed = self.frontier.pushed_back(request.host, wait=wait, why=why)
+        if pushed.raised:
+            self.log.pushed_back(request.host, delay=pushed.delay, why=why)
         self.delayed = self.delayed | {request.host}  # the host's next requests take turns
 
     def _get(

@@ -58,6 +58,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import NamedTuple
 
 import redis
 
@@ -235,16 +236,19 @@ class Frontier:
         return [request for request, _ in self.claim_ahead(n, lease_seconds=lease_seconds)]
 
     def claim_ahead(
-        self, n: int, *, lease_seconds: float, ahead: float = 0.0
-    ) -> list[tuple[Request, float]]:
+        self, n: int, *, lease_seconds: float, ahead: float = 0.0,
+        events: list[HostEvent] | None = None,
+    ) -> list[tuple[Request, float]]:  # fmt: skip
         """claim(), also taking a host with a delay whose next turn is at most `ahead` seconds
         away: each request with the seconds it is to wait before it is sent (0 for one whose
-        host is free now). send() still refuses one sent early."""
+        host is free now). send() still refuses one sent early. What the crawl's log tells
+        (hosts whose hold or parking ran out) is added to `events`."""
         if n <= 0:
             return []
-        members, waits, *gen = self._run(
-            "claim", [n, _ms(lease_seconds), n * SCAN_FACTOR, _ms(ahead)]
-        )
+        args = [n, _ms(lease_seconds), n * SCAN_FACTOR, _ms(ahead)]
+        members, waits, happened, *gen = self._run("claim", args)
+        if events is not None:
+            events += _host_events(happened)
         if gen:  # none when the crawl is not running
             self.scope_gen = int(gen[0])
         return [
@@ -277,12 +281,13 @@ class Frontier:
         """That fetch got its answer: the host's delay runs from now too (as answered())."""
         self._run("pace", [host.lower(), "answered"])
 
-    def pushed_back(self, host: str, *, wait: float | None, why: str) -> float:
+    def pushed_back(self, host: str, *, wait: float | None, why: str) -> PushBack:
         """The host answered 429 or 503 (`wait`: its Retry-After in seconds, if any): every
         worker slows down on it, and eases back as it answers normally again. Returns the
-        host's delay in seconds now."""
+        host's delay in seconds now, and whether this push-back raised it."""
         wait_ms = "" if wait is None else _ms(wait)
-        return int(self._run("push_back", [host.lower(), wait_ms, why[:200]])) / 1000
+        delay, raised = self._run("push_back", [host.lower(), wait_ms, why[:200]])
+        return PushBack(delay=int(delay) / 1000, raised=bool(raised))
 
     def delayed_hosts(self) -> frozenset[str]:
         """The hosts with a delay of their own (a robots.txt Crawl-delay) or slowed down for
@@ -300,16 +305,17 @@ class Frontier:
         if requests:
             self._run("renew", [_ms(lease_seconds), *(str(r.fp) for r in requests)])
 
-    def complete(self, outcomes: list[Outcome]) -> None:
+    def complete(self, outcomes: list[Outcome]) -> list[HostEvent]:
         """Record a batch of outcomes in one script call. Outcomes whose request is no longer
         claimed (lease expired, or already completed) are ignored. `bytes` counts nbytes of
-        every outcome that is not ignored, whatever its kind."""
+        every outcome that is not ignored, whatever its kind. Returns what the crawl's log
+        tells: hosts parked, hosts back to their pace after a push-back."""
         if not outcomes:
-            return
+            return []
         args: list = [self.key("seen:")]
         for outcome in outcomes:
             args += _outcome_args(outcome)
-        self._run("complete", args)
+        return _host_events(self._run("complete", args))
 
     def release(self, requests: list[Request]) -> int:
         """Hand back claimed, unfetched requests (pause, SIGTERM). Returns how many were still
@@ -633,6 +639,26 @@ class Frontier:
                     pipe.execute()
             except redis.WatchError:
                 pass  # taken by another worker meanwhile: theirs now
+
+
+class PushBack(NamedTuple):
+    delay: float  # the host's delay now, seconds
+    raised: bool  # this push-back raised it
+
+
+class HostEvent(NamedTuple):
+    """What a script saw happen to a host, for the crawl's log: "parked", "eased" (back to its
+    pace after a push-back), "released" (a hold or a parking ran out)."""
+
+    kind: str
+    host: str
+    text: str
+
+
+def _host_events(flat: list) -> list[HostEvent]:
+    """The flat triples the scripts return (EVENTS in lua/_lib.lua)."""
+    text = [item.decode() if isinstance(item, bytes) else str(item) for item in flat]
+    return [HostEvent(*text[n : n + 3]) for n in range(0, len(text) - 2, 3)]
 
 
 def stats_many(crawl_ids: list[int], client: redis.Redis | None = None) -> dict[int, dict]:

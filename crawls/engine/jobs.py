@@ -28,13 +28,13 @@ from rq.registry import StartedJobRegistry
 
 from crawlhub.http import rendering
 from crawlhub.workers import JOB_CRAWL
-from crawls.engine import lifecycle, live
+from crawls.engine import crawl_log, lifecycle, live
 from crawls.engine.crawl_settings import CannotStart, slice_seconds
 from crawls.engine.frontier import Frontier, supervisor_lock
 from crawls.engine.proxying import PROXY_TRIES
 from crawls.engine.scope_changes import drop_job
 from crawls.engine.slices import run_slice
-from crawls.models import Crawl, CrawlState, ProxyUse
+from crawls.models import Crawl, CrawlEvent, CrawlState, ProxyUse
 
 log = logging.getLogger(__name__)
 
@@ -281,6 +281,12 @@ def stop_slices(crawl_id: int, *, grace: float) -> list[str]:
             time.sleep(0.1)
         for job_id in running:
             frontier.slice_end(job_id.removeprefix(SLICE_JOB_PREFIX))
+        state = frontier.state() or "over"
+        crawl_log.write([crawl_log.line(
+            crawl_id, CrawlEvent.Kind.STOPPED, level=CrawlEvent.Level.WARNING,
+            text=f"{len(running)} slice(s) still running {grace:g} s after the crawl was "
+            f"{state} were stopped; what they held goes back to the queue",
+        )])  # fmt: skip
     else:
         running = []
     if frontier.state() == "paused" and not _running_slice_jobs(crawl_id):

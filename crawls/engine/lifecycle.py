@@ -73,7 +73,8 @@ def finish_if_done(crawl_id: int) -> bool:
         end_line=line,
     )  # fmt: skip
     if ended:
-        CrawlEvent.objects.create(crawl_id=crawl_id, kind=kind, detail=error)
+        # The log's last line says why, as the page does (a failure's, with its error).
+        CrawlEvent.objects.create(crawl_id=crawl_id, kind=kind, detail=error or line)
         announce(crawl_id)
         announce_end(crawl_id, kind)
     return bool(ended)

@@ -17,8 +17,9 @@ from django.utils import timezone
 
 from crawlhub.connections import REDIS_ERRORS
 from crawlhub.http import FetchResult
-from crawls.engine import results, retry, sitemap_reads
+from crawls.engine import crawl_log, results, retry, sitemap_reads
 from crawls.engine.baseline import Baseline, Known, change_of
+from crawls.engine.crawl_log import SliceLog
 from crawls.engine.request import VIA_LISTED, VIA_REDIRECT, Outcome, Request
 from crawls.engine.rows import (
     LINK_COLUMNS,
@@ -72,9 +73,12 @@ class Result:
 class Recorder:
     """A slice's writing side. Used from the slice's main thread only (the database)."""
 
-    def __init__(self, crawl: Crawl, scope: Scope, *, max_redirects: int = 10) -> None:
+    def __init__(
+        self, crawl: Crawl, scope: Scope, *, max_redirects: int = 10, log: SliceLog | None = None
+    ) -> None:
         self.crawl = crawl
         self.scope = scope
+        self.log = log  # the slice's log: its lines go with the batch's rows
         # A redirect chain longer than this (the Fetcher's) ends with an error on its last page.
         self.max_redirects = max_redirects
         self.baseline = Baseline(crawl.baseline_id)
@@ -174,22 +178,30 @@ class Recorder:
         pages = [r.page for r in done if r.page is not None]
         failures = [r.failure for r in done if r.failure is not None]
         notes = [
-            CrawlEvent(crawl_id=self.crawl.pk, kind=CrawlEvent.Kind.SITEMAP, detail=problem)
+            crawl_log.line(self.crawl.pk, CrawlEvent.Kind.SITEMAP, problem)
             for r in done if r.sitemap is not None and r.page is not None
             for problem in r.sitemap.problems
         ]  # fmt: skip
+        logged = self.log.take() if self.log is not None else []
         # A refused row gives up the whole transaction (write_one_by_one goes on from there),
         # so the inserts need no savepoints of their own.
-        with transaction.atomic():
-            PAGE_ROWS.write(pages, savepoint=False)
-            # In the order of their index (crawl, target): each row goes next to the one
-            # before it, not to a random place in the index (a quarter less CPU on SQLite).
-            links = sorted((row for r in done for row in r.links), key=_LINK_TARGET)
-            LINK_ROWS.write(links, savepoint=False)
-            if failures:
-                FailedRequest.objects.bulk_create(failures, batch_size=500, ignore_conflicts=True)
-            if notes:
-                CrawlEvent.objects.bulk_create(notes)
+        try:
+            with transaction.atomic():
+                PAGE_ROWS.write(pages, savepoint=False)
+                # In the order of their index (crawl, target): each row goes next to the one
+                # before it, not to a random place in the index (a quarter less CPU on SQLite).
+                links = sorted((row for r in done for row in r.links), key=_LINK_TARGET)
+                LINK_ROWS.write(links, savepoint=False)
+                if failures:
+                    FailedRequest.objects.bulk_create(
+                        failures, batch_size=500, ignore_conflicts=True
+                    )
+                if notes or logged:
+                    CrawlEvent.objects.bulk_create(notes + logged)
+        except BaseException:
+            if logged:
+                self.log.put_back(logged)
+            raise
         return len(pages)
 
     def write_one_by_one(self, results: list[Result]) -> int:

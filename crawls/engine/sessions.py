@@ -43,9 +43,11 @@ from parsel import Selector
 
 from crawlhub.http import Fetcher, FetchResult
 from crawlhub.http.client import REDIRECT_STATUSES
+from crawls.engine.crawl_log import SliceLog
 from crawls.engine.credentials import Cookie, Credentials, origin
 from crawls.engine.frontier import Frontier
 from crawls.engine.request import request_host
+from crawls.models import CrawlEvent
 
 log = logging.getLogger(__name__)
 
@@ -226,9 +228,10 @@ class SharedSession:
 
     def __init__(
         self, frontier: Frontier, credentials: Credentials, new_fetcher: Callable[[], Fetcher],
-        *, wait_seconds: float = LOGIN_LOCK_SECONDS,
+        *, wait_seconds: float = LOGIN_LOCK_SECONDS, log: SliceLog | None = None,
     ) -> None:  # fmt: skip
         self.frontier = frontier
+        self.log = log  # the slice's: a login, a renewal or a failure is a line of the crawl's
         self.credentials = credentials
         self.new_fetcher = new_fetcher
         self.wait_seconds = wait_seconds
@@ -291,7 +294,16 @@ class SharedSession:
             except LoginFailed as exc:
                 self.frontier.session_failed(str(exc), for_seconds=LOGIN_FAILURE_SECONDS)
                 log.warning("crawl %s: %s", self.frontier.crawl_id, exc)
+                self._note(f"the login failed: {exc}", level=CrawlEvent.Level.ERROR)
                 raise
         self.cookies = cookies
         self.generation = self.frontier.session_store(json.dumps([c.to_json() for c in cookies]))
         log.info("crawl %s: logged in (session %d)", self.frontier.crawl_id, self.generation)
+        what = "logged in" if self.generation == 1 else "the session expired: logged in again"
+        where = urlsplit(self.credentials.login_url)._replace(query="", fragment="").geturl()
+        self._note(f"{what} at {where[:200]} (session {self.generation})")
+
+    def _note(self, text: str, *, level: str = CrawlEvent.Level.INFO) -> None:
+        if self.log is not None:
+            host = request_host(self.credentials.login_url)
+            self.log.note(CrawlEvent.Kind.LOGIN, text, host=host, level=level)

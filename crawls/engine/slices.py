@@ -31,7 +31,8 @@ from django.conf import settings
 
 from crawlhub.connections import REDIS_ERRORS, redis_memory
 from crawlhub.http import Fetcher
-from crawls.engine import retry
+from crawls.engine import crawl_log, retry
+from crawls.engine.crawl_log import SliceLog
 from crawls.engine.crawl_settings import (
     CannotStart,
     fetcher_options,
@@ -39,7 +40,7 @@ from crawls.engine.crawl_settings import (
     slice_seconds,
 )
 from crawls.engine.fetching import PageFetch
-from crawls.engine.frontier import Frontier
+from crawls.engine.frontier import Frontier, HostEvent
 from crawls.engine.live import publish_crawl
 from crawls.engine.recording import Recorder, Result
 from crawls.engine.request import Request
@@ -139,10 +140,11 @@ class Slice:
         self.lease = settings.CRAWLHUB_LEASE_SECONDS
         self.stop = StopFlag()
         scope, fetcher = scope_of(crawl), Fetcher(**fetcher_options(crawl))
-        self.recorder = Recorder(crawl, scope, max_redirects=fetcher.max_redirects)
+        self.log = SliceLog(crawl.pk, slice_id)
+        self.recorder = Recorder(crawl, scope, max_redirects=fetcher.max_redirects, log=self.log)
         self.fetching = PageFetch(
             crawl, self.frontier, scope=scope, fetcher=fetcher, recorder=self.recorder,
-            stop=self.stop.event, lease=self.lease, give_up=self.stop.shutdown,
+            stop=self.stop.event, lease=self.lease, give_up=self.stop.shutdown, log=self.log,
         )  # fmt: skip
         # Politeness needs fetches to start when claimed; without a delay, keep a buffer.
         self.buffer = crawl.threads * (1 if self.fetching.host_delay > 0 else 2)
@@ -235,13 +237,17 @@ class Slice:
             self.last_work = now  # waiting for memory, not idle
             self.next_claim = now + EMPTY_CLAIM_BACKOFF
             return True
+        events: list[HostEvent] = []
         claimed = with_redis_retry(
             lambda: self.frontier.claim_ahead(
-                free, lease_seconds=self.lease, ahead=CLAIM_AHEAD_SECONDS
+                free, lease_seconds=self.lease, ahead=CLAIM_AHEAD_SECONDS, events=events
             )
         )
+        self.log.host_events(events)
         if claimed:
             self.fetching.read_delayed()  # after the claim: a host it gave with a delay is in it
+            if not self.log.started:
+                self.log.slice_started(len(claimed))
         if self.frontier.scope_gen != self.scope_gen:
             self._rescope(self.frontier.scope_gen)
         if self.scope_gen and claimed:
@@ -393,8 +399,9 @@ class Slice:
         except Exception:
             log.exception("writing %d results failed; writing them one at a time", len(results))
             self.report.pages += self.recorder.write_one_by_one(results)
+        self.log.count_errors(results)  # told with the next batch, or when the slice ends
         outcomes = [r.outcome for r in results]
-        with_redis_retry(lambda: self.frontier.complete(outcomes))
+        self.log.host_events(with_redis_retry(lambda: self.frontier.complete(outcomes)))
         publish_crawl(self.crawl.pk)
 
 
@@ -423,6 +430,7 @@ def run_slice(crawl_id: int, slice_id: str, *, budget_seconds: float | None = No
             session.start()  # the crawl's session, logging in if no worker has yet
         except LoginFailed as exc:
             work.fetching.fetcher.close()
+            crawl_log.write(work.log.take(force=True))
             raise CannotStart(f"the login step failed: {exc}") from exc
     stop_on_sigterm(work.stop)
     work._beat()
@@ -430,6 +438,10 @@ def run_slice(crawl_id: int, slice_id: str, *, budget_seconds: float | None = No
         report = work.run()
     finally:
         work.frontier.slice_end(slice_id)
+    work.log.slice_ended(
+        pages=report.pages, reason=report.reason, seconds=report.seconds,
+        handed_back=report.handed_back,
+    )  # fmt: skip
     return {
         "pages": report.pages,
         "reason": report.reason,

@@ -14,6 +14,7 @@ from crawlhub.access import next_path
 from crawlhub.http import netguard
 from crawls import changes, editing, listing, services
 from crawls.engine import live
+from crawls.logs import LogFilter, log_page
 from crawls.models import Channel, Crawl, CrawlState
 from crawls.services import visible_crawls
 from crawls.views.forms import CrawlForm, add_service_errors
@@ -22,7 +23,7 @@ from crawls.views.settings_shown import settings_rows
 CRAWLS_PER_PAGE = 25
 RECENT_ROWS = 15
 FAILURES_SHOWN = 50
-EVENTS_SHOWN = 30
+EVENTS_SHOWN = 15
 DEMO_PAGES = 300
 
 
@@ -179,7 +180,7 @@ def _activity(crawl: Crawl) -> dict:
         "errors": errors.order_by("-id")[:RECENT_ROWS],
         "failures": crawl.failures.all()[:FAILURES_SHOWN],
         "failures_total": crawl.failures.count(),
-        "events": crawl.events.select_related("user")[:EVENTS_SHOWN],
+        "events": log_page(crawl, LogFilter(), size=EVENTS_SHOWN).lines,
     }
 
 

@@ -1,6 +1,7 @@
 // The live crawl page: snapshots from /ws/crawls/<id>/ (or, while the socket is down, from
 // snapshot.json every few seconds) update counters, chart, status classes, per-host queues and
-// buttons; the recent pages, errors, failures and audit trail are re-fetched when they changed.
+// buttons; the recent pages, errors, failures and the log (its newest lines) are re-fetched when
+// they changed.
 (function () {
   "use strict";
   const root = document.getElementById("crawl");
@@ -94,7 +95,7 @@
     ts.forEach(function (t) { if (t < newest - SERIES_SECONDS) points.delete(t); });
   }
 
-  // -- recent pages, errors, failures, audit trail ---------------------------------------------
+  // -- recent pages, errors, failures, the log -------------------------------------------------
   function refreshActivity() {
     if (activityTimer) { activityDue = true; return; }
     activityDue = false;

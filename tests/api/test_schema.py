@@ -29,6 +29,7 @@ ENDPOINTS = {
     "/api/crawls/{id}/pages/": {"get"},
     "/api/crawls/{id}/pages/{page_pk}/": {"get"},
     "/api/crawls/{id}/failures/": {"get"},
+    "/api/crawls/{id}/log/": {"get"},
     "/api/crawls/{id}/export/": {"get"},
     "/api/channels/": {"get", "post"},
     "/api/channels/{slug}/": {"get", "put", "patch"},

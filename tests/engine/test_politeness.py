@@ -51,9 +51,9 @@ def test_a_push_back_slows_the_host_down_for_every_worker(frontier):
     held = frontier.claim(3, lease_seconds=30)  # no delay: a.test three times
     frontier.add_seeds(["http://b.test/"])
     assert frontier.send(held[0]) == 0
-    assert frontier.pushed_back("a.test", wait=None, why="HTTP 429") == 1.0
+    assert frontier.pushed_back("a.test", wait=None, why="HTTP 429").delay == 1.0
     # Answers to requests already on their way do not slow it more.
-    assert frontier.pushed_back("a.test", wait=None, why="HTTP 429") == 1.0
+    assert frontier.pushed_back("a.test", wait=None, why="HTTP 429").delay == 1.0
     # Another worker gets b.test, and nothing of a.test until its delay has passed.
     other = Frontier(frontier.crawl_id)
     assert [r.host for r in other.claim(10, lease_seconds=30)] == ["b.test"]
@@ -101,7 +101,7 @@ def test_answers_ease_a_slowed_host_back_once_per_delay(frontier):
 def test_retry_after_sets_how_long_the_host_waits(frontier):
     frontier.add_seeds(["http://a.test/1", "http://a.test/2"])
     frontier.claim(1, lease_seconds=30)
-    assert frontier.pushed_back("a.test", wait=30, why="HTTP 503, Retry-After 30 s") == 30.0
+    assert frontier.pushed_back("a.test", wait=30, why="HTTP 503, Retry-After 30 s").delay == 30.0
     next_allowed = int(frontier.redis.hget(frontier.key("hosts"), "a.test"))
     now_ms = frontier.redis.time()[0] * 1000
     assert now_ms + 28_000 < next_allowed <= now_ms + 31_000

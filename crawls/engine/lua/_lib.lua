@@ -16,6 +16,15 @@ local K_HOSTFAIL, K_HOSTPARKED = KEYS[22], KEYS[23]
 -- a claim looks at holds many hosts, not the many pages of a few; ties between hosts break on
 -- the packed request (its fingerprint, first).
 local PRIORITY_UNIT = 17592186044416
+
+-- What a script saw happen to a host that the crawl's log tells (crawls/engine/crawl_log.py):
+-- flat triples of kind, host, text, returned by the scripts that record them (complete, claim).
+local EVENTS = {}
+local function event(kind, host, text)
+  EVENTS[#EVENTS + 1] = kind
+  EVENTS[#EVENTS + 1] = host
+  EVENTS[#EVENTS + 1] = text
+end
 local DEPTH_UNIT = 4294967296
 
 -- Milliseconds from the server's clock, so that every worker agrees on "now".
@@ -232,6 +241,7 @@ local function recover(host, default, now)
   if eased - base < EASED_MS then
     redis.call('HDEL', K_HOSTSLOW, host)
     redis.call('HDEL', K_HOSTWHY, host)
+    event('eased', host, why)
   else
     redis.call('HSET', K_HOSTSLOW, host, eased)
     redis.call('HSET', K_HOSTWHY, host, now .. ' ' .. why)
@@ -254,9 +264,10 @@ local function count_failures(host, answered, failed, now)
   local after, park = tonumber(cfg[1]) or 0, tonumber(cfg[2]) or 0
   if after > 0 and count >= PARK_MIN_FAILS and now - since >= after then
     redis.call('HSET', K_HOSTHELD, host, now + park)
-    redis.call('HSET', K_HOSTPARKED, host, string.format(
-      'parked: none of its last %d requests got an answer in %d s', count,
-      math.floor((now - since) / 1000)))
+    local why = string.format('parked: none of its last %d requests got an answer in %d s',
+      count, math.floor((now - since) / 1000))
+    redis.call('HSET', K_HOSTPARKED, host, why)
+    event('parked', host, why .. string.format('; held for %d s', math.floor(park / 1000)))
     redis.call('HDEL', K_HOSTFAIL, host)
   else
     redis.call('HSET', K_HOSTFAIL, host, since .. ' ' .. count)

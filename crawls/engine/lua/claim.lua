@@ -1,13 +1,14 @@
 -- Claim up to ARGV[1] requests with a lease of ARGV[2] ms, scanning at most ARGV[3] queue
 -- entries when a host delay applies, and taking a host whose next allowed time is at most
 -- ARGV[4] ms away (0: none that is not due). Returns {the claimed packed requests in queue
--- order, the ms each is to wait before its host's time, the crawl's scope generation}: a
+-- order, the ms each is to wait before its host's time, what the crawl's log tells (EVENTS in
+-- _lib.lua: hosts whose hold or parking ran out), the crawl's scope generation}: a
 -- worker that claims a host's next turn a little ahead and waits for it asks the host on time,
 -- instead of up to a claim interval late every turn (send.lua still checks the time when it
 -- is sent). The scope generation counts the changes of the crawl's include and exclude
 -- patterns while it runs: read with the claim, at once, a slice sorts what it claims by the
 -- scope as it is now (crawls/engine/scope_changes.py).
-if redis.call('GET', K_STATE) ~= 'running' then return {{}, {}} end
+if redis.call('GET', K_STATE) ~= 'running' then return {{}, {}, {}} end
 local n, lease_ms, scan = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local ahead = tonumber(ARGV[4]) or 0
 local now = now_ms()
@@ -52,7 +53,16 @@ local function pop_polite(default_delay, cap)
       if delays[host] > 0 then
         due[host] = math.max(0, (tonumber(redis.call('HGET', K_HOSTS, host)) or 0) - now)
       end
-      local ready = (tonumber(redis.call('HGET', K_HOSTHELD, host)) or 0) <= now and (
+      local held = tonumber(redis.call('HGET', K_HOSTHELD, host))
+      if held and held <= now then
+        -- A hold (an operator's, or a parking) that ran out: the log says the host is free.
+        redis.call('HDEL', K_HOSTHELD, host)
+        local parked = redis.call('HGET', K_HOSTPARKED, host)
+        redis.call('HDEL', K_HOSTPARKED, host)
+        event('released', host, parked and 'its parking ended' or 'its hold ended')
+        held = nil
+      end
+      local ready = not held and (
         delays[host] <= 0 or (
           redis.call('HEXISTS', K_HOSTCLAIM, host) == 0 and due[host] <= ahead))
       room[host] = 0
@@ -94,4 +104,4 @@ for _, member in ipairs(members) do
   redis.call('ZADD', K_LEASES, deadline, fp)
   took_off(host_of(member), fp)
 end
-return {members, waits, tonumber(config[3]) or 0}
+return {members, waits, EVENTS, tonumber(config[3]) or 0}

@@ -12,6 +12,8 @@
 -- class too, and in 'failed_http'.
 -- A 'retry' and a 'crashed' request both wait in delayed as their retry request says (one more
 -- attempt, or one more crash); only a retry counts in 'retries'.
+-- Returns what the crawl's log tells (EVENTS in _lib.lua): hosts parked, hosts back to their
+-- pace after a push-back.
 local prefix = ARGV[1]
 local limits, counts = read_limits(), {}
 local now = nil
@@ -130,4 +132,4 @@ for host, tally in pairs(per_host) do
   count_failures(host, tally[1], tally[2], now)
 end
 flush(counts)
-return 0
+return EVENTS

@@ -2,7 +2,7 @@
 -- worker, and it is asked nothing before now + max(delay, Retry-After). Answers to requests
 -- that were already on their way (sent before the first push-back came in) do not raise it
 -- again: only a push-back that comes a full delay after the last change doubles it.
--- Returns the host's delay in ms.
+-- Returns {the host's delay in ms, 1 if this push-back raised it else 0}.
 local host, wait_ms, why = ARGV[1], tonumber(ARGV[2]) or 0, ARGV[3]
 local now = now_ms()
 local base = base_delay(host, tonumber(redis.call('HGET', K_CONFIG, 'host_delay_ms')) or 0)
@@ -17,4 +17,4 @@ local until_ms = now + math.max(slowed, wait_ms)
 if until_ms > (tonumber(redis.call('HGET', K_HOSTS, host)) or 0) then
   redis.call('HSET', K_HOSTS, host, until_ms)
 end
-return slowed
+return {slowed, slowed > current and 1 or 0}
