@@ -8,6 +8,8 @@ staff's; everyone sees the channel rules that watch their crawls.
 
 from __future__ import annotations
 
+import re
+
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.validators import validate_email
 from django.db.models import Q, QuerySet
@@ -29,15 +31,20 @@ def _clean_kind(kind: str) -> str:
     return kind
 
 
-def _clean_number(field: str, value, *, low: int, high: int, what: str) -> int:
+def _clean_number(field: str, value, *, low: int, high: int, name: str) -> int:
+    """A whole number from low to high: an int, or its digits as a form sends them."""
+    if isinstance(value, str):
+        value = value.strip()
+        if re.fullmatch(r"[+-]?\d{1,9}", value):
+            value = int(value)
     if value is None or value == "":
-        raise ValidationError({field: [f"Enter {what}: a whole number from {low} to {high}."]})
+        raise ValidationError({field: [f"Enter {name}: a whole number from {low} to {high}."]})
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ValidationError({field: [f"Enter {what} as a whole number, not {value!r}."]})
-    if not low <= value <= high:
         raise ValidationError(
-            {field: [f"{what.capitalize()} must be from {low} to {high}; {value} is not."]}
+            {field: [f"Enter {name} as a whole number from {low} to {high}, not “{value}”."]}
         )
+    if not low <= value <= high:
+        raise ValidationError({field: [f"{name} must be from {low} to {high}; {value} is not."]})
     return value
 
 
@@ -79,19 +86,19 @@ def _clean_figures(errors: dict, kind: str | None, percent, minutes) -> tuple:
     """(percent, minutes) as the kind wants them; None for the figures it has not."""
     if kind in WITH_PERCENT:
         percent = _checked(errors, _clean_number, "percent", percent, low=1, high=100,
-                           what="the error rate N, in percent")  # fmt: skip
+                           name="N (the error rate, in percent)")  # fmt: skip
     else:
         percent = None
     if kind in WITH_MINUTES:
         minutes = _checked(errors, _clean_number, "minutes", minutes, low=1, high=MAX_MINUTES,
-                           what="the minutes M")  # fmt: skip
+                           name="M (minutes)")  # fmt: skip
     else:
         minutes = None
     return percent, minutes
 
 
 def rule_create(
-    *, user, kind: str, percent: int | None = None, minutes: int | None = None,
+    *, user, kind: str, percent: int | str | None = None, minutes: int | str | None = None,
     emails: list[str] | tuple = (), channel: Channel | None = None, crawl: Crawl | None = None,
 ) -> AlertRule:  # fmt: skip
     """A rule on a channel (staff) or on one crawl (its owner, or staff). Every field is
