@@ -126,7 +126,8 @@ def test_the_crawl_page_shows_its_alert_history(user, user_client, other_client)
         rule=rule, crawl=crawl, kind="no_progress", line="No progress on crawl #1 for 5 min",
         fired_at=now - timedelta(minutes=9), resolved_at=now - timedelta(minutes=2),
         resolved_line="Resolved: it makes progress again.",
-        mail_log=[{"at": "", "notice": "fired", "to": ["a@example.com"], "error": "SMTPException: no"}],
+        mail_log=[{"at": "", "notice": "fired", "to": ["a@example.com"],
+                   "error": "SMTPException: no"}],
     )  # fmt: skip
     Alert.objects.create(
         rule=rule, crawl=crawl, kind="no_progress", line="No progress, again", fired_at=now
@@ -181,6 +182,6 @@ def test_the_api_makes_rules_with_the_same_checks_and_lists_alerts(user, other_u
     assert (
         refused.status_code == 400 and f"No crawl {crawl.pk} of yours." in refused.content.decode()
     )
-    staff_only = api_post(client, "/api/alert-rules/", {"channel": "default", "kind": "host_parked"},
-                          others)  # fmt: skip
+    channel_rule = {"channel": "default", "kind": "host_parked"}
+    staff_only = api_post(client, "/api/alert-rules/", channel_rule, others)
     assert staff_only.status_code == 403
