@@ -91,7 +91,8 @@ def test_alert_rules_are_set_and_their_history_read_on_the_crawl_page(
     page.wait_for_selector("#alert-history tbody tr")
     history = page.locator("#alert-history tbody tr").all_inner_texts()
     assert len(history) == 1
-    assert alert.line in history[0] and f"Crawl #{crawl.pk} “watched” ended abnormally" in history[0]
+    assert alert.line in history[0]
+    assert f"Crawl #{crawl.pk} “watched” ended abnormally" in history[0]
     assert "Cancelled by alice" in history[0]
     api = page.request.get(f"{dashboard}/api/alerts/?crawl={crawl.pk}").json()
     assert [a["line"] for a in api["results"]] == [alert.line]
