@@ -404,8 +404,10 @@ SPECTACULAR_SETTINGS = {
     # Proxies and proxy jobs have a state each too.
     "ENUM_NAME_OVERRIDES": {
         "CrawlStateEnum": "crawls.models.CrawlState",
+        "AlertKindEnum": "crawls.models.AlertKind",
         "ProxyStateEnum": "proxies.models.ProxyState",
         "ProxyJobStateEnum": "proxies.models.ProxyJob.State",
+        "ProxyJobKindEnum": "proxies.models.ProxyJob.Kind",
     },
 }
 

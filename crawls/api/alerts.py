@@ -128,7 +128,7 @@ class AlertViewSet(viewsets.ReadOnlyModelViewSet):
         found = alerts.alerts_visible_to(self.request.user)
         crawl = self.request.query_params.get("crawl")
         if crawl is not None:
-            if not crawl.isdigit():
+            if not (crawl.isascii() and crawl.isdigit()):
                 raise APIValidationError({"crawl": [f"A crawl id is a number, not {crawl!r}."]})
             found = found.filter(crawl_id=int(crawl))
         return found

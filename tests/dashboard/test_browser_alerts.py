@@ -105,3 +105,13 @@ def test_alert_rules_are_set_and_their_history_read_on_the_crawl_page(
     ).click()
     page.wait_for_selector("#alert-rules tbody tr:has-text('Error rate') >> text=off")
     assert not AlertRule.objects.get(kind="error_rate").active
+
+    # The Alerts page lists the rules of one's crawls, with the same form.
+    page.goto(f"{dashboard}/alerts/")
+    rows = page.locator("#alert-rules tbody tr").all_inner_texts()
+    assert len(rows) == 2 and any("Error rate over 40% in 5 min" in r and "off" in r for r in rows)
+    no_sideways_scroll(page)
+    for label, size in (("1366", DESKTOP), ("390", PHONE)):
+        page.set_viewport_size(size)
+        page.wait_for_timeout(300)
+        page.screenshot(path=str(ARTIFACTS / f"alerts-page-{label}.png"), full_page=True)
