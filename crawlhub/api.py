@@ -30,6 +30,7 @@ from crawlhub import serializers as api_fields
 from crawlhub import tokens
 from crawlhub.api_errors import JSONErrors
 from crawlhub.models import ApiToken
+from crawls.api.alerts import AlertRuleViewSet, AlertViewSet
 from crawls.api.crawls import ChannelViewSet, CrawlViewSet
 from crawls.api.schedules import ScheduleViewSet
 from crawls.api.webhooks import WebhookViewSet
@@ -143,6 +144,8 @@ router.register("crawls", CrawlViewSet, basename="api-crawl")
 router.register("channels", ChannelViewSet, basename="api-channel")
 router.register("schedules", ScheduleViewSet, basename="api-schedule")
 router.register("webhooks", WebhookViewSet, basename="api-webhook")
+router.register("alert-rules", AlertRuleViewSet, basename="api-alert-rule")
+router.register("alerts", AlertViewSet, basename="api-alert")
 router.register("proxies/jobs", ProxyJobViewSet, basename="api-proxy-job")
 router.register("proxies", ProxyViewSet, basename="api-proxy")
 router.register("tokens", TokenViewSet, basename="api-token")

@@ -3,6 +3,7 @@
 from django.conf import settings
 from rq import cron
 
+from crawls.alert_checks import check_alerts_job
 from crawls.engine.jobs import supervise
 from crawls.schedules import run_due_schedules_job
 from crawls.webhooks import deliver_overdue_job
@@ -54,4 +55,13 @@ cron.register(
     job_timeout=60,
     result_ttl=600,
     name="stalled proxy jobs",
+)
+# Alert rules checked against the running crawls' counters (never on the crawl path).
+cron.register(
+    check_alerts_job,
+    "control",
+    interval=settings.CRAWLHUB_ALERTS_SECONDS,
+    job_timeout=300,
+    result_ttl=600,
+    name="alert checks",
 )

@@ -376,6 +376,22 @@ CRAWLHUB_BROWSER_RECYCLE_PAGES = env_int("CRAWLHUB_BROWSER_RECYCLE_PAGES", 200, 
 CRAWLHUB_RENDER_SLICE_SECONDS = env_int("CRAWLHUB_RENDER_SLICE_SECONDS", 60, minimum=1)
 # How often due scheduled crawls are looked for (a run starts at most this late).
 CRAWLHUB_SCHEDULES_SECONDS = env_int("CRAWLHUB_SCHEDULES_SECONDS", 30, minimum=1)
+# How often alert rules are checked against running crawls (crawls/alert_checks.py).
+CRAWLHUB_ALERTS_SECONDS = env_int("CRAWLHUB_ALERTS_SECONDS", 30, minimum=1)
+
+# E-mail (alerts): Django's SMTP backend. With no EMAIL_HOST, alerts are shown and sent to
+# webhooks, and an e-mail is recorded as not sent, with why.
+EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")
+EMAIL_HOST = env_str("EMAIL_HOST", "")
+EMAIL_PORT = env_int("EMAIL_PORT", 25, minimum=1)
+EMAIL_HOST_USER = env_str("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+EMAIL_USE_SSL = env_bool("EMAIL_USE_SSL", False)
+if EMAIL_USE_TLS and EMAIL_USE_SSL:
+    raise ImproperlyConfigured("EMAIL_USE_TLS and EMAIL_USE_SSL cannot both be on: choose one")
+EMAIL_TIMEOUT = env_int("EMAIL_TIMEOUT", 10, minimum=1)
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "crawlhub@localhost")
 
 # The JSON API (crawlhub/api.py): tokens or the session; JSON only; errors as JSON.
 REST_FRAMEWORK = {
@@ -404,8 +420,10 @@ SPECTACULAR_SETTINGS = {
     # Proxies and proxy jobs have a state each too.
     "ENUM_NAME_OVERRIDES": {
         "CrawlStateEnum": "crawls.models.CrawlState",
+        "AlertKindEnum": "crawls.models.AlertKind",
         "ProxyStateEnum": "proxies.models.ProxyState",
         "ProxyJobStateEnum": "proxies.models.ProxyJob.State",
+        "ProxyJobKindEnum": "proxies.models.ProxyJob.Kind",
     },
 }
 

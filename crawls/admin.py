@@ -4,10 +4,12 @@ from django.core.exceptions import ValidationError
 from django.urls import reverse
 from django.utils.html import format_html
 
-from crawls import editing, schedules, services, webhooks
+from crawls import alerts, editing, schedules, services, webhooks
 from crawls.logs import LogFilter
 from crawls.models import (
     CRAWL_OPTIONS,
+    Alert,
+    AlertRule,
     Channel,
     Crawl,
     CrawlEvent,
@@ -229,6 +231,45 @@ class WebhookDeliveryAdmin(admin.ModelAdmin):
     list_filter = ["status", "event", "webhook"]
     search_fields = ["webhook__url"]
     list_select_related = ["webhook", "crawl"]
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+
+@admin.register(AlertRule)
+class AlertRuleAdmin(admin.ModelAdmin):
+    """Made on a crawl's page, the Alerts page or the API, where every field is checked; here
+    a rule is switched on or off, or deleted."""
+
+    list_display = ["id", "kind", "percent", "minutes", "channel", "crawl", "active", "created_by"]
+    list_filter = ["active", "kind", "channel"]
+    list_select_related = ["channel", "crawl", "created_by"]
+    fields = ["channel", "crawl", "kind", "percent", "minutes", "emails", "active",
+              "created_by", "created_at"]  # fmt: skip
+    readonly_fields = ["channel", "crawl", "kind", "percent", "minutes", "emails", "created_by",
+                       "created_at"]  # fmt: skip
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def save_model(self, request, obj, form, change) -> None:
+        alerts.rule_update(rule=obj, active=obj.active)
+
+    def delete_model(self, request, obj) -> None:
+        alerts.rule_delete(rule=obj)
+
+
+@admin.register(Alert)
+class AlertAdmin(admin.ModelAdmin):
+    """The alert history: read only."""
+
+    list_display = ["id", "kind", "crawl", "subject", "fired_at", "resolved_at"]
+    list_filter = ["kind"]
+    search_fields = ["line", "subject"]
+    list_select_related = ["crawl"]
 
     def has_add_permission(self, request) -> bool:
         return False

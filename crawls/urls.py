@@ -1,8 +1,9 @@
-"""Routes of the crawl pages: crawls, export downloads, schedules and webhooks."""
+"""Routes of the crawl pages: crawls, export downloads, schedules, alerts and webhooks."""
 
 from django.urls import path
 
 from crawls.views import (
+    alerts,
     compare,
     crawls,
     editing,
@@ -38,10 +39,13 @@ urlpatterns = [
     path("crawls/<int:pk>/again/", editing.crawl_run_again, name="crawl_run_again"),
     path("crawls/<int:pk>/credentials/", editing.crawl_credentials, name="crawl_credentials"),
     path("crawls/<int:pk>/delete/", editing.crawl_delete, name="crawl_delete"),
+    path("crawls/<int:pk>/alerts/", alerts.crawl_alert_rule_new, name="crawl_alert_rule_new"),
     path("crawls/<int:pk>/<str:action>/", crawls.crawl_action, name="crawl_action"),
     path("schedules/", schedules.schedule_list, name="schedule_list"),
     path("schedules/new/", schedules.schedule_new, name="schedule_new"),
     path("schedules/<int:pk>/", schedules.schedule_detail, name="schedule_detail"),
+    path("alerts/", alerts.alert_rule_list, name="alert_rule_list"),
+    path("alerts/<int:pk>/", alerts.alert_rule_action, name="alert_rule_action"),
     path("webhooks/", webhooks.webhook_list, name="webhook_list"),
     path("webhooks/<int:pk>/", webhooks.webhook_detail, name="webhook_detail"),
 ]

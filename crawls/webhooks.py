@@ -1,4 +1,5 @@
-"""Webhooks: a signed POST to a URL when a crawl finishes, fails or is cancelled.
+"""Webhooks: a signed POST to a URL when a crawl finishes, fails or is cancelled, and when an
+alert on it fires or is resolved (crawls/alert_checks.py, the "alert" event).
 
 When a crawl's end is committed, crawls.signals.crawl_ended calls crawl_ended(). That writes one
 WebhookDelivery per matching webhook (the crawl's own, its channel's and, for a run of a
@@ -25,6 +26,7 @@ import json
 import logging
 import secrets
 import time
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 import django_rq
@@ -233,12 +235,31 @@ def crawl_ended(crawl_id: int, event: str) -> list[int]:
     )
     if crawl is None:
         return []
+    hooks = hooks_for(crawl, event)
+    changes = change_counts(crawl) if hooks else None
+    return send_event(
+        crawl, event, lambda delivery_id: payload_for(crawl, event, delivery_id, changes),
+        hooks=hooks,
+    )  # fmt: skip
+
+
+def hooks_for(crawl: Crawl, event: str) -> list[Webhook]:
+    """The active webhooks of the crawl, of its channel and, for a run of a schedule, of the
+    schedule's template, that want this event."""
     targets = Q(crawl_id=crawl.pk) | Q(channel_id=crawl.channel_id)
-    if crawl.schedule is not None:
+    if crawl.schedule_id is not None:
         # Each run is a new crawl: a webhook put on the template is meant for all of them.
         targets |= Q(crawl_id=crawl.schedule.template_id)
-    hooks = [hook for hook in Webhook.objects.filter(targets, active=True) if event in hook.events]
-    changes = change_counts(crawl) if hooks else None
+    return [hook for hook in Webhook.objects.filter(targets, active=True) if event in hook.events]
+
+
+def send_event(
+    crawl: Crawl, event: str, payload: Callable[[int], dict], *,
+    hooks: list[Webhook] | None = None,
+) -> list[int]:  # fmt: skip
+    """One delivery of `event` to each of `hooks` (by default hooks_for(crawl, event)), its
+    payload made from its id; sent once the caller's transaction commits. Returns their ids."""
+    hooks = hooks_for(crawl, event) if hooks is None else hooks
     ids = []
     with transaction.atomic():
         for hook in hooks:
@@ -246,7 +267,7 @@ def crawl_ended(crawl_id: int, event: str) -> list[int]:
                 webhook=hook, crawl=crawl, event=event, payload={},
                 next_attempt_at=timezone.now(),
             )  # fmt: skip
-            delivery.payload = payload_for(crawl, event, delivery.pk, changes)
+            delivery.payload = payload(delivery.pk)
             delivery.save(update_fields=["payload"])
             ids.append(delivery.pk)
         transaction.on_commit(lambda: [enqueue(delivery_id) for delivery_id in ids])

@@ -35,10 +35,13 @@ of several Redis instances, see docs/architecture.md, "One Redis, and the path p
     ch:{c<ID>}:hostq          hash  host -> requests of that host in the queue (exact)
     ch:{c<ID>}:series         list  "unix_s:responses", at most one a second, the last 10 min
     ch:{c<ID>}:publish        str   a live snapshot went out less than N ms ago (throttle)
+    ch:{c<ID>}:alertseries    list  "unix_s:responses:errors", one per pass of the alert checks
+                                    (crawls/alert_checks.py), never per page
     ch:{c<ID>}:session        hash  gen, cookies (JSON), failed (login error), failed_until ms:
                                     the session the login step got, shared by every worker
     ch:{c<ID>}:loginlock      str   one worker runs the login step (a token, expires)
     ch:supervisor:lock        str   one supervisor at a time, across all crawls
+    ch:alerts:lock            str   one pass of the alert checks at a time
 
 Counter invariant, at every moment (stats() reads it atomically):
 
@@ -98,6 +101,7 @@ SLICE_BEAT_TTL = 10.0
 STARTED_SLICE_WINDOW_MS = 60_000
 
 SUPERVISOR_LOCK_KEY = "ch:supervisor:lock"
+ALERTS_LOCK_KEY = "ch:alerts:lock"
 
 STATES = ("running", "paused", "cancelled")
 COUNTERS = (
@@ -119,6 +123,9 @@ DEPTH_GROUPS = 10_000
 
 # The pages/s chart: one point a second at most, kept for 10 minutes.
 SERIES_POINTS = 600
+# The alert series: at most this many samples, kept this long after the last pass.
+ALERT_SAMPLES_KEPT = 20_000
+ALERT_SERIES_TTL = 2 * 24 * 3600
 
 
 def _lua_sources() -> dict[str, str]:
@@ -713,6 +720,74 @@ def live_views(
     return views
 
 
+def alert_views(crawl_ids: list[int], client: redis.Redis | None = None) -> dict[int, dict]:
+    """What the alert checks read of each crawl, in one MULTI, once a pass (never per page):
+    "stats" (stats()), "samples" (the alert series: (unix_s, responses, errors), oldest
+    first), "parked" (host -> why, of the hosts parked and still held), "slices_running"."""
+    client = client or get_redis()
+    frontiers = [Frontier(crawl_id, client) for crawl_id in crawl_ids]
+    here_ms = _ms(time.time())
+    with client.pipeline(transaction=True) as pipe:
+        pipe.time()
+        for frontier in frontiers:
+            frontier._queue_stats(pipe)
+            pipe.lrange(frontier.key("alertseries"), 0, -1)
+            pipe.hgetall(frontier.key("hostparked"))
+            pipe.hgetall(frontier.key("hostheld"))
+            # Started slices, as live_views counts them.
+            pipe.zcount(frontier.key("slices"), here_ms, here_ms + STARTED_SLICE_WINDOW_MS)
+        replies = iter(pipe.execute())
+    seconds, micros = next(replies)
+    now_ms = seconds * 1000 + micros // 1000
+    views = {}
+    for frontier in frontiers:
+        stats = _stats_from(next(replies), next(replies), next(replies), next(replies))
+        samples = [tuple(int(x) for x in point.split(b":")) for point in next(replies)]
+        parked, held = next(replies), next(replies)
+        # A parking ends when its hold does (or an operator's word replaces it).
+        views[frontier.crawl_id] = {
+            "stats": stats,
+            "samples": samples,
+            "parked": {
+                host.decode(): why.decode()
+                for host, why in parked.items()
+                if int(held.get(host, 0)) > now_ms
+            },
+            "slices_running": int(next(replies)),
+        }
+    return views
+
+
+def record_alert_samples(
+    samples: dict[int, tuple[int, int, int]], *, keep_from: int, client: redis.Redis | None = None
+) -> None:
+    """Append each crawl's (unix_s, responses, errors) to its alert series, and drop those
+    older than keep_from (unix s) but the newest of them: the start of the longest window."""
+    client = client or get_redis()
+    with client.pipeline(transaction=False) as pipe:
+        for crawl_id, (at, responses, errors) in samples.items():
+            key = Frontier(crawl_id, client).key("alertseries")
+            pipe.rpush(key, f"{at}:{responses}:{errors}")
+            pipe.lrange(key, 0, -1)
+        replies = pipe.execute()
+    with client.pipeline(transaction=False) as pipe:
+        for n, crawl_id in enumerate(samples):
+            points = [int(point.split(b":")[0]) for point in replies[2 * n + 1]]
+            drop = max(0, sum(1 for at in points if at <= keep_from) - 1)
+            key = Frontier(crawl_id, client).key("alertseries")
+            # Bounded whatever the windows: a pass every few seconds for a day at most.
+            pipe.ltrim(key, max(drop, len(points) - ALERT_SAMPLES_KEPT), -1)
+            pipe.expire(key, ALERT_SERIES_TTL)
+        pipe.execute()
+
+
+def forget_alert_samples(crawl_ids: list[int], client: redis.Redis | None = None) -> None:
+    """A paused crawl makes no progress on purpose: its windows start again when it resumes."""
+    if crawl_ids:
+        client = client or get_redis()
+        client.delete(*(Frontier(crawl_id, client).key("alertseries") for crawl_id in crawl_ids))
+
+
 def status_class(status: int) -> str:
     """The counter of an HTTP status: status_2xx .. status_5xx, else status_other."""
     klass = status // 100
@@ -730,6 +805,12 @@ def supervisor_lock(ttl: float, client: redis.Redis | None = None) -> bool:
     """True for the one supervisor run that may go ahead; the lock expires after ttl seconds."""
     client = client if client is not None else get_redis()
     return bool(client.set(SUPERVISOR_LOCK_KEY, "1", nx=True, px=max(1, _ms(ttl))))
+
+
+def alerts_lock(ttl: float, client: redis.Redis | None = None) -> bool:
+    """True for the one pass of the alert checks that may go ahead; expires after ttl s."""
+    client = client if client is not None else get_redis()
+    return bool(client.set(ALERTS_LOCK_KEY, "1", nx=True, px=max(1, _ms(ttl))))
 
 
 def _outcome_args(outcome: Outcome) -> list:

@@ -12,12 +12,12 @@ from django.views.decorators.http import require_POST
 
 from crawlhub.access import next_path
 from crawlhub.http import netguard
-from crawls import changes, editing, listing, services
+from crawls import alerts, changes, editing, listing, services
 from crawls.engine import live
 from crawls.logs import LogFilter, log_page
 from crawls.models import Channel, Crawl, CrawlState
 from crawls.services import visible_crawls
-from crawls.views.forms import CrawlForm, add_service_errors
+from crawls.views.forms import AlertRuleForm, CrawlForm, add_service_errors
 from crawls.views.settings_shown import settings_rows
 
 CRAWLS_PER_PAGE = 25
@@ -136,6 +136,14 @@ def crawl_detail(request: HttpRequest, pk: int) -> HttpResponse:
     crawl = get_object_or_404(
         visible_crawls(request.user).select_related("channel", "created_by", "auth"), pk=pk
     )
+    return crawl_page(request, crawl)
+
+
+def crawl_page(
+    request: HttpRequest, crawl: Crawl, *, alert_form: AlertRuleForm | None = None,
+    status: int = 200,
+) -> HttpResponse:  # fmt: skip
+    """The crawl's page; with `alert_form`, the alert rule form as it was sent (its errors)."""
     snapshot = live.snapshot(crawl)
     shown = services.credentials_shown(crawl)
     return render(
@@ -154,8 +162,25 @@ def crawl_detail(request: HttpRequest, pk: int) -> HttpResponse:
             "change_counts": changes.change_counts(crawl) if crawl.is_over() else None,
             "seeds_typed": request.session.pop(_seeds_typed_key(crawl), ""),
             **_activity(crawl),
+            **_alerts(request, crawl, alert_form),
         },
+        status=status,
     )
+
+
+# The alert history a crawl's page shows (the API pages through all of it).
+ALERTS_SHOWN = 50
+
+
+def _alerts(request: HttpRequest, crawl: Crawl, form: AlertRuleForm | None) -> dict:
+    rules = list(alerts.rules_for(crawl))
+    return {
+        "alert_rules": rules,
+        "alert_rules_changeable": {r.pk for r in rules if alerts.can_change(request.user, r)},
+        "alert_history": crawl.alerts.select_related("rule")[:ALERTS_SHOWN],
+        "alert_form": form or AlertRuleForm(user=request.user, crawl=crawl),
+        "alert_check_seconds": settings.CRAWLHUB_ALERTS_SECONDS,
+    }
 
 
 def crawl_snapshot(request: HttpRequest, pk: int) -> JsonResponse:

@@ -18,6 +18,7 @@ from crawls.engine.credentials import INPUTS as AUTH_INPUTS
 from crawls.models import (
     CRAWL_OPTIONS,
     MAX_BODY_BYTES,
+    AlertKind,
     Channel,
     Crawl,
     LinesField,
@@ -421,6 +422,47 @@ class WebhookForm(forms.Form):
             self.fields["channel"].queryset = Channel.objects.all()
         else:
             del self.fields["channel"]
+
+
+class AlertRuleForm(forms.Form):
+    """A rule's condition and who is told. The figures and the addresses are checked by
+    crawls/alerts.py, the same for every door: this form only parses them."""
+
+    kind = forms.ChoiceField(choices=AlertKind.choices, label="When")
+    # Text, checked by the service with the minutes and the addresses: every error at once.
+    percent = forms.CharField(
+        required=False, label="N (error rate, %)", max_length=20,
+        help_text="Error rate: fires when N% or more of the requests done in the last M "
+        "minutes got no answer.",
+    )  # fmt: skip
+    minutes = forms.CharField(
+        required=False, label="M (minutes)", max_length=20,
+        help_text="Error rate and no progress: the window, in minutes.",
+    )  # fmt: skip
+    emails = forms.CharField(
+        required=False, label="E-mail to", widget=forms.Textarea(attrs={"rows": 2}),
+        help_text="Addresses, one per line or separated by commas. Webhooks that want the "
+        "“alert” event are told too.",
+    )  # fmt: skip
+    crawl = forms.ModelChoiceField(queryset=Crawl.objects.none(), required=False)
+    channel = forms.ModelChoiceField(queryset=Channel.objects.none(), required=False,
+                                     help_text="Staff: every crawl of a channel.")  # fmt: skip
+
+    def __init__(self, *args, user, crawl: Crawl | None = None, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        if crawl is not None:
+            # On a crawl's page: the rule is that crawl's.
+            del self.fields["crawl"], self.fields["channel"]
+            return
+        self.fields["crawl"].queryset = visible_crawls(user)
+        if user.is_staff:
+            self.fields["channel"].queryset = Channel.objects.all()
+        else:
+            del self.fields["channel"]
+
+    def clean_emails(self) -> list[str]:
+        return [part.strip() for part in re.split(r"[,;\s]+", self.cleaned_data["emails"])
+                if part.strip()]  # fmt: skip
 
 
 def add_service_errors(form: forms.Form, exc: ValidationError) -> None:

@@ -11,7 +11,7 @@ from django.test import Client
 
 from crawlhub.http.useragents import DEFAULT_USER_AGENT, USER_AGENTS
 from crawls import services
-from crawls.models import Channel, Crawl, UserAgentMode
+from crawls.models import Channel, Crawl, UserAgentMode, WebhookEvent
 from tests.support.crawling import drive, start_site_crawl
 from tests.support.sites import Response, pages_site
 
@@ -103,10 +103,12 @@ def test_the_webhook_form_names_its_event_boxes_in_a_fieldset(user_client):
     (legend,) = html.xpath('//fieldset[@class="choices"]/legend')
     assert legend.text_content() == "Events"
     boxes = html.xpath('//fieldset[@class="choices"]//input[@type="checkbox"][@name="events"]')
-    assert len(boxes) == 3
+    # Finished, failed, cancelled, and alerts (fired or resolved), each with its own label.
+    labels = []
     for box in boxes:
         (label,) = html.xpath(f'//label[@for="{box.get("id")}"]')
-        assert label.text_content().strip().startswith("Crawl ")
+        labels.append(label.text_content().strip())
+    assert labels == list(WebhookEvent.labels)
     assert not html.xpath("//label//label")
 
 

@@ -30,8 +30,8 @@ from django.urls import NoReverseMatch, URLPattern, URLResolver, get_resolver, r
 from django.utils import timezone
 
 from crawlhub import routing
-from crawls import schedules, services, webhooks
-from crawls.models import Channel, Crawl, Page
+from crawls import alerts, schedules, services, webhooks
+from crawls.models import Alert, Channel, Crawl, Page
 from proxies import services as proxy_services
 from proxies.models import Proxy
 from tests.support.clients import WS_CONNECT_SECONDS
@@ -79,6 +79,7 @@ POLICY: list[tuple[str, str]] = [
     ("rules_preview", "page"),
     ("schedule_", "page"),
     ("webhook_", "page"),
+    ("alert_rule_", "page"),
     ("workers", "page"),
     ("api_token", "page"),
     ("api_docs", "page"),
@@ -151,6 +152,10 @@ def fill(route: Route, world: World, *, foreign: bool = False) -> str | None:
                 return str(world.proxy.pk)
             if "crawls_channel" in key:
                 return str(world.channel.pk)
+            if key.startswith(("alert_rule_", "api-alert-rule-")):
+                return str(objects["alert_rule"])
+            if key.startswith("api-alert-"):
+                return str(objects["alert"])
             for kind in ("schedule", "webhook", "token"):
                 if kind in key and not key.startswith("admin:"):
                     return str(objects[kind])
@@ -198,8 +203,12 @@ def world(user, other_user, staff) -> World:
             crawl=crawl, url=crawl.seeds[0], url_hash=f"h{crawl.pk}", status=200,
             fetched_at=timezone.now(), body=b"<h1>a kept body</h1>",
         )  # fmt: skip
+        rule = alerts.rule_create(user=who, crawl=crawl, kind="no_progress", minutes=5)
+        alert = Alert.objects.create(rule=rule, crawl=crawl, kind=rule.kind, line="No progress",
+                                     fired_at=timezone.now())  # fmt: skip
         owned[who.pk] = {
             "schedule": schedule.pk, "webhook": hook.pk, "token": token_id, "page": page.pk,
+            "alert_rule": rule.pk, "alert": alert.pk,
         }  # fmt: skip
     return World(
         own, foreign, Proxy.objects.get(), token.pk, Channel.default(),
@@ -282,7 +291,9 @@ def walk(world: World, users: dict, *, skip_foreign: set[str] | None = None):
         if route.kind is None:
             yield "not classified in POLICY", route.key
             continue
-        owned = any(kind in route.key for kind in ("crawl", "schedule", "webhook", "token"))
+        owned = any(
+            kind in route.key for kind in ("crawl", "schedule", "webhook", "token", "alert")
+        )
         takes_id = "pk" in route.regex or "object_id" in route.regex
         both = owned and takes_id and route.kind in ("page", "api")
         variants = [False, True] if both else [False]
