@@ -103,6 +103,7 @@ def test_redis_tls_settings_that_cannot_work_stop_startup(tmp_path, env, expecte
     assert "ImproperlyConfigured" in result.stderr and expected in result.stderr
 
 
+@pytest.mark.slow
 def test_the_redis_tls_files_go_into_the_url_every_client_is_given(tmp_path):
     ca, cert, key = (tmp_path / f"{name}.pem" for name in ("ca", "cert", "key"))
     for path in (ca, cert, key):
@@ -136,6 +137,7 @@ def test_data_dir_that_is_a_file_is_refused(tmp_path):
     assert "CRAWLHUB_DATA_DIR must be a directory" in result.stderr
 
 
+@pytest.mark.slow
 def test_defaults_are_sqlite_and_the_embedded_redis(tmp_path):
     result = load_settings(tmp_path)
     assert result.returncode == 0, result.stderr
@@ -155,12 +157,14 @@ def test_secret_key_is_generated_once_and_kept_private(tmp_path):
     assert key_file.stat().st_mode & 0o777 == 0o600
 
 
+@pytest.mark.slow
 def test_secret_key_from_the_environment_wins(tmp_path):
     key = "k" * 40
     assert load_settings(tmp_path, SECRET_KEY=key).stdout.split()[0] == key
     assert not (tmp_path / "data" / "secret_key").exists()
 
 
+@pytest.mark.slow
 def test_good_values_are_accepted(tmp_path):
     result = load_settings(
         tmp_path,

@@ -139,6 +139,7 @@ def test_urls_w3lib_would_change_are_not_taken_as_canonical(url):
     assert not _plain(url)
 
 
+@pytest.mark.slow
 def test_hosts_cached_per_origin_equal_urlsplit():
     for url in corpus() + ["http:\t//a/b://c/d", "http://a\n/b", " http://a/", "http://a?b/c"]:
         try:
@@ -189,6 +190,7 @@ def valid(url: str) -> bool:
     return True
 
 
+@pytest.mark.slow
 def test_request_json_equals_json_dumps():
     rng = random.Random(5)
     urls = [url for url in corpus() if valid(url)]
