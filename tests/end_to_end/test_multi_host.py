@@ -258,7 +258,11 @@ def test_a_crawl_survives_a_dead_machine_and_a_lost_network_and_ends_exactly(dep
 
         # From here until C is back, the crawl goes at the held site's pace.
         deployment.hold.touch()
-        # B loses its power: every process at once.
+        # B loses its power in the middle of a fetch: a request of B's that arrived after the
+        # hold waits 2 s at the site, so B holds its lease when every process of B dies at once
+        # (B may be between slices otherwise, holding nothing, and prove no recovery).
+        b_now = fetches(b)
+        wait_until(lambda: fetches(b) > b_now, "a fetch from B to kill it in", timeout=300)
         killed = b.kill_everything()
         b_dead_at = time.monotonic()
         held_at_kill = leases(frontier)
