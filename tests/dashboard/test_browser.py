@@ -5,6 +5,7 @@ is saved as a screenshot, 1280 px and 390 px wide, in test-artifacts/."""
 from __future__ import annotations
 
 import re
+import threading
 import time
 
 import pytest
@@ -71,7 +72,11 @@ def test_a_user_creates_a_crawl_and_watches_it_live_through_pause_and_resume(
     page, dashboard, user, make_site
 ):
     site = SampleSite(pages=400, seed=7)
-    server = make_site(sample_handler(site, 0.08))
+    # 80 ms a page until the resume, so that the counters are seen rising and the pause lands
+    # mid-crawl; the rest of the crawl proves nothing by being slow, and goes at full speed.
+    paced = threading.Event()
+    paced.set()
+    server = make_site(sample_handler(site, lambda: 0.08 if paced.is_set() else 0.0))
     log_in(page, dashboard, "alice")
     assert page.get_by_role("button", name="Try a demo crawl").is_visible()
     shoot(page, "crawls-empty")
@@ -117,6 +122,7 @@ def test_a_user_creates_a_crawl_and_watches_it_live_through_pause_and_resume(
     shoot(page, "crawl-live-paused")
 
     # Resume: it runs on and finishes, still on the same page.
+    paced.clear()
     page.locator('#actions form[data-action="resume"] button').click()
     wait_for_js(
         page, "document.getElementById('state').textContent.trim() === 'Finished'", timeout=120

@@ -157,6 +157,7 @@ def text_index_exists() -> bool:
         return cur.fetchone()[0] > 0
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_the_text_index_migration_goes_back_and_forth(crawl):
     assert text_index_exists()

@@ -628,6 +628,7 @@ def csp_of(response) -> dict[str, str]:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_every_page_has_a_strict_content_security_policy_and_nothing_inline(world, staff, user):
     """Every page of the app, as staff and as a user: the policy allows no inline script or

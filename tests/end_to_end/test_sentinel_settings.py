@@ -35,6 +35,7 @@ def load_settings(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_the_sentinels_reach_rq_the_channel_layer_and_child_processes(tmp_path):
     ca = tmp_path / "ca.pem"
     ca.write_text("-")
@@ -67,6 +68,7 @@ def test_the_sentinels_reach_rq_the_channel_layer_and_child_processes(tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_without_redis_url_the_sentinels_master_is_used_without_a_password(tmp_path):
     result = load_settings(tmp_path, REDIS_SENTINELS="10.0.0.5:26379",
                            REDIS_SENTINEL_SERVICE="m")  # fmt: skip
@@ -77,6 +79,7 @@ def test_without_redis_url_the_sentinels_master_is_used_without_a_password(tmp_p
     assert not shown["embedded"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("env", "expected"),
     [

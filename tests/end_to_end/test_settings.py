@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from django.db import connection
 
 from crawlhub import redis_config
 from tests.support import processes
+from tests.support.settings_process import ForkingRunner
 
 ROOT = Path(__file__).resolve().parents[2]
 SHOW = (
@@ -22,12 +24,23 @@ SHOW = (
 )
 
 
-def load_settings(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
-    clean = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL")}
-    clean.update({"CRAWLHUB_DATA_DIR": str(tmp_path / "data"), **env})
-    return subprocess.run(
-        [sys.executable, "-c", SHOW], cwd=ROOT, env=clean, capture_output=True, text=True
-    )
+@pytest.fixture(scope="module")
+def forking_runner() -> Iterator[ForkingRunner]:
+    with ForkingRunner(cwd=ROOT) as runner:
+        yield runner
+
+
+@pytest.fixture
+def load_settings(forking_runner) -> Callable[..., subprocess.CompletedProcess]:
+    """The settings read by a new process (forked: tests.support.settings_process) given the
+    environment of this one but for env, with a data dir of the test's own."""
+
+    def load(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
+        clean = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL")}
+        clean.update({"CRAWLHUB_DATA_DIR": str(tmp_path / "data"), **env})
+        return forking_runner.run(SHOW, env=clean)
+
+    return load
 
 
 @pytest.mark.parametrize(
@@ -47,7 +60,9 @@ def load_settings(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
         ("ALLOWED_HOSTS", "localhost:8000", "ALLOWED_HOSTS must be host names"),
     ],
 )
-def test_bad_value_stops_startup_naming_the_variable(tmp_path, variable, value, expected):
+def test_bad_value_stops_startup_naming_the_variable(
+    load_settings, tmp_path, variable, value, expected
+):
     result = load_settings(tmp_path, **{variable: value})
     assert result.returncode != 0
     assert "ImproperlyConfigured" in result.stderr
@@ -97,13 +112,14 @@ def test_manage_py_reports_a_bad_value_in_one_line_without_a_traceback(
         ({"REDIS_URL": "h:6379?password=secret"}, "REDIS_URL must start with redis://"),
     ],
 )
-def test_redis_tls_settings_that_cannot_work_stop_startup(tmp_path, env, expected):
+def test_redis_tls_settings_that_cannot_work_stop_startup(load_settings, tmp_path, env, expected):
     result = load_settings(tmp_path, **env)
     assert result.returncode != 0
     assert "ImproperlyConfigured" in result.stderr and expected in result.stderr
 
 
-def test_the_redis_tls_files_go_into_the_url_every_client_is_given(tmp_path):
+@pytest.mark.slow
+def test_the_redis_tls_files_go_into_the_url_every_client_is_given(load_settings, tmp_path):
     ca, cert, key = (tmp_path / f"{name}.pem" for name in ("ca", "cert", "key"))
     for path in (ca, cert, key):
         path.write_text("-")
@@ -128,7 +144,7 @@ def test_a_redis_url_is_shown_with_its_password_masked():
     assert redis_config.where("unix:///run/r.sock") == "the unix socket /run/r.sock"
 
 
-def test_data_dir_that_is_a_file_is_refused(tmp_path):
+def test_data_dir_that_is_a_file_is_refused(load_settings, tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     result = load_settings(tmp_path, CRAWLHUB_DATA_DIR=str(blocker))
@@ -136,7 +152,8 @@ def test_data_dir_that_is_a_file_is_refused(tmp_path):
     assert "CRAWLHUB_DATA_DIR must be a directory" in result.stderr
 
 
-def test_defaults_are_sqlite_and_the_embedded_redis(tmp_path):
+@pytest.mark.slow
+def test_defaults_are_sqlite_and_the_embedded_redis(load_settings, tmp_path):
     result = load_settings(tmp_path)
     assert result.returncode == 0, result.stderr
     _, engine, redis_url, debug = result.stdout.split()
@@ -146,7 +163,7 @@ def test_defaults_are_sqlite_and_the_embedded_redis(tmp_path):
 
 
 @pytest.mark.slow
-def test_secret_key_is_generated_once_and_kept_private(tmp_path):
+def test_secret_key_is_generated_once_and_kept_private(load_settings, tmp_path):
     first = load_settings(tmp_path).stdout.split()[0]
     second = load_settings(tmp_path).stdout.split()[0]
     assert len(first) >= 50
@@ -155,13 +172,15 @@ def test_secret_key_is_generated_once_and_kept_private(tmp_path):
     assert key_file.stat().st_mode & 0o777 == 0o600
 
 
-def test_secret_key_from_the_environment_wins(tmp_path):
+@pytest.mark.slow
+def test_secret_key_from_the_environment_wins(load_settings, tmp_path):
     key = "k" * 40
     assert load_settings(tmp_path, SECRET_KEY=key).stdout.split()[0] == key
     assert not (tmp_path / "data" / "secret_key").exists()
 
 
-def test_good_values_are_accepted(tmp_path):
+@pytest.mark.slow
+def test_good_values_are_accepted(load_settings, tmp_path):
     result = load_settings(
         tmp_path,
         LOG_LEVEL="debug",
@@ -210,7 +229,7 @@ def test_processes_starting_at_once_share_one_secret_key(tmp_path):
         assert [p.name for p in data.iterdir() if p.name.startswith(".secret_key")] == []
 
 
-def test_an_empty_secret_key_file_is_refused_not_used(tmp_path):
+def test_an_empty_secret_key_file_is_refused_not_used(load_settings, tmp_path):
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "secret_key").write_text("")
     result = load_settings(tmp_path)

@@ -50,6 +50,7 @@ def test_an_idle_up_sums_up_its_routine_jobs_and_repeats_how_to_log_in(start_up)
     proc.wait(timeout=60)
 
 
+@pytest.mark.slow
 def test_the_first_run_says_it_is_installing_before_the_long_silent_part(tmp_path):
     """`./run up` on a fresh clone used to install for minutes without a word. Here a stand-in
     interpreter plays .venv's python (pip and manage.py both just print what they were asked),

@@ -120,7 +120,7 @@ def test_up_replaces_a_killed_worker_and_nothing_the_worker_started_outlives_it(
 ):
     # Slices of a minute: a horse left to itself would go on crawling long after its worker.
     proc, base, log, url = crawl_on_up(CRAWLHUB_SLICE_SECONDS="60")
-    site, server, crawl = start_sample_crawl(user, make_site, pages=800, delay=0.2)
+    site, server, crawl = start_sample_crawl(user, make_site, pages=300, delay=0.2)
     # worker-1 runs RQ's scheduler in a process of its own besides its work horse.
     [worker] = [p for p in rq_workers(proc.pid) if "--with-scheduler" in command_line(p)]
     horse = slice_horse(worker, log)

@@ -142,6 +142,7 @@ def test_urls_w3lib_would_change_are_not_taken_as_canonical(url):
     assert not _plain(url)
 
 
+@pytest.mark.slow
 def test_hosts_cached_per_origin_equal_urlsplit():
     for url in corpus() + ["http:\t//a/b://c/d", "http://a\n/b", " http://a/", "http://a?b/c"]:
         try:
@@ -219,6 +220,7 @@ def odd_requests(count: int) -> list[Request]:
     return requests
 
 
+@pytest.mark.slow
 def test_a_packed_request_unpacks_equal_with_its_fingerprint_and_host():
     for request in odd_requests(20_000):
         raw = request.pack()

@@ -201,6 +201,7 @@ seeds = st.one_of(
 )  # fmt: skip
 
 
+@pytest.mark.slow
 @PROPERTY
 @given(
     name=st.one_of(st.just("docs"), st.none(), st.integers(), st.text(max_size=30)),

@@ -199,6 +199,7 @@ def test_a_login_that_fails_mid_crawl_is_tried_once_and_the_pages_say_why(user, 
     assert len(posts) == 2
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_a_login_renewed_mid_crawl_keeps_the_host_s_delay(user, make_site):
     # Every request the host sees (pages, the login form, its post, the page asked again after

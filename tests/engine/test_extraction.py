@@ -786,6 +786,7 @@ EVERY_KIND = parse_rules(
 )
 
 
+@pytest.mark.slow
 @PROPERTY
 @given(body=page_bodies, content_type=content_types)
 def test_any_page_gives_json_values_or_errors_never_an_exception(body, content_type):

@@ -26,7 +26,9 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.
 # recovery, and count it (stats["recovered"]) to prove no page was taken from a live slice.
 RENDERING_WORKERS = {"CRAWLHUB_LEASE_SECONDS": "30"}
 
-PAGES = 30
+# The pause or cancel lands after the 4th page, with at most 4 pages rendering (2 slices x 2
+# threads) and 4 more claimed: 21 pages leave some in the queue, and each costs a rendering.
+PAGES = 20
 ALL_PATHS = sorted(["/", *[f"/p/{n}" for n in range(PAGES)]])
 
 

@@ -137,6 +137,7 @@ def parse_problems(data: list[dict]) -> list[str]:
 # -- running rules, bounded --------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_tenfold_expression_is_stopped_and_the_page_keeps_its_other_fields():
     rules = parse_rules([rule("tenfold", "json", TENFOLD), rule("keys", "json", "keys(@)")])
     cpu = children_cpu()
@@ -167,6 +168,7 @@ def test_a_rule_that_needs_more_memory_than_its_process_has_says_so():
     assert got.errors == {"bomb": memory_message()}
 
 
+@pytest.mark.slow
 def test_a_cubic_xpath_and_a_sibling_selector_on_a_large_page_are_stopped():
     """Both run inside one call into libxml2, where no timer reaches them: the kernel ends the
     process at its CPU limit, and the page's other rules are read again by a new one."""
@@ -196,6 +198,7 @@ def test_a_cubic_xpath_and_a_sibling_selector_on_a_large_page_are_stopped():
     assert used < 2 * (RULE_SECONDS + 1.5) + 3
 
 
+@pytest.mark.slow
 def test_a_regex_on_a_huge_page_is_stopped():
     """A search on RE2's slow engine is one call into C of 15 s a megabyte: the check between
     matches (MAX_REGEX_SECONDS) never came, and each page after the first held the slice."""
@@ -227,6 +230,7 @@ def test_a_page_whose_rules_overrun_their_deadline_says_which_rule_took_too_long
     assert took < 5, took
 
 
+@pytest.mark.slow
 def test_a_page_gets_its_rules_cpu_and_no_more():
     """Five rules that each want seconds of CPU (in Python, little memory) on one page: three
     of them are stopped after a second each, and the page's three seconds are spent."""

@@ -106,6 +106,7 @@ def test_the_page_detail_shows_a_body_whose_charset_is_no_charset_as_utf_8(
     assert shown == BODY.decode()
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 @pytest.mark.usefixtures("quick_slices")
 def test_a_crawl_of_pages_in_every_odd_charset_ends_with_a_response_for_each(

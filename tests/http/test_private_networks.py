@@ -310,6 +310,7 @@ def test_the_new_crawl_form_shows_the_refusal_on_the_seeds_field(user_client, gu
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("env", "expected"), [({}, "False"), ({"CRAWLHUB_HTTPS": "1"}, "True")])
 def test_the_setting_is_on_in_production_and_off_in_development(tmp_path, env, expected):
     clean = {k: v for k, v in os.environ.items()

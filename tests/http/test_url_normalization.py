@@ -111,6 +111,7 @@ def host_of(normal: str) -> str:
     return authority.partition(":")[0]
 
 
+@pytest.mark.slow
 @settings(PROPERTY, max_examples=3000)
 @given(hostile_urls, st.booleans())
 def test_every_reader_reads_the_normal_form_alike(url, userinfo):
@@ -209,6 +210,7 @@ def guard_on(settings, listeners):
     return settings
 
 
+@pytest.mark.slow
 @settings(PROPERTY, max_examples=400)
 @given(first=_TRUE_HOSTS, trick=_TRICKS, second=_TRUE_HOSTS, path=paths)
 def test_the_host_the_guard_saw_is_the_host_the_socket_reached(
@@ -258,6 +260,7 @@ hrefs = st.lists(
 ).map("".join)
 
 
+@pytest.mark.slow
 @settings(PROPERTY, max_examples=2000)
 @given(bases, hrefs)
 def test_a_link_resolves_to_the_normal_form_of_its_url(base, href):

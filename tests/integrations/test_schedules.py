@@ -107,6 +107,7 @@ crons = st.one_of(
 )  # fmt: skip
 
 
+@pytest.mark.slow
 @PROPERTY
 @given(crons)
 def test_any_text_is_a_cron_expression_with_a_next_run_or_refused_naming_cron(expression):

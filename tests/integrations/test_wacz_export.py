@@ -40,6 +40,7 @@ def wacz_validate(path: Path) -> subprocess.CompletedProcess:
     )  # fmt: skip
 
 
+@pytest.mark.slow
 def test_the_wacz_download_validates_and_holds_the_crawl(crawl, user_client, tmp_path):
     response = user_client.get(f"/crawls/{crawl.pk}/export.wacz")
     assert response.status_code == 200
@@ -76,6 +77,7 @@ def test_the_wacz_download_validates_and_holds_the_crawl(crawl, user_client, tmp
     assert about["title"] == f"crawl {crawl.pk}: wacz"
 
 
+@pytest.mark.slow
 def test_the_cli_and_the_api_write_a_wacz_too(crawl, user, client, tmp_path):
     target = tmp_path / "cli.wacz"
     call_command(

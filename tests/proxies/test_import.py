@@ -91,6 +91,7 @@ lines = st.one_of(
 )
 
 
+@pytest.mark.slow
 @PROPERTY
 @given(st.lists(lines, max_size=6).map("\n".join))
 def test_any_text_gives_proxies_and_numbered_line_errors_never_an_exception(text):

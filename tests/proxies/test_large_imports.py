@@ -65,6 +65,7 @@ def wait_for_job(
 # -- in this process ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_an_import_is_stored_batch_by_batch_with_the_exact_report(monkeypatch):
     monkeypatch.setattr(jobs, "BATCH", 3)
     Proxy.objects.create(host="198.18.0.2", port=8080)  # line 3: already in the inventory

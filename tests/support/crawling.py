@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -266,15 +267,19 @@ def wait_for_state(
     raise AssertionError(f"crawl {crawl.pk} is {crawl.state}, not {states}, after {timeout} s")
 
 
-def sample_handler(site: SampleSite, delay: float):
+def sample_handler(site: SampleSite, delay: float | Callable[[], float]):
+    """The site's pages, each answered `delay` seconds late (or delay() seconds: a test that
+    paces a crawl only while it looks at it)."""
+
     def handler(request):
         status, headers, body = site.render(request.path)
         headers = dict(headers)
         content_type = headers.pop("Content-Type", "text/html; charset=utf-8")
         headers.pop("Content-Length", None)
         return Response(
-            status=status, body=body, headers=headers, content_type=content_type, delay=delay
-        )
+            status=status, body=body, headers=headers, content_type=content_type,
+            delay=delay() if callable(delay) else delay,
+        )  # fmt: skip
 
     return handler
 
