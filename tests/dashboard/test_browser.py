@@ -132,7 +132,7 @@ def test_a_user_creates_a_crawl_and_watches_it_live_through_pause_and_resume(
     assert crawl.state == CrawlState.FINISHED
     assert counter(page, "responses") == crawl.stats["responses"] > paused_at
     assert counter(page, "requests") == len(site.expected())
-    wait_for_js(page, "document.querySelector('#h-audit').parentElement.textContent"
+    wait_for_js(page, "document.querySelector('#h-log').parentElement.textContent"
                            ".includes('Finished')")  # fmt: skip
     shoot(page, "crawl-live-finished")
 
