@@ -12,7 +12,14 @@ from w3lib.encoding import html_body_declared_encoding, http_content_type_encodi
 from w3lib.url import safe_url_string
 
 from crawlhub.http import charsets
-from crawlhub.http.urls import MAX_URL_LENGTH, URLError, URLTooLong, is_normal_path, normalize
+from crawlhub.http.urls import (
+    MAX_URL_LENGTH,
+    URLError,
+    URLTooLong,
+    is_normal_path,
+    normalize,
+    without_dot_segments,
+)
 
 HTML_TYPES = ("text/html", "application/xhtml+xml")
 MAX_TITLE = 500
@@ -317,16 +324,7 @@ class Resolver:
         else:
             segments = self.directory_segments + path.split("/")
             segments[1:-1] = filter(None, segments[1:-1])
-        resolved: list[str] = []
-        for segment in segments:
-            if segment == "..":
-                if resolved:
-                    resolved.pop()
-            elif segment != ".":
-                resolved.append(segment)
-        if segments[-1] in (".", ".."):
-            resolved.append("")
-        joined = "/".join(resolved) or "/"
+        joined = "/".join(without_dot_segments(segments)) or "/"
         if not joined.startswith("/"):
             joined = "/" + joined
         return self.origin + joined + ("" if query == "?" else query)

@@ -239,7 +239,12 @@ def _path(path: str) -> str:
     path = _escaped(path, _PATH_SAFE)
     if "/." not in path:
         return path
-    segments = path.split("/")[1:]
+    return "/" + "/".join(without_dot_segments(path.split("/")[1:]))
+
+
+def without_dot_segments(segments: list[str]) -> list[str]:
+    """A path's segments with "." and ".." taken out as a browser does (RFC 3986 5.2.4); a
+    path that ended in one ends in a "/"."""
     resolved: list[str] = []
     for segment in segments:
         if segment == "..":
@@ -247,9 +252,9 @@ def _path(path: str) -> str:
                 resolved.pop()
         elif segment != ".":
             resolved.append(segment)
-    if segments[-1] in (".", ".."):
+    if segments and segments[-1] in (".", ".."):
         resolved.append("")
-    return "/" + "/".join(resolved)
+    return resolved
 
 
 def _escaped(text: str, safe: frozenset[str]) -> str:
