@@ -48,7 +48,7 @@ def test_kill_9_of_workers_again_and_again_loses_nothing(user, make_site, fleet)
     rng = random.Random(5)
     for round_ in range(4):
         wait_for_progress(crawl, 150 * (round_ + 1), fleet)
-        fleet.kill9(rng.choice(fleet.alive()))
+        fleet.kill9(fleet.busy_worker(rng))
         fleet.keep_alive()
     crawl = wait_for_state(crawl, {CrawlState.FINISHED}, timeout=180, fleet=fleet)
     assert_exact(crawl, site)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -212,6 +213,16 @@ class WorkerFleet:
 
     def alive(self) -> list[subprocess.Popen]:
         return [w for w in self.workers if w.poll() is None]
+
+    def busy_worker(self, rng: random.Random, timeout: float = 60) -> subprocess.Popen:
+        """A live worker running a job (its work horse is a child process), chosen by rng: a
+        replaced worker sits idle until the supervisor hands its lost slice out again."""
+        deadline = time.monotonic() + timeout
+        while not (busy := [w for w in self.alive() if processes.children(w.pid)]):
+            assert time.monotonic() < deadline, f"no worker ran a slice within {timeout:.0f} s"
+            self.keep_alive()
+            time.sleep(0.05)
+        return rng.choice(busy)
 
     def keep_alive(self) -> None:
         """Replace workers that died (as `up` does): a killed or Redis-less worker exits."""
