@@ -8,10 +8,12 @@ import re
 import threading
 import time
 
+import django_rq
 import pytest
 
 from crawlhub.sample_site import SampleSite
 from crawls import services
+from crawls.engine.frontier import Frontier
 from crawls.models import Crawl, CrawlState
 from proxies import pool
 from proxies import services as proxy_services
@@ -43,13 +45,16 @@ def log_in(page, base: str, username: str) -> None:
     page.wait_for_url(re.compile(r"^(?!.*/login/)"))
 
 
-def wait_for_js(page, expression: str, *, timeout: float = 30) -> None:
+def wait_for_js(page, expression: str, *, timeout: float = 30, explain=None) -> None:
     """Wait until the JavaScript expression is true on the page. Not page.wait_for_function:
     Playwright evaluates its predicate with eval() in the page, which the Content-Security-Policy
-    refuses, as it should; page.evaluate goes through the DevTools protocol instead."""
+    refuses, as it should; page.evaluate goes through the DevTools protocol instead. On a
+    timeout, explain() (if given) says what the rest of the system saw."""
     deadline = time.monotonic() + timeout
     while not page.evaluate(expression):
-        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {expression}"
+        if time.monotonic() >= deadline:
+            seen = f"; {explain()}" if explain else ""
+            raise AssertionError(f"timed out after {timeout} s waiting for {expression}{seen}")
         page.wait_for_timeout(100)
 
 
@@ -124,9 +129,16 @@ def test_a_user_creates_a_crawl_and_watches_it_live_through_pause_and_resume(
     # Resume: it runs on and finishes, still on the same page.
     paced.clear()
     page.locator('#actions form[data-action="resume"] button').click()
-    wait_for_js(
-        page, "document.getElementById('state').textContent.trim() === 'Finished'", timeout=120
-    )
+
+    def explain() -> str:
+        crawl.refresh_from_db()
+        return (f"the page says {page.locator('#state').inner_text()!r}, the database "
+                f"{crawl.state!r}, the frontier {Frontier(crawl.pk).stats()}, "
+                f"{Frontier(crawl.pk).live_slices()} live slice(s), the crawl queue "
+                f"{django_rq.get_queue('crawls').count} job(s)")  # fmt: skip
+
+    wait_for_js(page, "document.getElementById('state').textContent.trim() === 'Finished'",
+                timeout=120, explain=explain)  # fmt: skip
     assert page.evaluate("window.__sameDocument") is True
     crawl.refresh_from_db()
     assert crawl.state == CrawlState.FINISHED
