@@ -47,7 +47,7 @@ from crawlhub.http.errors import (
     timeout_error,
 )
 from crawlhub.http.session import new_session, unguarded
-from crawlhub.http.urls import normalize, url_problem
+from crawlhub.http.urls import is_sent_as_is, normalize, url_problem
 from crawlhub.http.useragents import MODES, pick_user_agent
 from crawlhub.http.wire import MASK, Exchange
 
@@ -527,12 +527,19 @@ def _prepare_without_cookies(
     body: bytes | None,
 ) -> None:  # fmt: skip
     """PreparedRequest.prepare's steps but its cookies', for a session whose jar is empty:
-    asking an empty jar for a Cookie header takes its lock and its policy's clock, per page."""
+    asking an empty jar for a Cookie header takes its lock and its policy's clock, per page.
+    A URL that is in normal form by its shape (nearly every one) is the URL requests would
+    prepare, and has no user name to authenticate with: it is taken as it is, without
+    parsing it twice more (a tenth of the request's preparation)."""
     prepared.prepare_method(method)
-    prepared.prepare_url(url, None)
+    if is_sent_as_is(url):
+        prepared.url = url
+    else:
+        prepared.prepare_url(url, None)
     prepared.prepare_headers(headers)
     prepared.prepare_body(body, None, None)
-    prepared.prepare_auth(None, url)
+    if not is_sent_as_is(url):
+        prepared.prepare_auth(None, url)
     prepared.prepare_hooks({})
 
 

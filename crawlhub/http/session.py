@@ -25,6 +25,8 @@ import requests
 import urllib3
 import urllib3.connection
 from requests.adapters import HTTPAdapter
+from requests.structures import CaseInsensitiveDict
+from requests.utils import get_encoding_from_headers
 from urllib3.contrib.socks import SOCKSConnection, SOCKSHTTPSConnection, SOCKSProxyManager
 from urllib3.exceptions import ConnectTimeoutError, NameResolutionError, NewConnectionError
 from urllib3.util.connection import allowed_gai_family
@@ -32,7 +34,7 @@ from urllib3.util.timeout import _DEFAULT_TIMEOUT
 
 from crawlhub.http import netguard
 from crawlhub.http.deadline import Watched
-from crawlhub.http.urls import DEFAULT_PORTS
+from crawlhub.http.urls import DEFAULT_PORTS, url_origin
 
 _exempt = threading.local()  # .value: this thread's next connections skip the guard
 
@@ -200,6 +202,43 @@ class _Adapter(HTTPAdapter):
     def init_poolmanager(self, *args, **kwargs) -> None:
         super().init_poolmanager(*args, **kwargs)
         self.poolmanager.pool_classes_by_scheme = _DIRECT_POOLS
+        self._pools: dict[tuple, urllib3.HTTPConnectionPool] = {}
+
+    def get_connection_with_tls_context(self, request, verify, proxies=None, cert=None):
+        """requests' pool for the request, remembered: requests parses the URL and the proxy
+        and builds urllib3's pool key again for every request, a tenth of a plain fetch's time
+        in Python. The pool depends only on the URL's origin (url_origin: scheme, userinfo,
+        host and port as written), the proxies, verify and cert. At most as many are remembered
+        as the manager keeps (pool_connections), forgotten all at once past that; a pool closed
+        since (the adapter's close) is looked up again."""
+        origin = url_origin(request.url)
+        if not origin:
+            return super().get_connection_with_tls_context(request, verify, proxies, cert)
+        key = (origin, tuple(proxies.items()) if proxies else (), verify, cert)
+        pool = self._pools.get(key)
+        if pool is None or pool.pool is None:
+            pool = super().get_connection_with_tls_context(request, verify, proxies, cert)
+            if len(self._pools) >= self._pool_connections:
+                self._pools.clear()
+            self._pools[key] = pool
+        return pool
+
+    def build_response(self, req, resp) -> requests.Response:
+        """requests' response, without parsing the cookies of a response that sets none (that
+        makes a mock request and response per fetch). The Fetcher keeps the cookies a response
+        sets in its session's jar itself (client.py)."""
+        if "Set-Cookie" in resp.headers:
+            return super().build_response(req, resp)
+        response = requests.Response()
+        response.status_code = resp.status
+        response.headers = CaseInsensitiveDict(resp.headers)
+        response.encoding = get_encoding_from_headers(response.headers)
+        response.raw = resp
+        response.reason = resp.reason
+        response.url = req.url.decode("utf-8") if isinstance(req.url, bytes) else req.url
+        response.request = req
+        response.connection = self
+        return response
 
     def proxy_manager_for(self, proxy, **proxy_kwargs):
         manager = super().proxy_manager_for(proxy, **proxy_kwargs)

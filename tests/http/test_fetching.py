@@ -120,6 +120,26 @@ def test_connections_are_pooled_across_fetches(make_site, fetcher):
     assert site.log[0].client == site.log[1].client  # same client port: one kept-alive socket
 
 
+def test_each_origin_is_fetched_through_its_own_pool_with_more_origins_than_pools(make_site):
+    """The adapter remembers each origin's pool (session.py), at most as many as its manager
+    keeps: with more origins than that, every fetch still reaches its own server, and within
+    one origin the connection is kept."""
+    sites = [make_site(pages_site({"/": "<title>t</title>"})) for _ in range(4)]
+    fetcher = Fetcher(timeout=2, max_bytes=MB, pool_size=2)  # the manager keeps 2 pools
+    try:
+        for round_ in range(3):
+            for site in sites:
+                result = fetcher.fetch(site.url + "/")
+                assert (result.status, result.error) == (200, ""), (round_, site.url)
+        assert all(len(site.log) == 3 for site in sites)
+        # Within one origin, the connection is kept: two fetches in a row, one socket.
+        fetcher.fetch(sites[0].url + "/")
+        fetcher.fetch(sites[0].url + "/")
+        assert sites[0].log[-1].client == sites[0].log[-2].client
+    finally:
+        fetcher.close()
+
+
 def test_redirects_are_followed_and_each_hop_recorded(make_site, fetcher):
     site = make_site(
         pages_site(
