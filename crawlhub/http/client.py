@@ -47,7 +47,7 @@ from crawlhub.http.errors import (
     timeout_error,
 )
 from crawlhub.http.session import new_session, unguarded
-from crawlhub.http.urls import is_sent_as_is, normalize, url_problem
+from crawlhub.http.urls import normalize, url_problem
 from crawlhub.http.useragents import MODES, pick_user_agent
 from crawlhub.http.wire import MASK, Exchange
 
@@ -436,12 +436,16 @@ class Fetcher:
         session = self.session
         try:
             prepared = requests.PreparedRequest()
-            headers = CaseInsensitiveDict(session.headers)
-            headers["User-Agent"] = pick_user_agent(self.user_agent_mode, self.user_agent)
-            if call.headers:
-                headers.update(call.headers)
-            if call.headers_for:
-                headers.update(call.headers_for(url))
+            agent = pick_user_agent(self.user_agent_mode, self.user_agent)
+            if call.headers or call.headers_for:
+                headers = CaseInsensitiveDict(session.headers)
+                headers["User-Agent"] = agent
+                if call.headers:
+                    headers.update(call.headers)
+                if call.headers_for:
+                    headers.update(call.headers_for(url))
+            else:  # the session's names as requests spells them; prepare_headers folds case
+                headers = {**session.headers, "User-Agent": agent}
             jar = session.cookies
             if next(iter(jar), None) is not None:
                 prepared.prepare(
@@ -528,17 +532,14 @@ def _prepare_without_cookies(
 ) -> None:  # fmt: skip
     """PreparedRequest.prepare's steps but its cookies', for a session whose jar is empty:
     asking an empty jar for a Cookie header takes its lock and its policy's clock, per page.
-    A URL that is in normal form by its shape (nearly every one) is the URL requests would
-    prepare, and has no user name to authenticate with: it is taken as it is, without
-    parsing it twice more (a tenth of the request's preparation)."""
+    `url` is in normal form (urls.normalize: _follow sends nothing else), which requests
+    prepares unchanged (test_every_reader_reads_the_normal_form_alike holds it): it is taken
+    as it is, not parsed twice more; only one with a user name (a proxy's) has auth to take."""
     prepared.prepare_method(method)
-    if is_sent_as_is(url):
-        prepared.url = url
-    else:
-        prepared.prepare_url(url, None)
+    prepared.url = url
     prepared.prepare_headers(headers)
     prepared.prepare_body(body, None, None)
-    if not is_sent_as_is(url):
+    if "@" in url:
         prepared.prepare_auth(None, url)
     prepared.prepare_hooks({})
 

@@ -79,20 +79,15 @@ def normalize(url: str, *, userinfo: bool = False) -> str:
     A user name or password before the host is refused unless `userinfo` (a proxy list's
     address may carry its basic-auth credentials; a crawl's never do: they would be shown
     wherever its URLs are). Kept, it is escaped so that no reader can take it for the host."""
-    # Dot segments, escapes, a user name, a default port: the long way.
-    return url if is_sent_as_is(url) else _normalize(url, userinfo)
-
-
-def is_sent_as_is(url: str) -> bool:
-    """True when `url` is in normal form by its shape alone (normalize()'s shortcut): no user
-    name, no escape, no fragment, nothing requests' URL preparation would change."""
     match = _NORMAL.fullmatch(url)
-    if match is None or len(url) > MAX_URL_LENGTH or "/." in url:
-        return False
+    if match is None or len(url) > MAX_URL_LENGTH or "/." in url:  # dot segments: the long way
+        return _normalize(url, userinfo)
     https, host, port = match.groups()
-    return _plain_host(host) and (
-        port is None or (int(port) <= 65535 and port != ("443" if https else "80"))
-    )
+    if not _plain_host(host) or (
+        port is not None and (int(port) > 65535 or port == ("443" if https else "80"))
+    ):
+        return _normalize(url, userinfo)
+    return url
 
 
 def is_normal_path(path: str) -> bool:

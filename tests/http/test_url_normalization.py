@@ -19,7 +19,7 @@ from urllib3.util import parse_url
 
 from crawlhub.http.client import Fetcher
 from crawlhub.http.links import Resolver
-from crawlhub.http.urls import URLError, is_sent_as_is, normalize
+from crawlhub.http.urls import URLError, normalize
 from tests.support.fuzzing import PROPERTY
 
 # -- examples ----------------------------------------------------------------------------------
@@ -129,33 +129,6 @@ def test_every_reader_reads_the_normal_form_alike(url, userinfo):
     host = host_of(normal)
     assert (parse_url(normal).host or "").strip("[]") == host
     assert (urlsplit(normal).hostname or "") == host.lower()
-
-
-plain_looking_urls = st.builds(
-    "{}{}{}{}".format,
-    st.sampled_from(["http://", "https://", "http://user@", "HTTP://"]),
-    st.sampled_from(["example.com", "a.b", "127.0.0.1", "EX.com", "1.2.3.4.5", "x_y.z", "xn--d.e"]),
-    st.sampled_from(["", ":80", ":443", ":8080", ":0", ":65536", ":099"]),
-    st.lists(
-        st.sampled_from(list("/a~;:@!$&'()*+,=?-._%#\\é ") + ["/.", "/..", "%7E", "A"]),
-        max_size=10,
-    ).map("".join),
-)
-
-
-@settings(PROPERTY, max_examples=1500)
-@given(plain_looking_urls)
-def test_a_url_sent_as_is_is_what_requests_would_send_with_no_credentials(url):
-    """The client's shortcut (client._prepare_without_cookies) takes a URL that is_sent_as_is
-    as the prepared URL: requests would prepare exactly that, with no user name to send."""
-    if not is_sent_as_is(url):
-        return
-    event("sent as is")
-    assert normalize(url) == url
-    prepared = requests.PreparedRequest()
-    prepared.prepare_url(url, None)
-    assert prepared.url == url
-    assert requests.utils.get_auth_from_url(url) == ("", "")
 
 
 # -- the property, on sockets ------------------------------------------------------------------
