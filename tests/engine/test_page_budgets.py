@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
 import redis.connection
+import urllib3
 from django.db import connection
 from django.db.models import Model
 from django.test.utils import CaptureQueriesContext
@@ -264,3 +266,51 @@ def test_a_page_with_no_cookie_to_send_or_keep_costs_no_cookie_jar_work(make_sit
         fetched = fetcher.fetch(site.url + "/plain")
         assert fetched.request_headers.get("Cookie") == MASK  # sent, and masked as it is
         assert asked == ["extract_cookies", "add_cookie_header"]
+
+
+# What a plain fetch may cost in Python bytecode, against urllib3's own request of the same
+# page in the same process: requests, the deadline and the recording of the exchange on top.
+FETCH_OPCODES_OVER_URLLIB3 = 1.75
+
+
+def opcodes_of(call) -> int:
+    """The Python bytecode instructions call() executes: a count of interpreter work that holds
+    on a busy machine (C code, system calls and waiting are not in it)."""
+    count = 0
+
+    def per_opcode(frame, event, arg):
+        nonlocal count
+        if event == "opcode":
+            count += 1
+        return per_opcode
+
+    def per_frame(frame, event, arg):
+        frame.f_trace_opcodes = True
+        return per_opcode
+
+    sys.settrace(per_frame)
+    try:
+        call()
+    finally:
+        sys.settrace(None)
+    return count
+
+
+def test_a_plain_fetch_costs_at_most_so_much_python_work_over_urllib3_s_own(make_site):
+    """The fetch path's own Python work per page (bench/speed_guard.py measures the pages/s it
+    stands for): a plain page fetched by the crawl's client, against the same page fetched
+    with urllib3 alone, both on kept-alive connections. Links are parsed apart (not here)."""
+    headers = {"Content-Type": "text/plain", "Server": "nginx"}
+    site = make_site(
+        pages_site({f"/p/{n}": Response(body="x" * 2000, headers=headers) for n in range(8)})
+    )
+    urls = [f"{site.url}/p/{n}" for n in range(8)]
+    pool = urllib3.PoolManager()
+    with Fetcher(timeout=10, max_bytes=100_000) as fetcher:
+        for url in urls[:2]:  # connected, and every lazy import done
+            assert fetcher.fetch(url, follow_redirects=False).status == 200
+            assert pool.request("GET", url, redirect=False).status == 200
+        ours = opcodes_of(lambda: [fetcher.fetch(url, follow_redirects=False) for url in urls])
+        bare = opcodes_of(lambda: [pool.request("GET", url, redirect=False).data for url in urls])
+    pool.clear()
+    assert ours <= FETCH_OPCODES_OVER_URLLIB3 * bare, (ours / len(urls), bare / len(urls))
