@@ -866,6 +866,7 @@ def _link_args(
     if own and prefix_host(parent.url) != host:
         own = None
     lines = []
+    add, names, shift = lines.append, _BUCKET_NAMES, 64 - SEEN_BUCKET_BITS  # per link: locals
     for url in urls:
         if "\n" in url:
             url = url.replace("\n", "%0A")
@@ -877,5 +878,5 @@ def _link_args(
             link_host = (
                 "+" + link_host if prefix_host(url) == link_host else "-" + (link_host or "/")
             )
-        lines.append(f"{_bucket(fp)}\n{fp}\n{link_host}\n{url}\n")
+        add(f"{names[(fp >> shift) & _BUCKET_MASK]}\n{fp}\n{link_host}\n{url}\n")  # _bucket(fp)
     return "".join(lines), tail

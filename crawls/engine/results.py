@@ -92,20 +92,24 @@ def out_links(
     deep = child_depth > max_depth
     page_note = "" if ok else f"not followed from an HTTP {status or 'error'} page"
     seen_targets: set[int] = set()
-    for n, url in enumerate(urls):
-        text = texts[n] if n < len(texts) else ""
-        note = page_note or scope.why_not(url)
+    # Once per link of every page: the lists' appends and the source held in locals.
+    source, why_not = request.fp, scope.why_not
+    add_row, follow, keep = found.rows.append, found.follow.append, found.kept.append
+    if len(texts) < len(urls):
+        texts = [*texts, *[""] * (len(urls) - len(texts))]
+    for n, (url, text) in enumerate(zip(urls, texts)):
+        note = page_note or why_not(url)
         if not note:
             target = fingerprint(url)
             if target not in seen_targets and len(seen_targets) < MAX_LINK_ROWS:
                 seen_targets.add(target)
-                found.rows.append((request.fp, target, text[:LINK_TEXT_CHARS]))
+                add_row((source, target, text[:LINK_TEXT_CHARS]))
             if deep:
                 note = NOTE_DEPTH
             else:
-                found.follow.append(url)
+                follow(url)
         if n < MAX_OUTLINKS:
-            found.kept.append([url, text, note])
+            keep([url, text, note])
     return found
 
 

@@ -117,6 +117,16 @@ class Scope:
         # Each field's patterns searched as one: a URL is read once, whatever their number.
         self.include = _compile(include, "include_patterns")[1]
         self.exclude = _compile(exclude, "exclude_patterns")[1]
+        # why_not's last origin: (its prefix, what its host gave); "\0" starts no URL it reads.
+        self._last_origin = ("\0", "")
+
+    def _host_note(self, host: str | None) -> str:
+        """why_not's reading of a URL's host: "" for an allowed one."""
+        if not host:
+            return "not an http(s) URL"
+        if not self._allows_ascii_host(host):
+            return f"other site ({host})"
+        return ""
 
     def _allows_ascii_host(self, host: str) -> bool:
         """True for an allowed domain or one of its subdomains (host: lowercase, punycode)."""
@@ -139,12 +149,22 @@ class Scope:
 
     def why_not(self, url: str) -> str:
         """Why `allows` refuses url, in a few words ("" when it allows it): for people reading
-        a page's out-links."""
-        host = _url_host(url)
-        if not host:
-            return "not an http(s) URL"
-        if not self._allows_ascii_host(host):
-            return f"other site ({host})"
+        a page's out-links.
+
+        Asked for every link of every page, whose links are mostly on one origin: what the
+        last origin's host gave is kept with its prefix ("scheme://host:port/"), and a URL
+        starting with that prefix (url_origin reads that origin from it) has the same host,
+        not read again. One attribute, set at once: the fetch threads share the scope."""
+        prefix, host_note = self._last_origin
+        if not (url.startswith(prefix) and url.isascii() and url.isprintable()):
+            origin = url_origin(url)
+            host_note = self._host_note(
+                _origin_url_host(origin) if origin else _split_url_host(url)
+            )
+            if origin:
+                self._last_origin = (origin + "/", host_note)
+        if host_note:
+            return host_note
         if self.include and not self.include.search(url):
             return "matches no include pattern"
         if self.exclude and self.exclude.search(url):
