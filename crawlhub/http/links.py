@@ -145,6 +145,10 @@ def _parse(body: bytes, content_type: str) -> tuple[_Page, str] | None:
     return page, encoding
 
 
+# The elements _Page.start reads; it returns at once for any other.
+_TAGS_READ = frozenset(("a", "area", "img", "link", "frame", "iframe", "base", "title"))
+
+
 class _Page:
     """What extract keeps of a page, told by the parser element by element (a parser target):
     the first <title>'s text, the first <base href>, and the URLs of links in document order."""
@@ -165,6 +169,8 @@ class _Page:
         self._anchor_size = 0
 
     def start(self, tag: str, attrib: dict[str, str]) -> None:
+        if tag not in _TAGS_READ:  # most elements of a page: told of each, one test
+            return
         if tag == "a" or tag == "area":
             value = attrib.get("href")
             if value and len(self.hrefs) < MAX_LINKS:
