@@ -223,6 +223,19 @@ class _Adapter(HTTPAdapter):
             self._pools[key] = pool
         return pool
 
+    def request_url(self, request, proxies) -> str:
+        """What the request line names: requests' choice (the whole URL through an HTTP
+        proxy, else the path and query), without its three parses of the URL for a request
+        sent directly: the path and query are what follows the URL's origin."""
+        url = request.url
+        if proxies or not url.startswith(("http://", "https://")):
+            return super().request_url(request, proxies)
+        origin = url_origin(url)
+        if not origin:
+            return super().request_url(request, proxies)
+        path, _, query = url[len(origin) :].partition("#")[0].partition("?")
+        return (path or "/") + ("?" + query if query else "")
+
     def build_response(self, req, resp) -> requests.Response:
         """requests' response, without parsing the cookies of a response that sets none (that
         makes a mock request and response per fetch). The Fetcher keeps the cookies a response

@@ -18,8 +18,11 @@ from collections.abc import Callable, Iterator
 from email.utils import formatdate
 
 import pytest
+import requests
+from requests.adapters import HTTPAdapter
 
 from crawlhub.http.client import Fetcher, FetchResult
+from crawlhub.http.session import _Adapter
 from crawlhub.http.useragents import DEFAULT_USER_AGENT, USER_AGENTS, pick_user_agent
 from tests.support.sites import RawServer, Request, Response, pages_site, raw_head
 
@@ -138,6 +141,24 @@ def test_each_origin_is_fetched_through_its_own_pool_with_more_origins_than_pool
         assert sites[0].log[-1].client == sites[0].log[-2].client
     finally:
         fetcher.close()
+
+
+def test_the_request_line_names_what_requests_would_name():
+    """The adapter's request_url (session.py) skips requests' parses of the URL for a direct
+    request: on 20,000 generated URLs, odd ones included, it names what requests names."""
+    ours, theirs = _Adapter(), HTTPAdapter()
+    rng = random.Random(3)
+    pieces = [*"ab/?#:@.%=&;~", "//", "[::1]", ":8080", "é", "\\"]
+    for _ in range(20_000):
+        url = (
+            rng.choice(["http://", "https://", "HTTP://", "ftp://"])
+            + rng.choice(["h.example", "a", "127.0.0.1:80", "x.y:8080", ""])
+            + "".join(rng.choice(pieces) for _ in range(rng.randint(0, 10)))
+        )
+        prepared = requests.PreparedRequest()
+        prepared.url = url
+        for proxies in ({}, {"http": "http://proxy.example:3128"}):
+            assert ours.request_url(prepared, proxies) == theirs.request_url(prepared, proxies), url
 
 
 def test_redirects_are_followed_and_each_hop_recorded(make_site, fetcher):
