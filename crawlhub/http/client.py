@@ -224,6 +224,8 @@ class Fetcher:
         self.total_timeout = total_timeout if total_timeout else 3 * timeout
         self.session = new_session(pool_size)
         self.session.headers.update({"Accept": ACCEPT, "Accept-Encoding": ACCEPT_ENCODING})
+        # The session's headers, set once, as a plain dict: every fetch starts from them.
+        self._plain_headers = dict(self.session.headers)
 
     @staticmethod
     def check_options(
@@ -438,14 +440,14 @@ class Fetcher:
             prepared = requests.PreparedRequest()
             agent = pick_user_agent(self.user_agent_mode, self.user_agent)
             if call.headers or call.headers_for:
-                headers = CaseInsensitiveDict(session.headers)
+                headers = CaseInsensitiveDict(self._plain_headers)
                 headers["User-Agent"] = agent
                 if call.headers:
                     headers.update(call.headers)
                 if call.headers_for:
                     headers.update(call.headers_for(url))
             else:  # the session's names as requests spells them; prepare_headers folds case
-                headers = {**session.headers, "User-Agent": agent}
+                headers = {**self._plain_headers, "User-Agent": agent}
             jar = session.cookies
             if next(iter(jar), None) is not None:
                 prepared.prepare(
