@@ -19,24 +19,30 @@ REDIS_ERRORS = (redis.ConnectionError, redis.TimeoutError, redis.exceptions.OutO
 log = logging.getLogger(__name__)
 
 _pools: dict[str, redis.ConnectionPool] = {}
+_clients: dict[str, redis.Redis] = {}
 
 
 def get_redis() -> redis.Redis:
-    """A client on settings.REDIS_URL; the pool is shared across threads of one process."""
+    """The client on settings.REDIS_URL, shared across threads of one process as its pool is
+    (a client holds no connection of its own; making one sets up its ~250 reply parsers)."""
     url = settings.REDIS_URL
-    pool = _pools.get(url)
-    if pool is None:
-        pool = _pools[url] = redis_config.pool(
-            url, socket_timeout=10, socket_connect_timeout=5, health_check_interval=30
-        )
-    return redis.Redis(connection_pool=pool)
+    client = _clients.get(url)
+    if client is None:
+        pool = _pools.get(url)
+        if pool is None:
+            pool = _pools[url] = redis_config.pool(
+                url, socket_timeout=10, socket_connect_timeout=5, health_check_interval=30
+            )
+        client = _clients[url] = redis.Redis(connection_pool=pool)
+    return client
 
 
 def reset_pools() -> None:
-    """Forget pools, e.g. after a fork or when REDIS_URL changes."""
+    """Forget pools and their clients, e.g. after a fork or when REDIS_URL changes."""
     for pool in _pools.values():
         pool.disconnect()
     _pools.clear()
+    _clients.clear()
 
 
 # Bumped right before a WAIT, so that the WAIT covers every write made before it (see below).

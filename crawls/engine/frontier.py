@@ -58,12 +58,14 @@ from __future__ import annotations
 import base64
 import math
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import NamedTuple
 
 import redis
+from redis.commands.core import Script
 
 from crawlhub.connections import get_redis, redis_memory_from, replicated
 from crawlhub.http.urls import url_origin
@@ -149,6 +151,20 @@ def _ms(seconds: float) -> int:
     return max(0, round(seconds * 1000))
 
 
+# Each client's scripts, registered once: registering hashes every script's source, and a
+# Frontier is made per action, per live update, per slice.
+_registered: weakref.WeakKeyDictionary[redis.Redis, dict[str, Script]] = weakref.WeakKeyDictionary()
+
+
+def _scripts_of(client: redis.Redis) -> dict[str, Script]:
+    scripts = _registered.get(client)
+    if scripts is None:
+        scripts = _registered[client] = {
+            name: client.register_script(src) for name, src in _SOURCES.items()
+        }
+    return scripts
+
+
 class Frontier:
     """One crawl's frontier. Cheap to create; safe to share between threads."""
 
@@ -166,7 +182,7 @@ class Frontier:
                 "hosterrors", "hostheld", "hostfail", "hostparked",
             )
         ]  # fmt: skip
-        self._scripts = {name: self.redis.register_script(src) for name, src in _SOURCES.items()}
+        self._scripts = _scripts_of(self.redis)
         # The crawl's scope generation as the last claim read it (claim.lua): how a slice learns,
         # with no round trip of its own, that the include or exclude patterns changed.
         self.scope_gen = 0
