@@ -28,6 +28,7 @@ from crawls.engine.extraction import RulesError, parse_rules, rules_to_json
 from crawls.engine.frontier import Frontier, stats_many
 from crawls.engine.jobs import enqueue_slices, stop_slices_soon
 from crawls.engine.lifecycle import announce, announce_end, settle_pause
+from crawls.engine.overflow import Overflow
 from crawls.engine.request import VIA_SITEMAP_ROOT, Request
 from crawls.engine.results import extract as extract_fields
 from crawls.engine.scope import ScopeError, compile_patterns
@@ -363,6 +364,7 @@ def crawl_start(*, crawl: Crawl, user=None) -> None:
         frontier.add_seeds(crawl.seeds)
         if crawl.follow_sitemaps:
             frontier.add_seeds(sitemap_roots(crawl.seeds), via=VIA_SITEMAP_ROOT)
+        Overflow(frontier).balance()  # more seeds than the window: the rest to the database
     frontier.replicated()
     with transaction.atomic():
         crawl.state = CrawlState.RUNNING
@@ -412,6 +414,7 @@ def crawl_cancel(*, crawl: Crawl, user=None) -> None:
     frontier = _frontier(crawl)
     frontier.cancel()
     frontier.replicated()
+    Overflow(frontier).purge()  # counted in "cancelled" by cancel()
     with transaction.atomic():
         crawl.state = CrawlState.CANCELLED
         crawl.finished_at = timezone.now()
@@ -444,6 +447,7 @@ def crawl_add_seeds(*, crawl: Crawl, urls: list[str] | str, user=None) -> tuple[
         added, repeats = frontier.add_seeds(seeds)
         if crawl.follow_sitemaps:
             frontier.add_seeds(sitemap_roots(seeds), via=VIA_SITEMAP_ROOT)
+        Overflow(frontier).balance()
         frontier.replicated()
     with transaction.atomic():
         crawl.seeds = crawl.seeds + new
