@@ -5,17 +5,28 @@ spill or a refill (its worker killed, Redis restarted) loses nothing and doubles
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from django.db import transaction
 
-from crawls import services
+from crawls import editing, services
 from crawls.engine.frontier import Frontier, OverflowFenced
+from crawls.engine.lifecycle import finish_if_done
 from crawls.engine.overflow import Overflow
 from crawls.engine.request import Outcome, Request
 from crawls.engine.scope_changes import drop_out_of_scope
+from crawls.engine.slices import run_slice
 from crawls.models import SpilledRequest
 from crawls.queued import crawl_queue
-from tests.support.crawling import make_crawl
+from tests.support import overflow_process
+from tests.support.crawling import (
+    assert_exact,
+    database_url,
+    drive,
+    make_crawl,
+    start_sample_crawl,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -24,9 +35,9 @@ WINDOW = 50
 
 def assert_invariant(stats: dict[str, int]) -> None:
     unfinished = stats["queued"] + stats["delayed"] + stats["in_flight"] + stats["cancelled"]
-    assert stats["requests"] == stats["responses"] + stats["errors"] + unfinished + stats[
-        "spilled"
-    ], stats
+    assert (
+        stats["requests"] == stats["responses"] + stats["errors"] + unfinished + stats["spilled"]
+    ), stats
 
 
 def assert_one_place(frontier: Frontier) -> None:
@@ -235,3 +246,68 @@ def test_the_queue_view_says_how_many_wait_in_the_database(frontier, crawl):
     Overflow(frontier, window=WINDOW).balance()
     screen = crawl_queue(crawl)
     assert (screen.queued, screen.on_disk) == (37, 163)
+
+
+@pytest.mark.parametrize("point", overflow_process.POINTS)
+def test_a_worker_killed_at_any_point_of_a_step_loses_nothing_and_doubles_nothing(frontier, point):
+    """kill -9 of a real process in the middle of the step, its transaction and lock open:
+    the lock goes with it, and the next holder finishes or undoes what it left."""
+    urls = seed(frontier, 120)
+    overflow = Overflow(frontier, window=WINDOW)
+    first: list[Request] = []
+    if point.startswith("refill"):
+        overflow.balance()
+        first = frontier.claim(30, lease_seconds=30)  # below a quarter of the window
+    env = {**os.environ, "DATABASE_URL": database_url()}
+    overflow_process.kill_at(frontier.crawl_id, point, window=WINDOW, env=env)
+    assert_one_place(frontier)
+    frontier.complete([Outcome(request=r, kind="done", status=200) for r in first])
+    claimed = first + drain(frontier, overflow)
+    assert sorted(r.url for r in claimed) == sorted(urls)
+    stats = frontier.stats()
+    assert stats["responses"] == stats["requests"] == 120 and stats["spilled"] == 0
+    assert not SpilledRequest.objects.filter(crawl_id=frontier.crawl_id).exists()
+    assert frontier.overflow_staged() == ([], []), "a step left unfinished"
+
+
+def test_a_crawl_of_a_site_through_a_tiny_window_fetches_exactly_its_set(user, make_site, settings):
+    settings.CRAWLHUB_FRONTIER_WINDOW = 20
+    site, _server, crawl = start_sample_crawl(user, make_site, pages=400, delay=0)
+    most_rows = 0
+    for n in range(200):  # slices of a second, as drive() runs them, watched in between
+        crawl.refresh_from_db()
+        if crawl.state != "running":
+            break
+        run_slice(crawl.pk, f"t-{n}", budget_seconds=1)
+        finish_if_done(crawl.pk)
+        most_rows = max(most_rows, SpilledRequest.objects.filter(crawl_id=crawl.pk).count())
+        assert_invariant(Frontier(crawl.pk).stats())
+    crawl.refresh_from_db()
+    assert crawl.state == "finished"
+    assert_exact(crawl, site)
+    assert most_rows > 0, "nothing ever waited in the database"
+
+
+def test_a_crawl_deleted_takes_its_rows_with_it(user, frontier, crawl):
+    seed(frontier, 200)
+    Overflow(frontier, window=WINDOW).balance()
+    assert SpilledRequest.objects.filter(crawl_id=crawl.pk).count() == 163
+    editing.crawl_delete(crawl=crawl, user=user)
+    assert not SpilledRequest.objects.filter(crawl_id=crawl.pk).exists()
+
+
+def test_a_paused_crawl_resumes_with_what_waits_in_the_database(user, make_site, settings):
+    settings.CRAWLHUB_FRONTIER_WINDOW = 20
+    site, _server, crawl = start_sample_crawl(user, make_site, pages=300, delay=0)
+    while not SpilledRequest.objects.filter(crawl_id=crawl.pk).exists():
+        run_slice(crawl.pk, "before", budget_seconds=0.3)
+    services.crawl_pause(crawl=crawl, user=user)
+    crawl.refresh_from_db()
+    assert crawl.state == "paused"
+    stats = Frontier(crawl.pk).stats()
+    assert stats["spilled"] > 0 and stats["in_flight"] == 0
+    assert_invariant(stats)
+    services.crawl_resume(crawl=crawl, user=user)
+    crawl = drive(crawl, timeout=120)
+    assert crawl.state == "finished"
+    assert_exact(crawl, site)
