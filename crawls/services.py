@@ -530,7 +530,15 @@ def crawl_host_drop(*, crawl: Crawl, host: str, user=None) -> int:
     """Drop the host's queued requests and retries (counted in "cancelled"); what is being
     fetched finishes, and links found later are queued as usual. Returns how many."""
     host = _host_arg(crawl, host)
-    dropped = _frontier(crawl).host_drop(host)
+    frontier = _frontier(crawl)
+    dropped = frontier.host_drop(host)
+    # What waits in the database too: only rows that hold the host's name are read.
+    overflow, after = Overflow(frontier), 0
+    while after is not None:
+        more, after = overflow.drop_unfit(
+            lambda request: request.host != host, after=after, containing=host, descoped=False
+        )
+        dropped += more
     note = f"{host}: {dropped} request(s) dropped"
     _event(crawl, CrawlEvent.Kind.HOST_DROPPED, user, note, host=host)
     announce(crawl.pk, state_change=False)

@@ -428,11 +428,14 @@ class Frontier:
         if entries:
             _check_fenced(int(self._run_overflow("spilled", [token, *entries])))
 
-    def unspill(self, token: str, rows: list[tuple[int, int, str]], *, drop: bool = False) -> int:
+    def unspill(self, token: str, rows: list[tuple[int, int, str]], *, mode: str) -> int:
         """Rows (fp, score, packed) leave the database's overflow: back into the queue with
-        their scores, or dropped (`drop`: out of the crawl's scope, counted in "cancelled" and
-        "descoped"). Returns how many; 0 for a cancelled crawl (its rows are purged)."""
-        args: list = [token, "drop" if drop else "queue"]
+        their scores ("queue"), or dropped, counted in "cancelled" ("cancel": a host's drop)
+        and in "descoped" too ("drop": out of the crawl's scope). Returns how many; 0 for a
+        cancelled crawl (its rows are purged)."""
+        if mode not in ("queue", "drop", "cancel"):
+            raise ValueError(f"unknown mode {mode!r}")
+        args: list = [token, mode]
         for fp, score, packed in rows:
             args += [fp, score, packed]
         count = int(self._run_overflow("unspill", args))

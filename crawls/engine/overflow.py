@@ -134,13 +134,17 @@ class Overflow:
 
     def drop_unfit(
         self, fits: Callable[[Request], bool], *, after: int = 0, budget: int = 5000,
-        batch: int = 500,
+        batch: int = 500, containing: str = "", descoped: bool = True,
     ) -> tuple[int, int | None]:  # fmt: skip
-        """Drop the rows `fits` refuses (a change of scope), counted in "cancelled" and
-        "descoped", looking at about `budget` rows of id > `after`. Returns (how many were
-        dropped, the id to go on after; None once every row was looked at)."""
+        """Drop the rows `fits` refuses, counted in "cancelled" and (a change of scope,
+        `descoped`) in "descoped", looking at about `budget` rows of id > `after` (only those
+        whose packed request holds `containing`, any case, when given). Returns (how many
+        were dropped, the id to go on after; None once every row was looked at)."""
         dropped, seen = 0, 0
+        mode = "drop" if descoped else "cancel"
         rows = SpilledRequest.objects.filter(crawl_id=self.crawl_id).order_by("id")
+        if containing:
+            rows = rows.filter(packed__icontains=containing)
         while seen < budget:
             found = list(rows.filter(id__gt=after).values_list("id", "packed")[:batch])
             if not found:
@@ -148,7 +152,7 @@ class Overflow:
             after, seen = found[-1][0], seen + len(found)
             doomed = [pk for pk, packed in found if not fits(Request.unpack(packed))]
             if doomed:
-                dropped += self._step(lambda token, ids=doomed: self._drop_batch(token, ids))
+                dropped += self._step(lambda token, ids=doomed: self._drop_batch(token, ids, mode))
         return dropped, after
 
     # The steps, each in one turn of the lock
@@ -195,34 +199,36 @@ class Overflow:
             .values_list("fp", "score", "packed")[:count]
         )
         # Called with no rows too: a spill cut short before writing them makes it recover.
-        if self.frontier.unspill(token, rows) == 0:
+        if self.frontier.unspill(token, rows, mode="queue") == 0:
             return 0, lambda: None
         fps = [fp for fp, _, _ in rows]
         self._remove(fps)
         return len(rows), lambda: self.frontier.unspilled(token, fps)
 
-    def _drop_batch(self, token: str, ids: list[int]) -> tuple[int, Callable[[], None]]:
+    def _drop_batch(self, token: str, ids: list[int], mode: str) -> tuple[int, Callable[[], None]]:
         # Under the lock every row is counted in `spilled`: those still here are dropped.
         rows = list(
             SpilledRequest.objects.filter(crawl_id=self.crawl_id, id__in=ids).values_list(
                 "fp", "score", "packed"
             )
         )
-        if not rows or self.frontier.unspill(token, rows, drop=True) == 0:
+        if not rows or self.frontier.unspill(token, rows, mode=mode) == 0:
             return 0, lambda: None
         fps = [fp for fp, _, _ in rows]
         self._remove(fps)
         return len(rows), lambda: self.frontier.unspilled(token, fps)
 
     def _write(self, taken: list[tuple[int, int, str]]) -> None:
-        SpilledRequest.objects.bulk_create(
-            [
-                SpilledRequest(crawl_id=self.crawl_id, fp=fp, score=score, packed=packed)
-                for fp, score, packed in taken
-            ],
-            batch_size=IN_CHUNK // 4,
-            ignore_conflicts=True,
-        )
+        """The rows, in one statement run for each (a model instance each cost more than the
+        rest of a spill); one already there (the same request, written before a crash) is
+        kept as it is."""
+        table = connection.ops.quote_name(SpilledRequest._meta.db_table)
+        with connection.cursor() as cursor:
+            cursor.executemany(
+                f"INSERT INTO {table} (crawl_id, fp, score, packed) VALUES (%s, %s, %s, %s) "
+                "ON CONFLICT DO NOTHING",
+                [(self.crawl_id, fp, score, packed) for fp, score, packed in taken],
+            )
 
     def _remove(self, fps: list[int]) -> None:
         rows = SpilledRequest.objects.filter(crawl_id=self.crawl_id)

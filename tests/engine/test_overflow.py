@@ -191,7 +191,7 @@ def test_a_holder_that_lost_its_lock_has_its_writes_refused(frontier):
         frontier.spill(stale, 10)
     assert frontier.stats()["spilled"] == 0
     with pytest.raises(OverflowFenced):
-        frontier.unspill(stale, [(1, 0, "1\n\nhttp://x.test/\n0\n\n")])
+        frontier.unspill(stale, [(1, 0, "1\n\nhttp://x.test/\n0\n\n")], mode="queue")
     assert_one_place(frontier)
 
 
@@ -311,3 +311,17 @@ def test_a_paused_crawl_resumes_with_what_waits_in_the_database(user, make_site,
     crawl = drive(crawl, timeout=120)
     assert crawl.state == "finished"
     assert_exact(crawl, site)
+
+
+def test_a_hosts_drop_takes_its_requests_out_of_the_database_too(user, frontier, crawl):
+    urls = [f"http://{host}.test/p/{n}" for n in range(100) for host in ("a", "b")]
+    frontier.add_seeds(urls)
+    Overflow(frontier, window=WINDOW).balance()
+    crawl.state = "running"
+    crawl.save(update_fields=["state"])
+    assert services.crawl_host_drop(crawl=crawl, host="b.test", user=user) == 100
+    stats = frontier.stats()
+    assert stats["cancelled"] == 100 and stats["descoped"] == 0
+    assert_one_place(frontier)
+    left = [Request.unpack(p).host for p in SpilledRequest.objects.values_list("packed", flat=True)]
+    assert left and set(left) == {"a.test"}
