@@ -20,9 +20,7 @@ def shown(page, name: str) -> int:
     return int(page.locator(f'#counters [data-counter="{name}"]').inner_text().replace(",", ""))
 
 
-def test_the_crawl_page_and_the_queue_view_count_what_waits_in_the_database(
-    page, dashboard, user
-):
+def test_the_crawl_page_and_the_queue_view_count_what_waits_in_the_database(page, dashboard, user):
     ARTIFACTS.mkdir(exist_ok=True)
     seeds = [f"http://127.0.0.1:9/p/{n}" for n in range(1200)]  # nobody answers: never fetched
     crawl = services.crawl_create(user=user, name="big queue", seeds=seeds, obey_robots=False)
