@@ -9,9 +9,11 @@ import os
 
 import pytest
 from django.db import transaction
+from django.test import override_settings
 
 from crawls import editing, services
 from crawls.engine.frontier import Frontier, OverflowFenced
+from crawls.engine.jobs import supervise
 from crawls.engine.lifecycle import finish_if_done
 from crawls.engine.overflow import Overflow
 from crawls.engine.request import Outcome, Request
@@ -325,3 +327,16 @@ def test_a_hosts_drop_takes_its_requests_out_of_the_database_too(user, frontier,
     assert_one_place(frontier)
     left = [Request.unpack(p).host for p in SpilledRequest.objects.values_list("packed", flat=True)]
     assert left and set(left) == {"a.test"}
+
+
+def test_the_supervisor_finishes_a_step_left_when_the_queue_crosses_no_mark(frontier, crawl):
+    seed(frontier, 120)
+    frontier.spill(frontier.overflow_token(), 70)  # ...and its worker dies
+    assert frontier.stats()["queued"] == WINDOW  # neither past the window nor low: no balance
+    crawl.state = "running"
+    crawl.save(update_fields=["state"])
+    with override_settings(CRAWLHUB_FRONTIER_WINDOW=WINDOW):
+        supervise()
+    assert frontier.overflow_staged() == ([], [])
+    assert SpilledRequest.objects.filter(crawl_id=crawl.pk).count() == 70
+    assert_one_place(frontier)
