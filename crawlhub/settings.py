@@ -347,6 +347,9 @@ CRAWLHUB_LOG_LINES = env_int("CRAWLHUB_LOG_LINES", 5000, minimum=10)
 # A claimed request returns to the queue this long after its worker stopped answering.
 CRAWLHUB_LEASE_SECONDS = env_int("CRAWLHUB_LEASE_SECONDS", 60, minimum=1)
 CRAWLHUB_SUPERVISOR_SECONDS = env_int("CRAWLHUB_SUPERVISOR_SECONDS", 3, minimum=1)
+# A crawl's queue keeps at most about this many requests in Redis; the lowest-ranked rest
+# waits in the database and comes back as the queue drains (crawls/engine/overflow.py).
+CRAWLHUB_FRONTIER_WINDOW = env_int("CRAWLHUB_FRONTIER_WINDOW", 100_000, minimum=20)
 # Redis memory (docs/reliability.md, "A Redis that fills up"): the embedded Redis gets this
 # maxmemory (0: none) and refuses writes past it rather than evicting a crawl's keys; crawls
 # stop taking new work from Redis once it holds CRAWLHUB_REDIS_MEMORY_BUDGET_PERCENT of its

@@ -25,7 +25,10 @@ class CursorError(ValueError):
 
 @dataclass
 class QueueScreen:
-    queued: int = 0  # waiting in the queue
+    queued: int = 0  # waiting in the queue (in Redis)
+    # waiting in the database: the queue past its window (crawls/engine/overflow.py), listed
+    # once they come back to the queue
+    on_disk: int = 0
     retrying: int = 0  # retries waiting for their time (not listed)
     hosts: list[tuple[str, int]] = field(default_factory=list)  # most first
     depths: list[tuple[int, int]] = field(default_factory=list)  # shallowest first
@@ -49,7 +52,7 @@ def crawl_queue(crawl: Crawl, *, after: str = "", size: int = DEFAULT_SIZE) -> Q
             "This cursor is not one of the crawl's queue: start again from the head."
         ) from None
     return QueueScreen(
-        queued=counts["queued"], retrying=counts["retrying"],
+        queued=counts["queued"], on_disk=counts["spilled"], retrying=counts["retrying"],
         hosts=list(counts["hosts"].items()), depths=list(counts["depths"].items()),
         depths_partial=counts["depths_partial"], rows=[row(r) for r in requests],
         next=cursor, first=not after,

@@ -28,6 +28,7 @@ from crawls.engine.extraction import RulesError, parse_rules, rules_to_json
 from crawls.engine.frontier import Frontier, stats_many
 from crawls.engine.jobs import enqueue_slices, stop_slices_soon
 from crawls.engine.lifecycle import announce, announce_end, settle_pause
+from crawls.engine.overflow import Overflow
 from crawls.engine.request import VIA_SITEMAP_ROOT, Request
 from crawls.engine.results import extract as extract_fields
 from crawls.engine.scope import ScopeError, compile_patterns
@@ -363,6 +364,7 @@ def crawl_start(*, crawl: Crawl, user=None) -> None:
         frontier.add_seeds(crawl.seeds)
         if crawl.follow_sitemaps:
             frontier.add_seeds(sitemap_roots(crawl.seeds), via=VIA_SITEMAP_ROOT)
+        Overflow(frontier).balance()  # more seeds than the window: the rest to the database
     frontier.replicated()
     with transaction.atomic():
         crawl.state = CrawlState.RUNNING
@@ -412,6 +414,7 @@ def crawl_cancel(*, crawl: Crawl, user=None) -> None:
     frontier = _frontier(crawl)
     frontier.cancel()
     frontier.replicated()
+    Overflow(frontier).purge()  # counted in "cancelled" by cancel()
     with transaction.atomic():
         crawl.state = CrawlState.CANCELLED
         crawl.finished_at = timezone.now()
@@ -444,6 +447,7 @@ def crawl_add_seeds(*, crawl: Crawl, urls: list[str] | str, user=None) -> tuple[
         added, repeats = frontier.add_seeds(seeds)
         if crawl.follow_sitemaps:
             frontier.add_seeds(sitemap_roots(seeds), via=VIA_SITEMAP_ROOT)
+        Overflow(frontier).balance()
         frontier.replicated()
     with transaction.atomic():
         crawl.seeds = crawl.seeds + new
@@ -526,7 +530,15 @@ def crawl_host_drop(*, crawl: Crawl, host: str, user=None) -> int:
     """Drop the host's queued requests and retries (counted in "cancelled"); what is being
     fetched finishes, and links found later are queued as usual. Returns how many."""
     host = _host_arg(crawl, host)
-    dropped = _frontier(crawl).host_drop(host)
+    frontier = _frontier(crawl)
+    dropped = frontier.host_drop(host)
+    # What waits in the database too: only rows that hold the host's name are read.
+    overflow, after = Overflow(frontier), 0
+    while after is not None:
+        more, after = overflow.drop_unfit(
+            lambda request: request.host != host, after=after, containing=host, descoped=False
+        )
+        dropped += more
     note = f"{host}: {dropped} request(s) dropped"
     _event(crawl, CrawlEvent.Kind.HOST_DROPPED, user, note, host=host)
     announce(crawl.pk, state_change=False)

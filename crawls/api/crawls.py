@@ -610,7 +610,7 @@ class CrawlViewSet(
             raise serializers.ValidationError({"after": [str(exc)]}) from None
         base = request.build_absolute_uri(request.path)
         return Response({
-            "queued": screen.queued, "retrying": screen.retrying,
+            "queued": screen.queued, "on_disk": screen.on_disk, "retrying": screen.retrying,
             "by_host": [{"host": h, "queued": n} for h, n in screen.hosts],
             "by_depth": [{"depth": d, "queued": n} for d, n in screen.depths],
             "depths_partial": screen.depths_partial,

@@ -52,6 +52,10 @@ class DepthQueuedSerializer(serializers.Serializer):
 
 class QueueSerializer(serializers.Serializer):
     queued = serializers.IntegerField(help_text="Requests waiting in the queue.")
+    on_disk = serializers.IntegerField(
+        help_text="Requests waiting in the database: the queue past its window in Redis "
+        "(CRAWLHUB_FRONTIER_WINDOW), the lowest-ranked; not listed until they come back."
+    )
     retrying = serializers.IntegerField(help_text="Retries waiting for their time (not listed).")
     by_host = HostQueuedSerializer(many=True, help_text="Most queued first.")
     by_depth = DepthQueuedSerializer(many=True, help_text="Shallowest first.")

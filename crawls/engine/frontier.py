@@ -37,6 +37,10 @@ of several Redis instances, see docs/architecture.md, "One Redis, and the path p
     ch:{c<ID>}:publish        str   a live snapshot went out less than N ms ago (throttle)
     ch:{c<ID>}:alertseries    list  "unix_s:responses:errors", one per pass of the alert checks
                                     (crawls/alert_checks.py), never per page
+    ch:{c<ID>}:spilling       zset  packed request -> score: taken from the queue's tail, being
+                                    written to the database (crawls/engine/overflow.py)
+    ch:{c<ID>}:unspilled      set   fps whose database rows left the overflow (queued again,
+                                    or dropped) and are being removed
     ch:{c<ID>}:session        hash  gen, cookies (JSON), failed (login error), failed_until ms:
                                     the session the login step got, shared by every worker
     ch:{c<ID>}:loginlock      str   one worker runs the login step (a token, expires)
@@ -45,12 +49,14 @@ of several Redis instances, see docs/architecture.md, "One Redis, and the path p
 
 Counter invariant, at every moment (stats() reads it atomically):
 
-    requests == responses + errors + queued + delayed + in_flight + cancelled
+    requests == responses + errors + queued + delayed + in_flight + cancelled + spilled
 
-`cancelled` is 0 until cancel(), which moves every unfinished request into it; a host's drop
-and a change of scope (drop_unfit, drop_claimed: also counted in `descoped`) move some. Times
-come from Redis' TIME inside the scripts so that all workers agree. Needs Redis >= 5 (script effects
-replication, ZPOPMIN).
+`spilled` counts what waits in the database because the queue outgrew its window (the
+requests of :spilling and the rows of crawls.models.SpilledRequest not in :unspilled; see
+crawls/engine/overflow.py). `cancelled` is 0 until cancel(), which moves every unfinished
+request into it; a host's drop and a change of scope (drop_unfit, drop_claimed: also counted
+in `descoped`) move some. Times come from Redis' TIME inside the scripts so that all workers
+agree. Needs Redis >= 5 (script effects replication, ZPOPMIN).
 """
 
 from __future__ import annotations
@@ -109,7 +115,7 @@ STATES = ("running", "paused", "cancelled")
 COUNTERS = (
     "requests", "repeats", "responses", "errors", "failed", "retries", "bytes",
     "status_2xx", "status_3xx", "status_4xx", "status_5xx", "dropped", "cancelled",
-    "not_modified", "sitemap_urls", "failed_http", "recovered", "descoped",
+    "not_modified", "sitemap_urls", "failed_http", "recovered", "descoped", "spilled",
 )  # fmt: skip
 
 _LUA_DIR = Path(__file__).resolve().parent / "lua"
@@ -117,7 +123,7 @@ _SCRIPTS = (
     "add", "claim", "complete", "release", "requeue_expired", "retry_failed", "pending", "cancel",
     "slice_beat", "live_slices", "series", "renew", "release_claimed", "send", "answered",
     "push_back", "host_hold", "host_drop", "pace", "drop_claimed", "drop_queued", "queue_depths",
-    "queue_page",
+    "queue_page", "spill", "spilled", "unspill", "unspilled",
 )  # fmt: skip
 
 # The queue view reads at most this many (priority, depth) groups of the queue.
@@ -182,10 +188,15 @@ class Frontier:
                 "hosterrors", "hostheld", "hostfail", "hostparked",
             )
         ]  # fmt: skip
+        # The overflow's scripts and cancel also get its two keys (the others never need them).
+        self._overflow_keys = [*self._keys, self.key("spilling"), self.key("unspilled")]
         self._scripts = _scripts_of(self.redis)
         # The crawl's scope generation as the last claim read it (claim.lua): how a slice learns,
         # with no round trip of its own, that the include or exclude patterns changed.
         self.scope_gen = 0
+        # The queue's size and the requests waiting in the database as the last claim saw them
+        # (a slice spills or refills by these: crawls/engine/overflow.py).
+        self.queued_seen = self.spilled_seen = 0
 
     def key(self, name: str) -> str:
         """This crawl's Redis key `name`, as the module docstring lists them ("queue", "stats",
@@ -195,6 +206,9 @@ class Frontier:
 
     def _run(self, script: str, args: list) -> object:
         return self._scripts[script](keys=self._keys, args=args)
+
+    def _run_overflow(self, script: str, args: list) -> object:
+        return self._scripts[script](keys=self._overflow_keys, args=args)
 
     # Configuration and state
 
@@ -273,7 +287,7 @@ class Frontier:
         if events is not None:
             events += _host_events(happened)
         if gen:  # none when the crawl is not running
-            self.scope_gen = int(gen[0])
+            self.scope_gen, self.queued_seen, self.spilled_seen = (int(x) for x in gen)
         return [
             (Request.unpack(member), int(wait) / 1000)
             for member, wait in zip(members, waits, strict=True)
@@ -386,7 +400,72 @@ class Frontier:
     def cancel(self) -> None:
         """Stop for good: state cancelled, unfinished requests dropped and counted in
         "cancelled"; seen fingerprints and counters are kept. Late completions are ignored."""
-        self._run("cancel", [])
+        self._run_overflow("cancel", [])
+
+    # The overflow's Redis side: crawls/engine/overflow.py holds the database's and the order
+    # of the steps. Every write takes the holder's token and is refused (OverflowFenced) for
+    # one that is no longer current.
+
+    def overflow_token(self) -> str:
+        """A new holder of the crawl's overflow (under its lock in the database): the token
+        its writes carry; any older token is refused from now on."""
+        return str(self.redis.hincrby(self.key("config"), "overflow_token", 1))
+
+    def overflow_sizes(self) -> tuple[int, int]:
+        """(queued, spilled) at one moment."""
+        with self.redis.pipeline(transaction=True) as pipe:
+            pipe.zcard(self.key("queue"))
+            pipe.hget(self.key("stats"), "spilled")
+            queued, spilled = pipe.execute()
+        return int(queued), int(spilled or 0)
+
+    def overflow_staged(self) -> tuple[list[tuple[int, int, str]], list[int]]:
+        """What a holder cut short left: the requests taken for the database, (fp, score,
+        packed) each, and the fingerprints whose rows are to be removed."""
+        with self.redis.pipeline(transaction=True) as pipe:
+            pipe.zrange(self.key("spilling"), 0, -1, withscores=True)
+            pipe.smembers(self.key("unspilled"))
+            spilling, unspilled = pipe.execute()
+        taken = [(_fp_of(entry), int(score), entry.decode()) for entry, score in spilling]
+        return taken, sorted(int(fp) for fp in unspilled)
+
+    def spill(self, token: str, count: int) -> list[tuple[int, int, str]]:
+        """Take the `count` lowest-ranked queued requests for the database (spill.lua):
+        (fp, score, packed) each. OverflowStaged while an earlier step is left to finish."""
+        found = self._run_overflow("spill", [token, count])
+        _check_fenced(found[0] if found and not isinstance(found[0], bytes) else 0)
+        return [
+            (_fp_of(found[i]), int(float(found[i + 1])), found[i].decode())
+            for i in range(0, len(found), 2)
+        ]
+
+    def spilled(self, token: str, entries: list[str]) -> None:
+        """The requests spill() took are in the database now: they leave Redis."""
+        if entries:
+            _check_fenced(int(self._run_overflow("spilled", [token, *entries])))
+
+    def unspill(self, token: str, rows: list[tuple[int, int, str]], *, mode: str) -> int:
+        """Rows (fp, score, packed) leave the database's overflow: back into the queue with
+        their scores ("queue"), or dropped, counted in "cancelled" ("cancel": a host's drop)
+        and in "descoped" too ("drop": out of the crawl's scope). Returns how many; 0 for a
+        cancelled crawl (its rows are purged)."""
+        if mode not in ("queue", "drop", "cancel"):
+            raise ValueError(f"unknown mode {mode!r}")
+        args: list = [token, mode]
+        for fp, score, packed in rows:
+            args += [fp, score, packed]
+        count = int(self._run_overflow("unspill", args))
+        _check_fenced(count)
+        return max(0, count)
+
+    def unspilled(self, token: str, fps: list[int]) -> None:
+        """The rows of these fingerprints are removed from the database: forgotten here."""
+        if fps:
+            _check_fenced(int(self._run_overflow("unspilled", [token, *fps])))
+
+    def overflow_forget(self) -> None:
+        """A cancelled crawl's rows are purged: nothing of the overflow is left in Redis."""
+        self.redis.delete(self.key("spilling"), self.key("unspilled"))
 
     def retire(self, seconds: float) -> None:
         """Remove every key of a deleted crawl but its state, "cancelled" for `seconds` more:
@@ -559,8 +638,9 @@ class Frontier:
         return dropped, f"{where}:{position}"
 
     def queue_counts(self) -> dict:
-        """What waits, counted without reading a request, in one MULTI: "queued" and
-        "retrying" (delayed retries), "hosts" (host -> queued requests, most first) and
+        """What waits, counted without reading a request, in one MULTI: "queued",
+        "spilled" (in the database: the queue past its window) and "retrying" (delayed
+        retries), "hosts" (of the queue in Redis) (host -> queued requests, most first) and
         "depths" (depth -> queued requests, shallowest first; from the scores, depth 4095 and
         over as 4095), "depths_partial" when more than DEPTH_GROUPS (priority, depth) groups
         were left out."""
@@ -569,14 +649,16 @@ class Frontier:
             pipe.zcard(self.key("delayed"))
             pipe.hgetall(self.key("hostq"))
             self._scripts["queue_depths"](keys=self._keys, args=[DEPTH_GROUPS], client=pipe)
-            queued, retrying, hosts, groups = pipe.execute()
+            pipe.hget(self.key("stats"), "spilled")
+            queued, retrying, hosts, groups, spilled = pipe.execute()
         depths: dict[int, int] = {}
         for i in range(0, len(groups) - 1, 3):
             depth = int(groups[i + 1])
             depths[depth] = depths.get(depth, 0) + int(groups[i + 2])
         by_host = sorted(((h.decode(), int(n)) for h, n in hosts.items()), key=lambda x: -x[1])
         return {
-            "queued": int(queued), "retrying": int(retrying), "hosts": dict(by_host),
+            "queued": int(queued), "spilled": int(spilled or 0), "retrying": int(retrying),
+            "hosts": dict(by_host),
             "depths": dict(sorted(depths.items())), "depths_partial": bool(groups[-1]),
         }  # fmt: skip
 
@@ -662,6 +744,30 @@ class Frontier:
                     pipe.execute()
             except redis.WatchError:
                 pass  # taken by another worker meanwhile: theirs now
+
+
+class OverflowFenced(Exception):
+    """An overflow write with a token that is no longer the holder's (it lost its lock in the
+    database): refused, and left to the holder now."""
+
+
+class OverflowStaged(Exception):
+    """An earlier step of the overflow is left to finish (crawls/engine/overflow.py): nothing
+    new starts until it is."""
+
+
+def _check_fenced(code: int) -> None:
+    if code == -1:
+        raise OverflowFenced("this crawl's overflow has another holder now")
+    if code == -2:
+        raise OverflowStaged("an earlier step of this crawl's overflow is left to finish")
+
+
+def _fp_of(entry: bytes) -> int:
+    """The fingerprint of a queued request (its first field), as lua/_lib.lua's fp_of."""
+    if entry[:1] == b"{":
+        return Request.unpack(entry).fp
+    return int(entry.partition(b"\n")[0])
 
 
 class PushBack(NamedTuple):

@@ -31,6 +31,7 @@ from crawlhub.workers import JOB_CRAWL
 from crawls.engine import crawl_log, lifecycle, live
 from crawls.engine.crawl_settings import CannotStart, slice_seconds
 from crawls.engine.frontier import Frontier, supervisor_lock
+from crawls.engine.overflow import Overflow
 from crawls.engine.proxying import PROXY_TRIES
 from crawls.engine.scope_changes import drop_job
 from crawls.engine.slices import run_slice
@@ -184,10 +185,13 @@ def supervise() -> dict:
     if not locked:
         return {"skipped": "another supervisor is running"}
     close_old_connections()
-    report = {"requeued": 0, "slices_started": 0, "finished": 0, "paused": 0}
+    report = {"requeued": 0, "slices_started": 0, "finished": 0, "paused": 0, "moved": 0}
     for crawl in Crawl.objects.filter(state__in=[CrawlState.RUNNING, CrawlState.PAUSING]):
         frontier = Frontier(crawl.pk)
         report["requeued"] += frontier.requeue_expired()
+        # A spill or refill cut short (its worker died) is finished; a queue past its
+        # window, or low with requests in the database, moves a batch.
+        report["moved"] += Overflow(frontier).tend()
         if crawl.state == CrawlState.PAUSING:
             report["paused"] += lifecycle.settle_pause(crawl)
         elif lifecycle.finish_if_done(crawl.pk):

@@ -14,6 +14,7 @@ from django.utils import timezone
 from crawls.engine import live
 from crawls.engine.ending import end_line, finished_reason
 from crawls.engine.frontier import Frontier
+from crawls.engine.overflow import Overflow
 from crawls.models import Crawl, CrawlEvent, CrawlState, EndReason, FailedRequest, Page
 from crawls.signals import crawl_ended
 
@@ -92,6 +93,7 @@ def fail(crawl_id: int, error: str) -> bool:
             return False
         frontier = Frontier(crawl_id)
         frontier.cancel()
+        Overflow(frontier).purge()
         stats = frontier.stats()
         Crawl.objects.filter(pk=crawl_id).update(
             stats=stats, end_reason=EndReason.FAILED,

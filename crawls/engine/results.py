@@ -97,7 +97,7 @@ def out_links(
     add_row, follow, keep = found.rows.append, found.follow.append, found.kept.append
     if len(texts) < len(urls):
         texts = [*texts, *[""] * (len(urls) - len(texts))]
-    for n, (url, text) in enumerate(zip(urls, texts)):
+    for n, (url, text) in enumerate(zip(urls, texts, strict=False)):  # texts may run longer
         note = page_note or why_not(url)
         if not note:
             target = fingerprint(url)

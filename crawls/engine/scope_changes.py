@@ -11,7 +11,8 @@ How it holds, whatever the workers are doing when the change comes:
 - Requests already claimed when the change came (Frontier.scope_change lists them) were on
   their way: they are fetched, as pages being fetched finish when a crawl is paused; the
   links of each page a slice records after it took in the change obey the new patterns.
-- The queue and the retries are looked at in batches (drop_out_of_scope): the first budget
+- The queue, the retries and the requests waiting in the database (the overflow:
+  crawls/engine/overflow.py) are looked at in batches (drop_out_of_scope): the first budget
   while the person waits, the rest in a job on the control queue (drop_job), which stops if
   the patterns change again (the next change's job looks at the whole queue anew).
 Each request dropped counts in "cancelled", so that the counters still add up, and in
@@ -24,6 +25,7 @@ import logging
 
 from crawls.engine.crawl_settings import scope_of
 from crawls.engine.frontier import Frontier
+from crawls.engine.overflow import Overflow
 from crawls.engine.request import Request
 from crawls.engine.scope import Scope
 from crawls.models import Crawl, CrawlEvent
@@ -34,6 +36,8 @@ log = logging.getLogger(__name__)
 # thousand); a bigger queue goes on in a job, this many at a time.
 INLINE_BUDGET = 5_000
 JOB_BUDGET = 20_000
+# A cursor past the queue and the retries: the id of the last row of the overflow looked at.
+SPILLED_CURSOR = "spilled:"
 
 
 def request_fits(scope: Scope, request: Request) -> bool:
@@ -58,18 +62,28 @@ def current_scope(crawl: Crawl) -> Scope:
 def drop_out_of_scope(
     crawl: Crawl, *, gen: int, cursor: str = "", budget: int | None = None
 ) -> tuple[int, str] | None:
-    """Drop the queued requests and retries the crawl's patterns refuse, looking at about
-    `budget` entries (INLINE_BUDGET) from `cursor`. Returns (dropped, the cursor to go on
-    from, "" when all was looked at), or None when the patterns changed again since change
-    `gen` (the next change looks at everything itself)."""
+    """Drop the queued requests, retries and requests waiting in the database the crawl's
+    patterns refuse, looking at about `budget` entries (INLINE_BUDGET) from `cursor`.
+    Returns (dropped, the cursor to go on from, "" when all was looked at), or None when the
+    patterns changed again since change `gen` (the next change looks at everything
+    itself)."""
     frontier = Frontier(crawl.pk)
     if frontier.scope_generation() != gen:
         return None
     scope = current_scope(crawl)
-    return frontier.drop_unfit(
-        lambda request: request_fits(scope, request), cursor=cursor,
-        budget=INLINE_BUDGET if budget is None else budget,
-    )  # fmt: skip
+    budget = INLINE_BUDGET if budget is None else budget
+
+    def fits(request: Request) -> bool:
+        return request_fits(scope, request)
+
+    dropped = 0
+    if not cursor.startswith(SPILLED_CURSOR):
+        dropped, cursor = frontier.drop_unfit(fits, cursor=cursor, budget=budget)
+        if cursor:
+            return dropped, cursor
+    after = int(cursor.removeprefix(SPILLED_CURSOR) or 0)
+    more, last = Overflow(frontier).drop_unfit(fits, after=after, budget=budget)
+    return dropped + more, "" if last is None else f"{SPILLED_CURSOR}{last}"
 
 
 def drop_job(crawl_id: int, gen: int, cursor: str, dropped_before: int) -> dict:

@@ -42,6 +42,7 @@ from crawls.engine.crawl_settings import (
 from crawls.engine.fetching import PageFetch
 from crawls.engine.frontier import Frontier, HostEvent
 from crawls.engine.live import publish_crawl
+from crawls.engine.overflow import Overflow
 from crawls.engine.recording import Recorder, Result
 from crawls.engine.request import Request
 from crawls.engine.scope import ScopeError
@@ -136,6 +137,7 @@ class Slice:
         self.crawl = crawl
         self.slice_id = slice_id
         self.frontier = Frontier(crawl.pk)
+        self.overflow = Overflow(self.frontier)
         self.budget = budget_seconds or slice_seconds(crawl)
         self.lease = settings.CRAWLHUB_LEASE_SECONDS
         self.stop = StopFlag()
@@ -244,6 +246,10 @@ class Slice:
             )
         )
         self.log.host_events(events)
+        # The queue past its window, or low with requests in the database: a batch moves.
+        moved = self.overflow.balance(
+            queued=self.frontier.queued_seen, spilled=self.frontier.spilled_seen
+        )
         if claimed:
             self.fetching.read_delayed()  # after the claim: a host it gave with a delay is in it
             if not self.log.started:
@@ -265,7 +271,7 @@ class Slice:
         elif not self.running and not self.done and self._crawl_done():
             self.stop.set("done")
             return False
-        else:
+        elif not moved:  # a queue just refilled is claimed from at once
             self.next_claim = now + EMPTY_CLAIM_BACKOFF
         return True
 

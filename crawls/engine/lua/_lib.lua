@@ -8,6 +8,9 @@ local K_HOSTCLAIM, K_HOSTSLOW, K_HOSTWHY = KEYS[14], KEYS[15], KEYS[16]
 local K_FLYING, K_HOSTFLIGHT = KEYS[17], KEYS[18]
 local K_HOSTDONE, K_HOSTERRORS, K_HOSTHELD = KEYS[19], KEYS[20], KEYS[21]
 local K_HOSTFAIL, K_HOSTPARKED = KEYS[22], KEYS[23]
+-- Only the overflow's scripts (and cancel) get these two (Frontier._overflow_keys): the requests
+-- being written to the database, and the fingerprints whose rows there are to be removed.
+local K_SPILLING, K_UNSPILLED = KEYS[24], KEYS[25]
 
 -- Queue score = (-priority) * 2^44 + depth * 2^32 + seq. Every term stays below 2^53, so the
 -- double holds it exactly; priority is clamped to +-255, depth to 4095, seq wraps at 2^32.
@@ -272,4 +275,17 @@ local function count_failures(host, answered, failed, now)
   else
     redis.call('HSET', K_HOSTFAIL, host, since .. ' ' .. count)
   end
+end
+
+-- The overflow (crawls/engine/overflow.py): one holder at a time changes it, under a lock in
+-- the database; each took a token (K_CONFIG overflow_token) when it got the lock, and a write
+-- made with an older one (a holder that lost its lock, and goes on unaware) is refused.
+local function overflow_holder(token)
+  return redis.call('HGET', K_CONFIG, 'overflow_token') == token
+end
+
+-- Requests waiting to be written to the database, or rows to be removed from it: a step cut
+-- short that the next holder finishes before it starts anything new.
+local function overflow_staged()
+  return redis.call('EXISTS', K_SPILLING) == 1 or redis.call('EXISTS', K_UNSPILLED) == 1
 end

@@ -7,7 +7,7 @@
 -- instead of up to a claim interval late every turn (send.lua still checks the time when it
 -- is sent). The scope generation counts the changes of the crawl's include and exclude
 -- patterns while it runs: read with the claim, at once, a slice sorts what it claims by the
--- scope as it is now (crawls/engine/scope_changes.py).
+-- scope as it is now (crawls/engine/scope_changes.py). Then the queue's size and 'spilled'.
 if redis.call('GET', K_STATE) ~= 'running' then return {{}, {}, {}} end
 local n, lease_ms, scan = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local ahead = tonumber(ARGV[4]) or 0
@@ -104,4 +104,7 @@ for _, member in ipairs(members) do
   redis.call('ZADD', K_LEASES, deadline, fp)
   took_off(host_of(member), fp)
 end
-return {members, waits, EVENTS, tonumber(config[3]) or 0}
+-- What is left queued, and what waits in the database: the slice spills or refills the
+-- window (crawls/engine/overflow.py) by these, with no round trip of its own.
+local spilled = tonumber(redis.call('HGET', K_STATS, 'spilled')) or 0
+return {members, waits, EVENTS, tonumber(config[3]) or 0, redis.call('ZCARD', K_QUEUE), spilled}
