@@ -163,7 +163,7 @@ def after_slice(crawl_id: int) -> None:
         changed = lifecycle.settle_pause(crawl)
     elif crawl.state == CrawlState.RUNNING:
         changed = lifecycle.finish_if_done(crawl_id)
-        # A successor, unless the crawl's slices were lowered while it ran (crawls.editing)
+        # A successor, unless the crawl's slices were lowered while it ran (crawls.services.editing)
         # and the others are enough.
         if not changed and Frontier(crawl_id).live_slices() < crawl.slices:
             enqueue_slices(crawl, count=1)
