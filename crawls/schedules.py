@@ -21,7 +21,7 @@ from django.db import close_old_connections, transaction
 from django.db.models import Count, F
 from django.utils import timezone
 
-from crawlhub.connections import REDIS_ERRORS
+from crawlhub.redis.connections import REDIS_ERRORS
 from crawls import services
 from crawls.models import CRAWL_OPTIONS, Crawl, CrawlEvent, CrawlSchedule, CrawlState
 from crawls.services import visible_crawls

@@ -16,8 +16,8 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from crawlhub import serializers as api_fields
-from crawlhub.api_errors import JSONErrors
+from crawlhub.web import serializers as api_fields
+from crawlhub.web.api_errors import JSONErrors
 from crawls import exports, queued, services
 from crawls.api.live_fields import LiveChangeSerializer, QueueSerializer
 from crawls.api.log import LOG_PARAMETERS, LogLineSerializer, LogSerializer

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 
 from django.db import transaction
 
-from crawlhub.connections import RedisMemory
+from crawlhub.redis.connections import RedisMemory
 from crawls.engine import jobs, lifecycle, live
 from crawls.engine.crawl_settings import scope_of
 from crawls.engine.ending import end_line

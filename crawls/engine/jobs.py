@@ -27,7 +27,7 @@ from rq.job import Job
 from rq.registry import StartedJobRegistry
 
 from crawlhub.http import rendering
-from crawlhub.workers import JOB_CRAWL
+from crawlhub.processes.workers import JOB_CRAWL
 from crawls.engine import crawl_log, lifecycle, live
 from crawls.engine.crawl_settings import CannotStart, slice_seconds
 from crawls.engine.frontier import Frontier, supervisor_lock

@@ -4,8 +4,8 @@ their credentials as they may be shown."""
 
 from __future__ import annotations
 
-from crawlhub.connections import REDIS_ERRORS, RedisMemory, redis_memory
 from crawlhub.http import chromium
+from crawlhub.redis.connections import REDIS_ERRORS, RedisMemory, redis_memory
 from crawls.engine import control, credentials
 from crawls.engine.control import CrawlControl
 from crawls.engine.crawl_settings import credentials_of

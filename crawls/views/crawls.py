@@ -10,9 +10,9 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from crawlhub.access import next_path
-from crawlhub.connections import REDIS_ERRORS
 from crawlhub.http import netguard
+from crawlhub.redis.connections import REDIS_ERRORS
+from crawlhub.web.access import next_path
 from crawls import alerts, changes, listing, services
 from crawls.engine import live
 from crawls.logs import LogFilter, log_page

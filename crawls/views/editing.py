@@ -11,7 +11,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from crawlhub.connections import REDIS_ERRORS
+from crawlhub.redis.connections import REDIS_ERRORS
 from crawls import services
 from crawls.engine.credentials import INPUTS as AUTH_INPUTS
 from crawls.models import Crawl

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from crawlhub.connections import reset_pools
+from crawlhub.redis.connections import reset_pools
 from crawls import services
 from crawls.engine.frontier import Frontier
 from crawls.models import Channel, Crawl, CrawlState

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from crawlhub.connections import get_redis, redis_memory
+from crawlhub.redis.connections import get_redis, redis_memory
 from crawlhub.sample_site import SampleSite
 from crawls import services
 from crawls.engine.frontier import Frontier

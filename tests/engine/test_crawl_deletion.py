@@ -13,7 +13,7 @@ import pytest
 from django.core.management import call_command
 from rq.registry import StartedJobRegistry
 
-from crawlhub.connections import get_redis
+from crawlhub.redis.connections import get_redis
 from crawlhub.sample_site import SampleSite
 from crawls import services
 from crawls.models import Crawl, CrawlDeletion, CrawlEvent, CrawlState, FailedRequest, Page

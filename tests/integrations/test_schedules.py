@@ -189,7 +189,7 @@ def test_disabled_and_future_schedules_do_not_run(user):
 
 
 def test_a_run_that_cannot_start_is_reported_on_the_schedule(user, settings):
-    from crawlhub.connections import reset_pools
+    from crawlhub.redis.connections import reset_pools
     from tests.support.sites import free_port
 
     schedule = due_schedule(user)
