@@ -34,7 +34,7 @@ BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 sys.path.insert(0, str(ROOT))
 
-from crawlhub.launcher import EmbeddedRedis, spawn, stop_process  # noqa: E402
+from crawlhub.processes.launcher import EmbeddedRedis, spawn, stop_process  # noqa: E402
 from crawlhub.sample_site import SampleSite  # noqa: E402
 from crawls.engine.frontier import Frontier  # noqa: E402
 

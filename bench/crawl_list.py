@@ -119,7 +119,7 @@ def main() -> None:
         os.environ["CRAWLHUB_DATA_DIR"] = tmp
         os.environ["DATABASE_URL"] = args.database_url or f"sqlite:///{tmp}/bench.sqlite3"
         os.environ.setdefault("DJANGO_SETTINGS_MODULE", "crawlhub.settings")
-        from crawlhub import launcher
+        from crawlhub.processes import launcher
 
         redis = launcher.EmbeddedRedis(Path(tmp) / "redis")
         redis.start(timeout=60)

@@ -91,7 +91,7 @@ class Socket:
 
 class Stack:
     def __init__(self, tmp: Path) -> None:
-        from crawlhub import launcher
+        from crawlhub.processes import launcher
 
         self.tmp = tmp
         self.redis = launcher.EmbeddedRedis(tmp / "redis", port=free_port())

@@ -50,7 +50,7 @@ BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 sys.path.insert(0, str(ROOT))
 
-from crawlhub.launcher import EmbeddedRedis, spawn, stop_process  # noqa: E402
+from crawlhub.processes.launcher import EmbeddedRedis, spawn, stop_process  # noqa: E402
 
 sys.path.insert(0, str(BENCH))
 from crawl_bench import free_port, say, wait_until  # noqa: E402

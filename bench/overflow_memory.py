@@ -41,7 +41,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
         os.environ["CRAWLHUB_DATA_DIR"] = folder
-        from crawlhub.launcher import EmbeddedRedis
+        from crawlhub.processes.launcher import EmbeddedRedis
 
         server = EmbeddedRedis(Path(folder) / "redis", port=free_port())
         server.start()

@@ -52,7 +52,7 @@ def free_port() -> int:
 
 
 def worker(index, threads, channels, seconds, start, results) -> None:
-    from crawlhub.connections import reset_pools
+    from crawlhub.redis.connections import reset_pools
     from proxies import pool
 
     reset_pools()  # never share a parent's sockets after fork
@@ -94,8 +94,8 @@ def redis_cpu(client) -> float:
 def one_run(args, threads: int) -> tuple[float, int, int, float, float, str]:
     """One fresh Redis, the pool seeded, `args.processes` x `threads` callers for args.seconds.
     Returns (pairs/s, pairs, empty acquires, client CPU s, Redis CPU s, Redis version)."""
-    from crawlhub.connections import get_redis, reset_pools
-    from crawlhub.launcher import EmbeddedRedis
+    from crawlhub.processes.launcher import EmbeddedRedis
+    from crawlhub.redis.connections import get_redis, reset_pools
 
     with tempfile.TemporaryDirectory(prefix="crawlhub-bench-") as tmp:
         server = EmbeddedRedis(Path(tmp) / "redis", port=free_port() if args.tcp else None)

@@ -7,8 +7,9 @@ redis-server, with no HTTP at all, so that Redis is the part being measured:
     .venv/bin/python bench/redis_capacity.py --procs 2 8 --seconds 20 --runs 3
 
 The server is Debian's redis-server (or whichever crawlhub's launcher finds), started by
-crawlhub's own launcher (crawlhub/launcher.py: EmbeddedRedis) on a free loopback port, so it
-runs with the product's persistence: appendonly yes, appendfsync everysec, no RDB snapshots.
+crawlhub's own launcher (crawlhub/processes/launcher.py: EmbeddedRedis) on a free loopback
+port, so it runs with the product's persistence: appendonly yes, appendfsync everysec, no RDB
+snapshots.
 
 Each generator process plays one slice of one crawl, on the link graph of the sample site that
 bench/crawl_bench.py crawls (crawlhub.sample_site.SampleSite, one host): it claims batches of
@@ -50,7 +51,7 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from crawlhub.launcher import EmbeddedRedis  # noqa: E402
+from crawlhub.processes.launcher import EmbeddedRedis  # noqa: E402
 from crawlhub.sample_site import SampleSite  # noqa: E402
 from crawls.engine.frontier import Frontier  # noqa: E402
 from crawls.engine.request import VIA_REDIRECT, Outcome, Request  # noqa: E402

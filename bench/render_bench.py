@@ -34,7 +34,7 @@ BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 sys.path.insert(0, str(ROOT))
 
-from crawlhub.launcher import EmbeddedRedis, spawn, stop_process  # noqa: E402
+from crawlhub.processes.launcher import EmbeddedRedis, spawn, stop_process  # noqa: E402
 
 SHELL = """<!doctype html><html><head><title>Page {n}</title></head><body>
 <h1>Page {n}</h1><main id=app>loading</main><nav>{links}</nav>

@@ -62,7 +62,7 @@ class TreeRss:
         self._thread.join()
 
     def _sample(self) -> None:
-        from crawlhub.process_group import descendants
+        from crawlhub.processes.process_group import descendants
 
         me = os.getpid()
         while not self._stop.is_set():

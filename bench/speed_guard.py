@@ -36,7 +36,7 @@ sys.path.insert(0, str(BENCH))
 from crawl_bench import ROOT, run_crawlhub, say, start_nginx  # noqa: E402
 from w3lib.url import canonicalize_url  # noqa: E402
 
-from crawlhub.launcher import stop_process  # noqa: E402
+from crawlhub.processes.launcher import stop_process  # noqa: E402
 from crawlhub.sample_site import SampleSite  # noqa: E402
 
 

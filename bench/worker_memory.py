@@ -54,7 +54,7 @@ def run(tmp: Path) -> None:
     from django.core.management import call_command
     from django.db import connection
 
-    from crawlhub import launcher
+    from crawlhub.processes import launcher
     from crawls import services
     from crawls.models import MAX_BODY_BYTES
     from tests.support import slice_process

@@ -26,10 +26,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.routers import DefaultRouter
 
-from crawlhub import serializers as api_fields
 from crawlhub import tokens
-from crawlhub.api_errors import JSONErrors
 from crawlhub.models import ApiToken
+from crawlhub.web import serializers as api_fields
+from crawlhub.web.api_errors import JSONErrors
 from crawls.api.alerts import AlertRuleViewSet, AlertViewSet
 from crawls.api.crawls import ChannelViewSet, CrawlViewSet
 from crawls.api.schedules import ScheduleViewSet
@@ -40,7 +40,7 @@ from proxies.api import PoolHealthView, ProxyJobViewSet, ProxyViewSet
 
 
 class BearerTokenScheme(OpenApiAuthenticationExtension):
-    target_class = "crawlhub.drf.BearerTokenAuthentication"
+    target_class = "crawlhub.web.drf.BearerTokenAuthentication"
     name = "bearerAuth"
 
     def get_security_definition(self, auto_schema) -> dict:

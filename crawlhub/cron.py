@@ -1,4 +1,5 @@
-"""Periodic jobs, run by `manage.py cron` (started by `up`; crawlhub.rqworker.CronScheduler)."""
+"""Periodic jobs, run by `manage.py cron` (started by `up`;
+crawlhub.processes.rqworker.CronScheduler)."""
 
 from django.conf import settings
 from rq import cron

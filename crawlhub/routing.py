@@ -1,6 +1,6 @@
 from django.urls import path
 
-from crawlhub import consumers
+from crawlhub.web import consumers
 from crawls.routing import websocket_urlpatterns as crawl_routes
 from proxies.routing import websocket_urlpatterns as proxy_routes
 

@@ -16,8 +16,9 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from crawlhub import launcher, redis_config
 from crawlhub.http import netguard
+from crawlhub.processes import launcher
+from crawlhub.redis import redis_config
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -245,17 +246,17 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
-    "crawlhub.csp.ContentSecurityPolicyMiddleware",
+    "crawlhub.web.csp.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "crawlhub.bad_requests.RefuseNulMiddleware",
+    "crawlhub.web.bad_requests.RefuseNulMiddleware",
     "django.contrib.auth.middleware.LoginRequiredMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
-    # Last, as django-axes asks: it turns a locked-out login into crawlhub.logins' answer.
+    # Last, as django-axes asks: it turns a locked-out login into crawlhub.web.logins' answer.
     "axes.middleware.AxesMiddleware",
 ]
 
@@ -263,7 +264,7 @@ ROOT_URLCONF = "crawlhub.urls"
 # Request bodies are read into memory up to this size (uploaded files aside; those are spooled
 # to disk). A proxy list may be 5 MB (proxies.services.MAX_LIST_BYTES): pasted into the import
 # form (form-encoded, ~1.4 times as many bytes) or sent as JSON, it fits. A larger body is
-# answered 413 with this limit (crawlhub/bad_requests.py).
+# answered 413 with this limit (crawlhub/web/bad_requests.py).
 DATA_UPLOAD_MAX_MEMORY_SIZE = 8 * 1024 * 1024
 ASGI_APPLICATION = "crawlhub.asgi.application"
 
@@ -294,7 +295,7 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
 LOGIN_URL = "login"
-# Login throttling (django-axes, crawlhub/logins.py): after CRAWLHUB_LOGIN_FAILURES wrong
+# Login throttling (django-axes, crawlhub/web/logins.py): after CRAWLHUB_LOGIN_FAILURES wrong
 # passwords for one username from one address, that username is refused from that address, the
 # right password too, for CRAWLHUB_LOGIN_COOLOFF_MINUTES after the last failure. Other users and
 # other addresses are not affected, nor are API tokens (they never go through a login). Staff
@@ -309,7 +310,7 @@ AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 # Refused attempts do not push the end of the lockout back: the time the page tells holds.
 AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
-AXES_LOCKOUT_CALLABLE = "crawlhub.logins.lockout_response"
+AXES_LOCKOUT_CALLABLE = "crawlhub.web.logins.lockout_response"
 AXES_DISABLE_ACCESS_LOG = True  # failures are kept (until the cool-off), successes are not
 AXES_VERBOSE = False  # no start-up line in every command's output
 LOGIN_REDIRECT_URL = "/"
@@ -335,8 +336,8 @@ RQ_QUEUES = {
     "default": {**redis_config.rq_connection(REDIS_URL), "DEFAULT_TIMEOUT": 300},
 }
 # Enqueue when asked: crawlhub defers its own enqueues with transaction.on_commit. Workers wait
-# out a Redis restart, and their work horses die with them (crawlhub/rqworker.py).
-RQ = {"COMMIT_MODE": "auto", "WORKER_CLASS": "crawlhub.rqworker.Worker"}
+# out a Redis restart, and their work horses die with them (crawlhub/processes/rqworker.py).
+RQ = {"COMMIT_MODE": "auto", "WORKER_CLASS": "crawlhub.processes.rqworker.Worker"}
 RQ_SHOW_ADMIN_LINK = True
 
 # The crawl engine's timing. A slice is one RQ job that crawls for this long, then hands over.
@@ -400,16 +401,16 @@ DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "crawlhub@localhost")
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         # First, so that a request without credentials gets 401 with WWW-Authenticate.
-        "crawlhub.drf.BearerTokenAuthentication",
+        "crawlhub.web.drf.BearerTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["crawlhub.drf.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["crawlhub.web.drf.JSONParser"],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "EXCEPTION_HANDLER": "crawlhub.api_errors.exception_handler",
+    "EXCEPTION_HANDLER": "crawlhub.web.api_errors.exception_handler",
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "crawlhub API",
@@ -432,7 +433,7 @@ SPECTACULAR_SETTINGS = {
 
 CHANNEL_LAYERS = {
     "default": {
-        "BACKEND": "crawlhub.channel_layer.ChannelLayer",
+        "BACKEND": "crawlhub.redis.channel_layer.ChannelLayer",
         "CONFIG": {"hosts": redis_config.channel_layer_hosts(REDIS_URL), "prefix": "crawlhub:asgi"},
     }
 }
@@ -468,15 +469,15 @@ LOGGING = {
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     # RQ's lines for every job (an idle `up` ran the supervisor every few seconds: some 130
-    # lines a minute) become one summary a minute (crawlhub/quiet_logs.py).
+    # lines a minute) become one summary a minute (crawlhub/processes/quiet_logs.py).
     "filters": {
         "routine_jobs": {
-            "()": "crawlhub.quiet_logs.RoutineJobs",
+            "()": "crawlhub.processes.quiet_logs.RoutineJobs",
             "every_job": env_bool("CRAWLHUB_LOG_EVERY_JOB", False),
             "seconds": env_int("CRAWLHUB_LOG_SUMMARY_SECONDS", 60, minimum=1),
         },
         # A 403 or 404 a view raised on purpose is a line, not a traceback.
-        "ordinary_refusals": {"()": "crawlhub.quiet_logs.OrdinaryRefusals"},
+        "ordinary_refusals": {"()": "crawlhub.processes.quiet_logs.OrdinaryRefusals"},
     },
     "handlers": {
         "console": {

@@ -25,8 +25,8 @@ urlpatterns = [
 ]
 
 # A body too large, too many fields, an unreadable form: said in words (JSON on the API).
-handler400 = "crawlhub.bad_requests.bad_request"
+handler400 = "crawlhub.web.bad_requests.bad_request"
 # crawlhub's own pages, with its nav (JSON under /api/).
-handler403 = "crawlhub.error_pages.forbidden"
-handler404 = "crawlhub.error_pages.not_found"
-handler500 = "crawlhub.error_pages.server_error"
+handler403 = "crawlhub.web.error_pages.forbidden"
+handler404 = "crawlhub.web.error_pages.not_found"
+handler500 = "crawlhub.web.error_pages.server_error"

@@ -5,9 +5,10 @@ from django.shortcuts import redirect, render
 from django.templatetags.static import static
 from django.views.decorators.http import require_safe
 
-from crawlhub import redis_config, workers
-from crawlhub.health import health
+from crawlhub.processes import workers
+from crawlhub.redis import redis_config
 from crawlhub.sample_site import SampleSite
+from crawlhub.web.health import health
 from crawls.services import visible_crawls
 
 # The demo crawl's site, served by crawlhub itself so that it works offline at once.

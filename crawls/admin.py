@@ -4,7 +4,7 @@ from django.core.exceptions import ValidationError
 from django.urls import reverse
 from django.utils.html import format_html
 
-from crawls import alerts, editing, schedules, services, webhooks
+from crawls import alerts, schedules, services, webhooks
 from crawls.logs import LogFilter
 from crawls.models import (
     CRAWL_OPTIONS,
@@ -112,11 +112,9 @@ class CrawlAdmin(admin.ModelAdmin):
     ]
 
     def delete_model(self, request, obj) -> None:
-        """Through crawl_delete, so the crawl's Redis keys go with it."""
-        try:
-            services.crawl_delete(crawl=obj, user=request.user)
-        except services.CrawlActionError as exc:
-            self.message_user(request, f"#{obj.pk}: {exc}", messages.ERROR)
+        """As every door deletes (services.crawl_delete): a crawl that may still fetch is
+        cancelled first, and its Redis keys go with it."""
+        services.crawl_delete(crawl=obj, user=request.user)
 
     def delete_queryset(self, request, queryset) -> None:
         for crawl in queryset:
@@ -127,7 +125,7 @@ class CrawlAdmin(admin.ModelAdmin):
         if change:
             before = Crawl.objects.get(pk=obj.pk)
             super().save_model(request, obj, form, change)
-            editing.crawl_admin_changed(crawl=obj, before=before, user=request.user)
+            services.crawl_admin_changed(crawl=obj, before=before, user=request.user)
             return
         fields = {k: getattr(obj, k) for k in CRAWL_OPTIONS}
         created = services.crawl_create(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from channels.db import database_sync_to_async
 
-from crawlhub.consumers import LoginRequiredConsumer
+from crawlhub.web.consumers import LoginRequiredConsumer
 from crawls.engine import live
 from crawls.models import OVER_STATES
 from crawls.services import visible_crawls

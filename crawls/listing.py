@@ -16,7 +16,7 @@ from django.db.models import DurationField, ExpressionWrapper, F, Q, QuerySet, T
 from django.db.models.functions import Cast, Coalesce, Now
 from django.utils import timezone
 
-from crawlhub.lookups import typed_id
+from crawlhub.web.lookups import typed_id
 from crawls.models import Crawl, CrawlState
 from crawls.services import visible_crawls
 

@@ -2,7 +2,7 @@
 
 Each run is a new crawl copied from the template (channel, seeds, every option; its credentials
 only for a schedule its owner made), linked to its schedule, created and started through
-crawls/services.py like any other crawl. The periodic job run_due_schedules (registered in
+crawls/services/ like any other crawl. The periodic job run_due_schedules (registered in
 crawlhub/cron.py, run by RQ's cron scheduler) starts every due schedule once: a conditional
 UPDATE on next_run_at claims each run, so two schedulers running at once never start one
 twice. Cron expressions are read in settings.TIME_ZONE.
@@ -21,6 +21,7 @@ from django.db import close_old_connections, transaction
 from django.db.models import Count, F
 from django.utils import timezone
 
+from crawlhub.redis.connections import REDIS_ERRORS
 from crawls import services
 from crawls.models import CRAWL_OPTIONS, Crawl, CrawlEvent, CrawlSchedule, CrawlState
 from crawls.services import visible_crawls
@@ -196,7 +197,7 @@ def run_due_schedules(now: datetime | None = None) -> dict:
             continue
         try:
             crawl = schedule_run(schedule=schedule, now=now)
-        except (ValidationError, services.CrawlActionError, *services.REDIS_ERRORS) as exc:
+        except (ValidationError, services.CrawlActionError, *REDIS_ERRORS) as exc:
             text = "; ".join(getattr(exc, "messages", None) or [str(exc)])
             CrawlSchedule.objects.filter(pk=schedule.pk).update(
                 last_error=text[:2000]  # when: last_run_at, set by _claim

@@ -13,7 +13,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from crawlhub import serializers as api_fields
+from crawlhub.web import serializers as api_fields
 from proxies import pool, services, validation
 from proxies.models import Proxy, ProxyJob
 

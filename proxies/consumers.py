@@ -2,7 +2,7 @@ import asyncio
 
 from channels.db import database_sync_to_async
 
-from crawlhub.consumers import LoginRequiredConsumer
+from crawlhub.web.consumers import LoginRequiredConsumer
 from proxies import health
 
 # Checked-out counts move with every lease, not only on inventory changes: re-send this often.

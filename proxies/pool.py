@@ -39,8 +39,8 @@ from typing import NamedTuple
 import redis
 from django.conf import settings
 
-from crawlhub import connections
-from crawlhub.connections import get_redis
+from crawlhub.redis import connections
+from crawlhub.redis.connections import get_redis
 
 PREFIX = "px:{px}:"
 GLOBAL = PREFIX + "global"

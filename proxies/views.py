@@ -15,7 +15,7 @@ from django.urls import reverse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
-from crawlhub.access import next_path, staff_required
+from crawlhub.web.access import next_path, staff_required
 from proxies import pool, services
 from proxies.checks import PROXY_HEADERS
 from proxies.models import Anonymity, Proxy, ProxyJob, ProxyState

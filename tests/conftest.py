@@ -19,9 +19,9 @@ from django.conf import settings
 from django.db import connections
 from django.test import Client
 
-from crawlhub import launcher
-from crawlhub.connections import get_redis
 from crawlhub.http import chromium
+from crawlhub.processes import launcher
+from crawlhub.redis.connections import get_redis
 from crawls.engine import slices
 from tests.support import processes
 from tests.support.clients import PASSWORD

@@ -11,7 +11,7 @@ from rest_framework.exceptions import ValidationError as APIValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from crawlhub import serializers as api_fields
+from crawlhub.web import serializers as api_fields
 from crawls import alerts
 from crawls.api.fields import CrawlField
 from crawls.models import Alert, AlertKind, AlertRule, Channel

@@ -1,4 +1,4 @@
-"""The crawl and channel endpoints of the JSON API. They parse input and call crawls/services.py
+"""The crawl and channel endpoints of the JSON API. They parse input and call crawls/services/
 (and crawls/exports.py), like the pages and the CLI do."""
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from crawlhub import serializers as api_fields
-from crawlhub.api_errors import JSONErrors
-from crawls import editing, exports, queued, services
+from crawlhub.web import serializers as api_fields
+from crawlhub.web.api_errors import JSONErrors
+from crawls import exports, queued, services
 from crawls.api.live_fields import LiveChangeSerializer, QueueSerializer
 from crawls.api.log import LOG_PARAMETERS, LogLineSerializer, LogSerializer
 from crawls.logs import PAGE_SIZE, LogFilter, log_page
@@ -410,6 +410,10 @@ def _action_schema(summary: str, **kwargs):
         ],
     ),
     retrieve=extend_schema(summary="A crawl with its counters"),
+    destroy=extend_schema(
+        summary="Delete a crawl with its pages, failures and trail (cancelled first if it may "
+        "still fetch)"
+    ),
     create=extend_schema(
         summary="Create a crawl (and start it with start=true)",
         request=CrawlCreateSerializer,
@@ -418,7 +422,7 @@ def _action_schema(summary: str, **kwargs):
 )
 class CrawlViewSet(
     JSONErrors, mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
-    viewsets.GenericViewSet,
+    mixins.DestroyModelMixin, viewsets.GenericViewSet,
 ):  # fmt: skip
     """The crawls you may see (staff: every crawl), with their pages, failures, hosts and
     exports. An action does what its button on the crawl's page does; one the crawl's state
@@ -453,6 +457,9 @@ class CrawlViewSet(
             CrawlSerializer(crawl, context=self.get_serializer_context()).data,
             status=status.HTTP_201_CREATED,
         )
+
+    def perform_destroy(self, instance: Crawl) -> None:
+        services.crawl_delete(crawl=instance, user=self.request.user)
 
     def _act(self, fn) -> Response:
         crawl = self.get_object()
@@ -505,10 +512,10 @@ class CrawlViewSet(
     def credentials(self, request: Request, pk=None) -> Response:
         crawl = self.get_object()
         if not crawl.is_owned_by(request.user):  # before reading a body that is not theirs
-            raise PermissionDenied(editing.owner_only(crawl))
+            raise PermissionDenied(services.owner_only(crawl))
         body = AuthSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        editing.crawl_enter_credentials(crawl=crawl, user=request.user, auth=body.validated_data)
+        services.crawl_enter_credentials(crawl=crawl, user=request.user, auth=body.validated_data)
         return Response(CrawlSerializer(crawl, context=self.get_serializer_context()).data)
 
     @extend_schema(summary="Put failed requests back in the queue", request=RetrySerializer,
@@ -578,7 +585,7 @@ class CrawlViewSet(
         crawl = self.get_object()
         body = LiveChangeSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        done = editing.crawl_change_live(crawl=crawl, user=request.user, **body.validated_data)
+        done = services.crawl_change_live(crawl=crawl, user=request.user, **body.validated_data)
         return Response({
             "changed": done.lines, "dropped": done.dropped, "dropping": done.dropping,
             "in_flight": done.in_flight,

@@ -15,7 +15,7 @@ def _patterns(name: str) -> serializers.ListField:
 
 
 class LiveChangeSerializer(serializers.Serializer):
-    """What a running or paused crawl may change (crawls.editing.LIVE_FIELDS); the service
+    """What a running or paused crawl may change (crawls.services.LIVE_FIELDS); the service
     checks each value as at creation. A field left out keeps its value."""
 
     max_pages = serializers.IntegerField(required=False)

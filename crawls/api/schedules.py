@@ -9,7 +9,7 @@ from rest_framework import serializers, status, viewsets
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from crawlhub import serializers as api_fields
+from crawlhub.web import serializers as api_fields
 from crawls import schedules
 from crawls.api.fields import RECENT, CrawlField
 from crawls.models import Crawl, CrawlSchedule

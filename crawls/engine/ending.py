@@ -9,7 +9,7 @@ Pure functions of their arguments: the migration that fills in crawls ended befo
 
 from __future__ import annotations
 
-from crawlhub.connections import RedisMemory
+from crawlhub.redis.connections import RedisMemory
 from crawls.models import EndReason
 
 # The longest line kept (Crawl.end_line): a failure's error is cut to fit.

@@ -14,9 +14,9 @@ import functools
 import logging
 import threading
 
-from crawlhub.connections import REDIS_ERRORS
 from crawlhub.http import Fetcher, FetchResult, refusal, rendering
 from crawlhub.http.useragents import DEFAULT_USER_AGENT
+from crawlhub.redis.connections import REDIS_ERRORS
 from crawls.engine import credentials, results, sitemap_reads
 from crawls.engine.crawl_log import SliceLog
 from crawls.engine.crawl_settings import credentials_of, extractor_of, fetcher_options

@@ -73,8 +73,8 @@ from typing import NamedTuple
 import redis
 from redis.commands.core import Script
 
-from crawlhub.connections import get_redis, redis_memory_from, replicated
 from crawlhub.http.urls import url_origin
+from crawlhub.redis.connections import get_redis, redis_memory_from, replicated
 from crawls.engine.request import (
     OUTCOME_KINDS,
     VIA_LISTED,
@@ -244,7 +244,7 @@ class Frontier:
     def replicated(self) -> bool:
         """Wait until a Redis replica holds what was written so far (with Sentinel: what the
         promoted replica will have). For the writes no worker can redo if a failover loses
-        them: seeds, state changes (crawlhub.connections.replicated; docs/reliability.md)."""
+        them: seeds, state changes (crawlhub.redis.connections.replicated; docs/reliability.md)."""
         return replicated(self.redis)
 
     def state(self) -> str | None:

@@ -27,7 +27,7 @@ from rq.job import Job
 from rq.registry import StartedJobRegistry
 
 from crawlhub.http import rendering
-from crawlhub.workers import JOB_CRAWL
+from crawlhub.processes.workers import JOB_CRAWL
 from crawls.engine import crawl_log, lifecycle, live
 from crawls.engine.crawl_settings import CannotStart, slice_seconds
 from crawls.engine.frontier import Frontier, supervisor_lock
@@ -164,7 +164,7 @@ def after_slice(crawl_id: int) -> None:
         changed = lifecycle.settle_pause(crawl)
     elif crawl.state == CrawlState.RUNNING:
         changed = lifecycle.finish_if_done(crawl_id)
-        # A successor, unless the crawl's slices were lowered while it ran (crawls.editing)
+        # A successor, unless the crawl's slices were lowered while it ran (crawls.services.editing)
         # and the others are enough.
         if not changed and Frontier(crawl_id).live_slices() < crawl.slices:
             enqueue_slices(crawl, count=1)

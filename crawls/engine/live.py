@@ -15,8 +15,8 @@ import redis
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 
-from crawlhub.connections import REDIS_ERRORS, RedisMemory, redis_memory
 from crawlhub.dates import machine
+from crawlhub.redis.connections import REDIS_ERRORS, RedisMemory, redis_memory
 from crawls.engine.ending import memory_line, stalled_line
 from crawls.engine.frontier import SERIES_POINTS, Frontier, live_views
 from crawls.models import Crawl, EndReason

@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterator
 from django.conf import settings
 from django.db import DatabaseError, connection, transaction
 
-from crawlhub.connections import REDIS_ERRORS
+from crawlhub.redis.connections import REDIS_ERRORS
 from crawls.engine.frontier import Frontier, OverflowFenced, OverflowStaged
 from crawls.engine.request import Request
 from crawls.models import Crawl, SpilledRequest

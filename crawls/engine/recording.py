@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from django.db import transaction
 from django.utils import timezone
 
-from crawlhub.connections import REDIS_ERRORS
 from crawlhub.http import FetchResult
+from crawlhub.redis.connections import REDIS_ERRORS
 from crawls.engine import crawl_log, results, retry, sitemap_reads
 from crawls.engine.baseline import Baseline, Known, change_of
 from crawls.engine.crawl_log import SliceLog

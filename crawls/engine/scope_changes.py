@@ -1,4 +1,4 @@
-"""A running or paused crawl's include and exclude patterns changed (crawls.editing): what no
+"""A running or paused crawl's include and exclude patterns changed (services.editing): what no
 longer fits is dropped, and what is found from then on obeys the new patterns.
 
 How it holds, whatever the workers are doing when the change comes:

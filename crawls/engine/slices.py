@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 import redis
 from django.conf import settings
 
-from crawlhub.connections import REDIS_ERRORS, redis_memory
 from crawlhub.http import Fetcher
+from crawlhub.redis.connections import REDIS_ERRORS, redis_memory
 from crawls.engine import crawl_log, retry
 from crawls.engine.crawl_log import SliceLog
 from crawls.engine.crawl_settings import (

@@ -11,7 +11,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from crawlhub.access import next_path
+from crawlhub.web.access import next_path
 from crawls import alerts
 from crawls.models import AlertRule
 from crawls.services import visible_crawls

@@ -6,7 +6,7 @@ from __future__ import annotations
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import render
 
-from crawlhub.lookups import typed_id
+from crawlhub.web.lookups import typed_id
 from crawls import changes, exports
 from crawls.models import Crawl, CrawlState
 from crawls.services import visible_crawls

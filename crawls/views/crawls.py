@@ -10,9 +10,10 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from crawlhub.access import next_path
 from crawlhub.http import netguard
-from crawls import alerts, changes, editing, listing, services
+from crawlhub.redis.connections import REDIS_ERRORS
+from crawlhub.web.access import next_path
+from crawls import alerts, changes, listing, services
 from crawls.engine import live
 from crawls.logs import LogFilter, log_page
 from crawls.models import Channel, Crawl, CrawlState
@@ -154,9 +155,9 @@ def crawl_page(
             "crawl": crawl,
             "settings": settings_rows(crawl, shown),
             "credentials": shown,
-            "can_enter_credentials": editing.can_enter_credentials(crawl, request.user),
-            "can_edit": editing.can_edit(crawl),
-            "can_change_live": editing.can_change_live(crawl),
+            "can_enter_credentials": services.can_enter_credentials(crawl, request.user),
+            "can_edit": services.can_edit(crawl),
+            "can_change_live": services.can_change_live(crawl),
             "snapshot": snapshot,
             "stats": snapshot["stats"],
             "change_counts": changes.change_counts(crawl) if crawl.is_over() else None,
@@ -217,7 +218,7 @@ def _act(request: HttpRequest, action, crawl: Crawl, done: str, **kwargs) -> tup
         return False, str(exc)
     except ValidationError as exc:
         return False, " ".join(exc.messages)
-    except services.REDIS_ERRORS as exc:
+    except REDIS_ERRORS as exc:
         return False, f"Redis is not reachable, nothing was changed: {exc}"
     return True, done.format(result=result)
 
@@ -244,7 +245,7 @@ def crawl_hosts(request: HttpRequest, pk: int) -> HttpResponse:
     crawl = get_object_or_404(visible_crawls(request.user), pk=pk)
     try:
         hosts, problem = services.crawl_hosts(crawl), ""
-    except services.REDIS_ERRORS as exc:
+    except REDIS_ERRORS as exc:
         hosts, problem = [], f"Redis is not reachable: {exc}"
     can_act = not crawl.is_over() and crawl.state != CrawlState.DRAFT
     asked = request.GET.get("drop", "") if can_act else ""

@@ -1,6 +1,6 @@
 """The crawl page's Edit, Run again and Delete: a draft's whole form, a running or paused
 crawl's live settings, a copy as a new draft, and deletion after a confirmation page. They
-parse input and call crawls.editing."""
+parse input and call crawls.services (editing.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from crawls import editing, services
+from crawlhub.redis.connections import REDIS_ERRORS
+from crawls import services
 from crawls.engine.credentials import INPUTS as AUTH_INPUTS
 from crawls.models import Crawl
 from crawls.services import visible_crawls
@@ -19,12 +20,12 @@ from crawls.views.forms import AuthFields, CrawlForm, crawl_formfield
 
 
 class LiveSettingsForm(forms.ModelForm):
-    """What a running or paused crawl may change; crawls.editing checks the values. The
+    """What a running or paused crawl may change; crawls.services checks the values. The
     patterns are textareas of one per line, as on the new-crawl form."""
 
     class Meta:
         model = Crawl
-        fields = list(editing.LIVE_FIELDS)
+        fields = list(services.LIVE_FIELDS)
         formfield_callback = crawl_formfield
 
     def _post_clean(self) -> None:
@@ -46,17 +47,17 @@ def _add_errors(form: forms.Form, exc: ValidationError) -> None:
 def crawl_edit(request: HttpRequest, pk: int) -> HttpResponse:
     """A draft: every setting, on the new-crawl form. Running or paused: the live settings."""
     crawl = _crawl(request, pk)
-    if editing.can_edit(crawl):
+    if services.can_edit(crawl):
         return _edit_draft(request, crawl)
-    if not editing.can_change_live(crawl):
+    if not services.can_change_live(crawl):
         messages.error(request, f"A {crawl.get_state_display().lower()} crawl's settings "
                        "cannot be changed; Run again makes a new draft of them.")  # fmt: skip
         return redirect(crawl)
     form = LiveSettingsForm(request.POST or None, instance=crawl)
     if request.method == "POST" and form.is_valid():
-        changes = {f: form.cleaned_data[f] for f in editing.LIVE_FIELDS}
+        changes = {f: form.cleaned_data[f] for f in services.LIVE_FIELDS}
         try:
-            done = editing.crawl_change_live(crawl=crawl, user=request.user, **changes)
+            done = services.crawl_change_live(crawl=crawl, user=request.user, **changes)
         except ValidationError as exc:
             _add_errors(form, exc)
         except services.CrawlActionError as exc:
@@ -67,7 +68,7 @@ def crawl_edit(request: HttpRequest, pk: int) -> HttpResponse:
                              if done.lines else "Nothing changed.")  # fmt: skip
             return redirect(crawl)
     return render(request, "crawls/crawl_live_settings.html", {
-        "nav": "crawls", "crawl": crawl, "form": form, "scope_fields": editing.SCOPE_FIELDS,
+        "nav": "crawls", "crawl": crawl, "form": form, "scope_fields": services.SCOPE_FIELDS,
         "queued": services.crawl_stats_safe(crawl).get("queued", 0),
     })  # fmt: skip
 
@@ -76,8 +77,8 @@ def crawl_credentials(request: HttpRequest, pk: int) -> HttpResponse:
     """The owner enters the crawl's credentials again, bound to its seeds as they are now."""
     crawl = _crawl(request, pk)
     if not crawl.is_owned_by(request.user):
-        raise PermissionDenied(editing.owner_only(crawl))
-    if crawl.state not in editing.CREDENTIAL_STATES:
+        raise PermissionDenied(services.owner_only(crawl))
+    if crawl.state not in services.CREDENTIAL_STATES:
         messages.error(request, f"A {crawl.get_state_display().lower()} crawl fetches nothing "
                        "more: its credentials cannot change.")  # fmt: skip
         return redirect(crawl)
@@ -85,7 +86,7 @@ def crawl_credentials(request: HttpRequest, pk: int) -> HttpResponse:
     if request.method == "POST" and form.is_valid():
         auth = {name: form.cleaned_data.get(name) or "" for name in AUTH_INPUTS}
         try:
-            origins = editing.crawl_enter_credentials(crawl=crawl, user=request.user, auth=auth)
+            origins = services.crawl_enter_credentials(crawl=crawl, user=request.user, auth=auth)
         except ValidationError as exc:
             _add_errors(form, exc)
         except services.CrawlActionError as exc:
@@ -97,7 +98,7 @@ def crawl_credentials(request: HttpRequest, pk: int) -> HttpResponse:
     return render(request, "crawls/crawl_credentials.html", {
         "nav": "crawls", "crawl": crawl, "form": form, "saved": services.credentials_shown(crawl),
         "left_out": services.credentials_left_out(crawl),
-        "origins": editing.origins_of_seeds(crawl.seeds),
+        "origins": services.origins_of_seeds(crawl.seeds),
     })  # fmt: skip
 
 
@@ -114,7 +115,7 @@ def _edit_draft(request: HttpRequest, crawl: Crawl) -> HttpResponse:
         start_now = data.pop("start_now")
         name, seeds, channel = data.pop("name"), data.pop("seeds"), data.pop("channel")
         try:
-            editing.crawl_update(
+            services.crawl_update(
                 crawl=crawl, user=request.user, name=name, seeds=seeds, channel=channel,
                 auth=auth, remove_credentials=removals, **data,
             )  # fmt: skip
@@ -127,7 +128,7 @@ def _edit_draft(request: HttpRequest, crawl: Crawl) -> HttpResponse:
                 try:
                     services.crawl_start(crawl=crawl, user=request.user)
                     text = "Settings saved; crawl started."
-                except (services.CrawlActionError, *services.REDIS_ERRORS) as exc:
+                except (services.CrawlActionError, *REDIS_ERRORS) as exc:
                     messages.error(request, f"Settings saved, but the crawl did not start: {exc}")
                     return redirect(crawl)
             messages.success(request, text)
@@ -138,7 +139,7 @@ def _edit_draft(request: HttpRequest, crawl: Crawl) -> HttpResponse:
         {"nav": "crawls", "form": form, "heading": f"Edit draft #{crawl.pk}",
          "submit": "Save settings", "crawl": crawl,
          "has_credentials": saved,
-         "owner_only": "" if crawl.is_owned_by(request.user) else editing.owner_only(crawl)},
+         "owner_only": "" if crawl.is_owned_by(request.user) else services.owner_only(crawl)},
     )  # fmt: skip
 
 
@@ -146,7 +147,7 @@ def _edit_draft(request: HttpRequest, crawl: Crawl) -> HttpResponse:
 def crawl_run_again(request: HttpRequest, pk: int) -> HttpResponse:
     crawl = _crawl(request, pk)
     try:
-        copy = editing.crawl_run_again(crawl=crawl, user=request.user)
+        copy = services.crawl_run_again(crawl=crawl, user=request.user)
     except ValidationError as exc:
         messages.error(request, "The copy could not be made: " + " ".join(exc.messages))
         return redirect(crawl)
@@ -156,11 +157,11 @@ def crawl_run_again(request: HttpRequest, pk: int) -> HttpResponse:
     return redirect(copy)
 
 
-def crawl_delete(request: HttpRequest, pk: int) -> HttpResponse:
+def crawl_delete_confirm(request: HttpRequest, pk: int) -> HttpResponse:
     """GET: what deleting would remove, and a button; POST: delete."""
     crawl = _crawl(request, pk)
     if request.method == "POST":
-        record = editing.crawl_delete(crawl=crawl, user=request.user)
+        record = services.crawl_delete(crawl=crawl, user=request.user)
         messages.success(
             request, f"Crawl #{record.crawl_id} {record.name} deleted, with its "
             f"{record.pages:,} page(s)."

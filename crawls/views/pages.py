@@ -18,8 +18,8 @@ from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 
-from crawlhub import csp
 from crawlhub.http import charsets
+from crawlhub.web import csp
 from crawls import changes
 from crawls.models import Change, Crawl, Page, PageSource
 from crawls.pages import (

@@ -8,7 +8,8 @@ from urllib.parse import urlencode
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 
-from crawls import queued, services
+from crawlhub.redis.connections import REDIS_ERRORS
+from crawls import queued
 from crawls.services import visible_crawls
 
 HOSTS_SHOWN = 20
@@ -22,7 +23,7 @@ def crawl_queue(request: HttpRequest, pk: int) -> HttpResponse:
         screen = queued.crawl_queue(crawl, after=request.GET.get("after", ""), size=size)
     except queued.CursorError as exc:
         problem = str(exc)
-    except services.REDIS_ERRORS as exc:
+    except REDIS_ERRORS as exc:
         problem = f"Redis is not reachable: {exc}"
     size_query = urlencode({"size": size}) if size != queued.DEFAULT_SIZE else ""
     # Where the screen starts, counted from the head as the link that led here saw it.

@@ -8,7 +8,7 @@ from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 
-from crawlhub.connections import REDIS_ERRORS
+from crawlhub.redis.connections import REDIS_ERRORS
 from crawls import schedules
 from crawls.services import CrawlActionError
 from crawls.views.forms import ScheduleForm, add_service_errors

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from crawlhub.connections import reset_pools
+from crawlhub.redis.connections import reset_pools
 from crawls import services
 from crawls.engine.frontier import Frontier
 from crawls.models import Channel, Crawl, CrawlState
@@ -78,6 +78,7 @@ def test_another_users_crawl_is_404_for_every_door(client, user, other_user, sta
         assert post(client, f"/api/crawls/{theirs.pk}/{action}/", **auth).status_code == 404
     seeds = {"urls": ["http://127.0.0.1:9/x"]}
     assert post(client, f"/api/crawls/{theirs.pk}/seeds/", seeds, **auth).status_code == 404
+    assert client.delete(f"/api/crawls/{theirs.pk}/", **auth).status_code == 404
     theirs.refresh_from_db()
     assert theirs.state == CrawlState.DRAFT
     assert theirs.seeds == ["http://127.0.0.1:9/"]

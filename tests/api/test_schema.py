@@ -12,7 +12,7 @@ pytestmark = pytest.mark.django_db
 
 ENDPOINTS = {
     "/api/crawls/": {"get", "post"},
-    "/api/crawls/{id}/": {"get"},
+    "/api/crawls/{id}/": {"get", "delete"},
     "/api/crawls/{id}/start/": {"post"},
     "/api/crawls/{id}/pause/": {"post"},
     "/api/crawls/{id}/resume/": {"post"},

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from rq import Worker
 
-from crawlhub.connections import get_redis
+from crawlhub.redis.connections import get_redis
 from tests.support import processes
 from tests.support.crawling import (
     REGISTRATIONS,

@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from crawlhub.connections import get_redis, redis_memory
+from crawlhub.redis.connections import get_redis, redis_memory
 from crawlhub.sample_site import SampleSite
-from crawls import editing, services
+from crawls import services
 from crawls.engine.frontier import Frontier
 from crawls.models import CRAWL_OPTIONS, Crawl, CrawlDeletion, CrawlEvent, CrawlState
 from tests.dashboard.test_browser import log_in, wait_for_js, wait_until
@@ -305,8 +305,8 @@ def test_with_the_websocket_blocked_polling_keeps_the_badge_live(page, dashboard
 def test_run_again_copies_credentials_only_for_the_owner(user, staff):
     crawl = services.crawl_create(user=user, name="with secrets", seeds=["https://example.com/"],
                                   auth={"headers": "X-Api-Key: s3cret"})  # fmt: skip
-    mine = editing.crawl_run_again(crawl=crawl, user=user)
-    theirs = editing.crawl_run_again(crawl=crawl, user=staff)
+    mine = services.crawl_run_again(crawl=crawl, user=user)
+    theirs = services.crawl_run_again(crawl=crawl, user=staff)
     assert mine.auth.headers == [["X-Api-Key", "s3cret"]]
     assert not hasattr(theirs, "auth") or theirs.auth is None
     note = theirs.events.get(kind=CrawlEvent.Kind.CREATED).detail

@@ -1,7 +1,7 @@
 """The channel layer the websockets wait on: a consumer whose socket closes ends, always.
 
 redis-py's asyncio client sometimes loses a cancellation inside a read (see
-crawlhub/channel_layer.py); a consumer cancelled then would wait for group messages forever.
+crawlhub/redis/channel_layer.py); a consumer cancelled then would wait for group messages forever.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import sys
 import pytest
 from channels.layers import get_channel_layer
 
-from crawlhub.channel_layer import ChannelLayer
+from crawlhub.redis.channel_layer import ChannelLayer
 from tests.support import processes
 
 # What it checks does not depend on the database: .ci/run runs it on SQLite only.

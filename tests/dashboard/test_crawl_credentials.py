@@ -16,7 +16,7 @@ from django.core.management import CommandError, call_command
 
 from crawls import schedules, services
 from crawls.engine import credentials
-from crawls.models import Crawl, CrawlAuth, CrawlEvent
+from crawls.models import Channel, Crawl, CrawlAuth, CrawlEvent
 from tests.support.crawling import drive
 from tests.support.sites import LoginSite, Response
 
@@ -52,7 +52,7 @@ def form_data(site, **changes) -> dict:
         "login_fields": f"username={LoginSite.USER}\npassword={LoginSite.PASSWORD}",
         "login_check_selector": "#logout",
     }  # fmt: skip
-    data["channel"] = services.Channel.default().pk
+    data["channel"] = Channel.default().pk
     data.update(changes)
     return data
 

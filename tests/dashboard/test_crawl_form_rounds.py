@@ -9,9 +9,9 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.core.files.uploadedfile import SimpleUploadedFile
 
-from crawls import editing, services
+from crawls import services
 from crawls.engine import credentials
-from crawls.models import Crawl, CrawlAuth, CrawlEvent
+from crawls.models import Channel, Crawl, CrawlAuth, CrawlEvent
 
 pytestmark = pytest.mark.django_db
 
@@ -26,7 +26,7 @@ BAD_AUTH = {
 
 def form_data(**changes) -> dict:
     data = {
-        "name": "rounds", "channel": services.Channel.default().pk, "seeds": SEED,
+        "name": "rounds", "channel": Channel.default().pk, "seeds": SEED,
         "max_depth": 20, "max_pages": 100, "priority": 0, "threads": 4, "slices": 1,
         "timeout": 10, "max_bytes": "1 MB", "max_retries": 1, "host_concurrency": 0,
     }  # fmt: skip
@@ -150,7 +150,7 @@ def test_a_draft_removes_saved_credentials_kind_by_kind_audited(user, user_clien
     assert "set (user bob, password set)" in shown and no_secret_in(shown)
 
     # Once the last kind goes, so does the row: the crawl has no credentials.
-    editing.crawl_update(crawl=crawl, user=user, name="draft", seeds=[SEED],
+    services.crawl_update(crawl=crawl, user=user, name="draft", seeds=[SEED],
                          remove_credentials=["cookies", "basic_auth"])  # fmt: skip
     assert not CrawlAuth.objects.filter(crawl=crawl).exists()
     assert services.credentials_shown(Crawl.objects.get(pk=crawl.pk)) == {}
@@ -168,7 +168,7 @@ def test_removing_and_giving_the_same_kind_at_once_is_refused(user, user_client)
     assert "new-SECRET" not in response.content.decode()
     assert CrawlAuth.objects.get(crawl=crawl).headers == [["X-Api-Key", SECRETS[0]]]
     with pytest.raises(ValidationError) as caught:
-        editing.crawl_update(
+        services.crawl_update(
             crawl=crawl,
             user=user,
             name="d",

@@ -10,8 +10,8 @@ import pytest
 from django.utils import timezone as django_timezone
 
 from crawlhub.dates import machine
-from crawlhub.serializers import DateTimeField
 from crawlhub.templatetags.dates import ago, moment
+from crawlhub.web.serializers import DateTimeField
 
 KATHMANDU = timezone(timedelta(hours=5, minutes=45))
 

@@ -3,7 +3,7 @@
 import pytest
 from rq import Worker
 
-from crawlhub.connections import get_redis
+from crawlhub.redis.connections import get_redis
 from tests.support.crawling import use_redis
 
 

@@ -10,7 +10,7 @@ from urllib.parse import urljoin, urlsplit
 import pytest
 from rq import Worker
 
-from crawlhub.connections import get_redis
+from crawlhub.redis.connections import get_redis
 from crawlhub.sample_site import SampleSite
 from crawls import services, webhooks
 from crawls.models import Channel, CrawlState, WebhookDelivery

@@ -17,7 +17,7 @@ from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.db import connection
 
-from crawlhub.consumers import CLOSE_FORBIDDEN
+from crawlhub.web.consumers import CLOSE_FORBIDDEN
 from crawls import consumers, services
 from crawls.engine import jobs, live
 from crawls.engine.frontier import Frontier

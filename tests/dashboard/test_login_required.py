@@ -5,7 +5,7 @@ import json
 import pytest
 from django.urls import URLPattern, URLResolver, get_resolver
 
-from crawlhub.consumers import CLOSE_FORBIDDEN
+from crawlhub.web.consumers import CLOSE_FORBIDDEN
 from tests.support.clients import session_cookie, ws_connect
 
 # Pages reachable without a session, on purpose.

@@ -6,7 +6,7 @@ from __future__ import annotations
 import lxml.html
 import pytest
 
-from crawls import editing, services
+from crawls import services
 from crawls.models import Change
 from tests.support.crawling import drive, start_site_crawl
 from tests.support.sites import pages_site
@@ -27,7 +27,7 @@ def test_run_again_is_compared_with_the_run_it_came_from(user, user_client, make
     pages = {"/": HOME, "/a": "<p>one</p>"}
     site = make_site(pages_site(pages))
     first = drive(start_site_crawl(user, site))
-    again = editing.crawl_run_again(crawl=first, user=user)
+    again = services.crawl_run_again(crawl=first, user=user)
     assert again.baseline_id == first.pk
     pages["/a"] = "<p>two</p>"
     services.crawl_start(crawl=again, user=user)
@@ -42,7 +42,7 @@ def test_run_again_is_compared_with_the_run_it_came_from(user, user_client, make
 
 def test_a_draft_run_again_from_a_draft_has_no_baseline(user):
     draft = services.crawl_create(user=user, name="d", seeds=["http://127.0.0.1:9/"])
-    assert editing.crawl_run_again(crawl=draft, user=user).baseline_id is None
+    assert services.crawl_run_again(crawl=draft, user=user).baseline_id is None
 
 
 def test_compare_with_another_crawl_offers_the_earlier_run_of_the_same_site(

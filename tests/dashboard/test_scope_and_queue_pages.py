@@ -1,5 +1,5 @@
 """The doors of a running crawl's scope change and of its queue view: the Change limits page,
-the API and `manage.py crawl` pass the patterns to crawls.editing.crawl_change_live (its
+the API and `manage.py crawl` pass the patterns to crawls.services.crawl_change_live (its
 behaviour: tests/engine/test_scope_changes.py); the queue view, its API and its command show
 what Redis holds, paged by cursor; the crawl's owner and staff only."""
 

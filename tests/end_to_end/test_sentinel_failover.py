@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from crawlhub.connections import REDIS_ERRORS, get_redis
+from crawlhub.redis.connections import REDIS_ERRORS, get_redis
 from crawls.engine.frontier import Frontier
 from crawls.models import CrawlState
 from tests.support import processes

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from crawlhub import redis_config
+from crawlhub.redis import redis_config
 
 ROOT = Path(__file__).resolve().parents[2]
 SHOW = (

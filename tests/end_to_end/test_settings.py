@@ -12,7 +12,7 @@ import redis.connection
 from django.conf import settings
 from django.db import connection
 
-from crawlhub import redis_config
+from crawlhub.redis import redis_config
 from tests.support import processes
 from tests.support.settings_process import ForkingRunner
 
@@ -194,7 +194,7 @@ def test_good_values_are_accepted(load_settings, tmp_path):
 # would wake the processes too far apart), then reads the settings: the key is created by
 # several processes within microseconds of each other.
 RACE = (
-    "import sys, time; import dj_database_url, django.conf, crawlhub.launcher\n"
+    "import sys, time; import dj_database_url, django.conf, crawlhub.processes.launcher\n"
     "start = float(sys.argv[1])\n"
     "while time.time() < start: pass\n"
     "from crawlhub import settings; print(settings.SECRET_KEY)"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from crawlhub import launcher
+from crawlhub.processes import launcher
 from crawls.engine.frontier import Frontier
 from crawls.models import CrawlState
 from tests.support.crawling import assert_exact, start_sample_crawl, wait_for_state
@@ -159,7 +159,7 @@ def test_a_child_that_keeps_dying_is_restarted_ever_more_slowly_and_the_log_says
     group.add("cron", [sys.executable, "-c", "import sys; sys.exit(3)"], restart=True)
     group.start()
     deadline = time.monotonic() + 60
-    with caplog.at_level(logging.WARNING, logger="crawlhub.process_group"):
+    with caplog.at_level(logging.WARNING, logger="crawlhub.processes.process_group"):
         while group.restarts.get("cron", 0) < 3:
             assert group.check() is None
             assert time.monotonic() < deadline, caplog.text

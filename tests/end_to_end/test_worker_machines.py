@@ -28,8 +28,8 @@ from django.conf import settings
 from django.db import connection
 from django.db.migrations.recorder import MigrationRecorder
 
-from crawlhub import redis_config
 from crawlhub.asgi import application
+from crawlhub.redis import redis_config
 from crawls.engine.frontier import Frontier
 from crawls.models import CrawlState
 from tests.support import processes

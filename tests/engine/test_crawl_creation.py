@@ -13,7 +13,15 @@ from hypothesis import strategies as st
 
 from crawls import services
 from crawls.engine.frontier import Frontier
-from crawls.models import CRAWL_OPTIONS, MAX_BODY_BYTES, Channel, Crawl, CrawlEvent, CrawlState
+from crawls.models import (
+    CRAWL_OPTIONS,
+    MAX_BODY_BYTES,
+    Channel,
+    Crawl,
+    CrawlDeletion,
+    CrawlEvent,
+    CrawlState,
+)
 from tests.support.fuzzing import PROPERTY
 
 pytestmark = pytest.mark.django_db
@@ -285,28 +293,18 @@ def test_the_admin_creates_and_starts_crawls_through_the_services(staff_client, 
     assert list(crawl.events.values_list("kind", flat=True)) == ["created"]
 
 
-def test_deleting_a_crawl_in_the_admin_removes_its_redis_keys(
-    staff_client, django_user_model, redis
+def test_deleting_a_crawl_in_the_admin_cancels_it_and_retires_its_redis_keys(
+    staff_client, django_user_model, redis, django_capture_on_commit_callbacks
 ):
+    """As every door deletes (services.crawl_delete; each door: test_crawl_deletion.py)."""
     staff = django_user_model.objects.get(username="sam")
     staff.is_superuser = True
     staff.save()
     crawl = create(staff)
     services.crawl_start(crawl=crawl, user=staff)
-    services.crawl_cancel(crawl=crawl, user=staff)
-    assert redis.keys(Frontier(crawl.pk).key("*"))
-    response = staff_client.post(f"/admin/crawls/crawl/{crawl.pk}/delete/", {"post": "yes"})
+    with django_capture_on_commit_callbacks(execute=True):
+        response = staff_client.post(f"/admin/crawls/crawl/{crawl.pk}/delete/", {"post": "yes"})
     assert response.status_code == 302
     assert not type(crawl).objects.filter(pk=crawl.pk).exists()
-    assert redis.keys(Frontier(crawl.pk).key("*")) == []
-
-
-def test_a_running_crawl_is_not_deleted_from_the_admin(staff_client, django_user_model, redis):
-    staff = django_user_model.objects.get(username="sam")
-    staff.is_superuser = True
-    staff.save()
-    crawl = create(staff)
-    services.crawl_start(crawl=crawl, user=staff)
-    staff_client.post(f"/admin/crawls/crawl/{crawl.pk}/delete/", {"post": "yes"})
-    assert type(crawl).objects.filter(pk=crawl.pk).exists()
-    assert redis.keys(Frontier(crawl.pk).key("*"))
+    assert CrawlDeletion.objects.get(crawl_id=crawl.pk).state == CrawlState.CANCELLED
+    assert redis.keys(Frontier(crawl.pk).key("*")) == [Frontier(crawl.pk).key("state").encode()]

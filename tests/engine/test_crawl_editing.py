@@ -1,11 +1,11 @@
-"""Changing a crawl once it exists (crawls.editing): a draft's settings, a running crawl's
+"""Changing a crawl once it exists (crawls.services.editing): a draft's settings, a running crawl's
 limits (taken by the frontier and the next slices), run again, delete; and one meaning of
 "error" in the counters (a 500 out of retries is an error and a 5xx)."""
 
 import pytest
 from django.core.exceptions import ValidationError
 
-from crawls import editing, services
+from crawls import services
 from crawls.engine import jobs
 from crawls.engine.frontier import Frontier
 from crawls.engine.live import progress, snapshot
@@ -59,7 +59,7 @@ def test_progress_is_done_against_known_and_capped_by_max_pages(user):
 
 def test_a_draft_is_edited_whole_and_audited(user):
     crawl = services.crawl_create(user=user, name="d", seeds=["https://example.com/"])
-    changed = editing.crawl_update(
+    changed = services.crawl_update(
         crawl=crawl, user=user, name="d2", seeds="https://example.com/\nhttps://example.org/",
         max_pages=5, include_patterns=["^https://example"],
     )  # fmt: skip
@@ -68,25 +68,25 @@ def test_a_draft_is_edited_whole_and_audited(user):
     assert set(changed) >= {"name", "seeds", "max_pages", "include_patterns"}
     assert crawl.events.filter(kind=CrawlEvent.Kind.EDITED, user=user).exists()
     with pytest.raises(ValidationError) as caught:
-        editing.crawl_update(crawl=crawl, user=user, name="", seeds="ftp://x", max_pages=0)
+        services.crawl_update(crawl=crawl, user=user, name="", seeds="ftp://x", max_pages=0)
     assert {"name", "seeds", "max_pages"} <= set(caught.value.message_dict)
 
 
 def test_a_running_crawl_may_change_only_its_live_settings(user):
     crawl = services.crawl_create(user=user, name="r", seeds=["https://example.com/"])
     with pytest.raises(services.CrawlActionError):
-        editing.crawl_change_live(crawl=crawl, user=user, max_pages=5)  # a draft: edit it
+        services.crawl_change_live(crawl=crawl, user=user, max_pages=5)  # a draft: edit it
     services.crawl_start(crawl=crawl, user=user)
     with pytest.raises(ValidationError) as caught:
-        editing.crawl_change_live(crawl=crawl, user=user, user_agent="x")
+        services.crawl_change_live(crawl=crawl, user=user, user_agent="x")
     assert "user_agent" in caught.value.message_dict
     with pytest.raises(ValidationError) as caught:
-        editing.crawl_change_live(crawl=crawl, user=user, threads=0, max_pages=-1)
+        services.crawl_change_live(crawl=crawl, user=user, threads=0, max_pages=-1)
     assert {"threads", "max_pages"} <= set(caught.value.message_dict)
     with pytest.raises(services.CrawlActionError):
-        editing.crawl_update(crawl=crawl, user=user, name="x", seeds=crawl.seeds)
+        services.crawl_update(crawl=crawl, user=user, name="x", seeds=crawl.seeds)
 
-    lines = editing.crawl_change_live(crawl=crawl, user=user, max_pages=7, host_delay=0.5,
+    lines = services.crawl_change_live(crawl=crawl, user=user, max_pages=7, host_delay=0.5,
                                       host_concurrency=2, max_depth=1).lines  # fmt: skip
     assert "max pages: 1000 -> 7" in lines
     config = {k.decode(): v.decode() for k, v in
@@ -101,7 +101,7 @@ def test_a_running_crawl_may_change_only_its_live_settings(user):
 def test_a_lowered_max_pages_caps_a_running_crawl(user, make_site):
     site = make_site(pages_site(chain_site(40)))
     crawl = start_site_crawl(user, site, max_pages=1000, threads=1, max_depth=100)
-    editing.crawl_change_live(crawl=crawl, user=user, max_pages=6)
+    services.crawl_change_live(crawl=crawl, user=user, max_pages=6)
     crawl = drive(crawl)
     assert crawl.state == CrawlState.FINISHED
     assert crawl.stats["requests"] == 6
@@ -111,7 +111,7 @@ def test_a_lowered_max_pages_caps_a_running_crawl(user, make_site):
 def test_fewer_slices_take_effect_as_slices_end(user, make_site):
     site = make_site(pages_site(chain_site(3)))
     crawl = start_site_crawl(user, site, slices=3)
-    editing.crawl_change_live(crawl=crawl, user=user, slices=1)
+    services.crawl_change_live(crawl=crawl, user=user, slices=1)
     frontier = Frontier(crawl.pk)
     frontier.slice_register(["other"], ttl=60)  # one slice still running elsewhere
     before = frontier.redis.zcard(f"ch:{{c{crawl.pk}}}:slices")
@@ -128,14 +128,14 @@ def test_delete_cancels_a_running_crawl_and_removes_its_rows_and_keys(
     running = start_site_crawl(user, site)
     pk = running.pk
     with django_capture_on_commit_callbacks(execute=True):
-        record = editing.crawl_delete(crawl=running, user=staff)
+        record = services.crawl_delete(crawl=running, user=staff)
     assert record.user == staff and record.owner_id == user.pk
     assert not Crawl.objects.filter(pk=pk).exists()
     frontier = Frontier(pk)
     keys = list(frontier.redis.scan_iter(match=f"ch:{{c{pk}}}:*"))
     assert keys == [f"ch:{{c{pk}}}:state".encode()]  # "cancelled" for slices still finishing
     assert frontier.state() == "cancelled"
-    assert 0 < frontier.redis.pttl(f"ch:{{c{pk}}}:state") <= editing.RETIRED_STATE_SECONDS * 1000
+    assert 0 < frontier.redis.pttl(f"ch:{{c{pk}}}:state") <= services.RETIRED_STATE_SECONDS * 1000
     assert CrawlDeletion.objects.filter(crawl_id=pk, state=CrawlState.CANCELLED).exists()
     # The other crawl is untouched.
     assert Crawl.objects.filter(pk=crawl.pk).exists() and crawl.pages.count() > 0

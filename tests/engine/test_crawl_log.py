@@ -9,7 +9,7 @@ import time
 import pytest
 from django.core.exceptions import ValidationError
 
-from crawls import editing, services
+from crawls import services
 from crawls.engine import crawl_log, lifecycle
 from crawls.engine.crawl_log import SLICE_LINES, SliceLog, trim
 from crawls.engine.crawl_settings import CannotStart
@@ -230,7 +230,7 @@ def test_the_log_keeps_the_newest_lines_of_each_level_and_counts_what_it_removed
 def test_deleting_a_crawl_removes_its_log(user):
     crawl = make_crawl(user)
     crawl_log.write([crawl_log.line(crawl.pk, Kind.SLICE, "a line")])
-    editing.crawl_delete(crawl=crawl, user=user)
+    services.crawl_delete(crawl=crawl, user=user)
     assert not CrawlEvent.objects.filter(crawl_id=crawl.pk).exists()
 
 

@@ -16,7 +16,7 @@ from django.core.management import call_command
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
-from crawls import editing, schedules, services
+from crawls import schedules, services
 from crawls.engine.slices import run_slice
 from crawls.models import Crawl, CrawlAuth, CrawlEvent, CrawlState
 from tests.support.clients import bearer, form_data, post
@@ -216,7 +216,7 @@ def test_run_again_keeps_the_bound_origins_for_the_owner_and_nothing_for_staff(
     services.crawl_cancel(crawl=crawl, user=user)
     home.log.clear()
     other.log.clear()
-    mine = editing.crawl_run_again(crawl=crawl, user=user)
+    mine = services.crawl_run_again(crawl=crawl, user=user)
     assert mine.seeds == [home.url + "/", other.url + "/"]
     assert mine.auth.origins == [["http", "127.0.0.1", home.port]]  # as they were bound
     services.crawl_start(crawl=mine, user=user)
@@ -227,7 +227,7 @@ def test_run_again_keeps_the_bound_origins_for_the_owner_and_nothing_for_staff(
 
     home.log.clear()
     other.log.clear()
-    theirs = editing.crawl_run_again(crawl=crawl, user=staff)
+    theirs = services.crawl_run_again(crawl=crawl, user=staff)
     assert not CrawlAuth.objects.filter(crawl=theirs).exists()
     services.crawl_start(crawl=theirs, user=staff)
     assert drive(theirs).state == CrawlState.FINISHED
@@ -295,9 +295,9 @@ def test_only_the_owner_enters_a_draft_s_credentials_and_staff_may_remove_them(
     assert "Only the crawl&#x27;s owner (alice) can enter its credentials" in page
     assert 'name="headers"' not in page and 'name="remove_headers"' in page
     with pytest.raises(ValidationError) as caught:
-        editing.crawl_update(crawl=crawl, user=staff, name="draft", seeds=[other.url + "/"],
+        services.crawl_update(crawl=crawl, user=staff, name="draft", seeds=[other.url + "/"],
                              auth={"headers": "X-Token: staff-SECRET"})  # fmt: skip
-    assert caught.value.message_dict[NON_FIELD_ERRORS] == [editing.owner_only(crawl)]
+    assert caught.value.message_dict[NON_FIELD_ERRORS] == [services.owner_only(crawl)]
     assert CrawlAuth.objects.get(crawl=crawl).headers == [["X-Token", HEADER_SECRET]]
     response = staff_client.post(path, form_data(staff_client, path, remove_headers="on"))
     assert response.status_code == 302, response.context["form"].errors

@@ -11,7 +11,7 @@ import pytest
 from django.db import transaction
 from django.test import override_settings
 
-from crawls import editing, services
+from crawls import services
 from crawls.engine.frontier import Frontier, OverflowFenced
 from crawls.engine.jobs import supervise
 from crawls.engine.lifecycle import finish_if_done
@@ -294,7 +294,7 @@ def test_a_crawl_deleted_takes_its_rows_with_it(user, frontier, crawl):
     seed(frontier, 200)
     Overflow(frontier, window=WINDOW).balance()
     assert SpilledRequest.objects.filter(crawl_id=crawl.pk).count() == 163
-    editing.crawl_delete(crawl=crawl, user=user)
+    services.crawl_delete(crawl=crawl, user=user)
     assert not SpilledRequest.objects.filter(crawl_id=crawl.pk).exists()
 
 

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import pytest
 import redis as redis_py
 
-from crawlhub.connections import redis_memory
+from crawlhub.redis.connections import redis_memory
 from crawls import services
 from crawls.api.crawls import CrawlSerializer
 from crawls.engine import live

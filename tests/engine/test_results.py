@@ -9,6 +9,7 @@ import hashlib
 from collections import Counter
 
 import pytest
+from django.core.exceptions import ValidationError
 
 from crawls import changes, schedules, services, webhooks
 from crawls.engine.frontier import Frontier
@@ -98,7 +99,7 @@ def test_structured_data_is_kept_with_one_switch(user, make_site):
 
 
 def test_bad_rules_are_refused_when_the_crawl_is_saved_naming_each_rule(user):
-    with pytest.raises(services.ValidationError) as refused:
+    with pytest.raises(ValidationError) as refused:
         services.crawl_create(user=user, name="x", seeds=["http://example.com/"], extract_rules=[
             {"name": "price", "kind": "css", "expr": ".price["},
             {"name": "sku", "kind": "regex", "expr": "(a"},

@@ -1,4 +1,4 @@
-"""Changing a running crawl's include and exclude patterns (crawls.editing.crawl_change_live,
+"""Changing a running crawl's include and exclude patterns (crawls.services.crawl_change_live,
 crawls/engine/scope_changes.py): what no longer fits is dropped, counted as cancelled and said;
 what is found afterwards obeys the new patterns; bad patterns are refused as at creation.
 
@@ -16,7 +16,7 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.db import connection
 
-from crawls import editing, services
+from crawls import services
 from crawls.engine import lifecycle
 from crawls.engine.frontier import Frontier
 from crawls.engine.scope_changes import drop_job
@@ -88,7 +88,7 @@ def test_an_exclusion_added_mid_crawl_is_never_fetched_after_and_its_drop_is_cou
     with Slices(crawl):
         wait_for_responses(crawl, 15)
         assert Frontier(crawl.pk).stats()["queued"] > 20  # a queue to drop from
-        done = editing.crawl_change_live(crawl=crawl, user=user, exclude_patterns=["^.*/s/"])
+        done = services.crawl_change_live(crawl=crawl, user=user, exclude_patterns=["^.*/s/"])
         seen_by_the_change = len(site.log)
         assert done.dropped and done.dropped > 0 and not done.dropping
         crawl.refresh_from_db()
@@ -137,7 +137,7 @@ def test_removing_an_exclusion_lets_links_found_afterwards_in(user, make_site):
         run_slice(crawl.pk, f"first-{n}", budget_seconds=0.5)
     before = len(site.log)
     assert 2 <= before < 30 and not any("/later/" in r.path for r in site.log)
-    done = editing.crawl_change_live(crawl=crawl, user=user, exclude_patterns=[])
+    done = services.crawl_change_live(crawl=crawl, user=user, exclude_patterns=[])
     assert done.lines[0] == "exclude patterns: /later/ -> none" and done.dropped == 0
     crawl = drive(crawl)
     later = {r.path for r in site.log if r.path.startswith("/later/")}
@@ -158,7 +158,7 @@ def test_bad_patterns_are_refused_with_the_messages_of_creation_and_nothing_chan
         services.crawl_create(user=user, name="q", seeds=["https://example.com/"],
                               exclude_patterns=bad)  # fmt: skip
     with pytest.raises(ValidationError) as caught:
-        editing.crawl_change_live(crawl=crawl, user=user, exclude_patterns=bad, max_pages=5)
+        services.crawl_change_live(crawl=crawl, user=user, exclude_patterns=bad, max_pages=5)
     messages = caught.value.message_dict["exclude_patterns"]
     assert messages == at_creation.value.message_dict["exclude_patterns"]
     assert len(messages) == 2 and messages[0].startswith("line 2: ")
@@ -178,7 +178,7 @@ def test_a_link_queued_under_the_old_scope_after_the_change_is_dropped_when_clai
     refuse: the slice that claims it checks it and drops it, unfetched."""
     site = make_site(pages_site({"/": "<a href='/a'>a</a>", "/a": "a", "/x/late": "late"}))
     crawl = start_site_crawl(user, site, threads=1)
-    editing.crawl_change_live(crawl=crawl, user=user, exclude_patterns=["/x/"])
+    services.crawl_change_live(crawl=crawl, user=user, exclude_patterns=["/x/"])
     frontier = Frontier(crawl.pk)
     frontier.add_seeds([site.url + "/x/late"], depth=1)  # as a stale slice's completion would
     crawl = drive(crawl)
@@ -201,7 +201,7 @@ def test_a_big_queue_is_dropped_in_the_background_and_the_total_said(
     monkeypatch.setattr("crawls.engine.scope_changes.INLINE_BUDGET", 500)
     monkeypatch.setattr("crawls.engine.scope_changes.JOB_BUDGET", 700)
     with django_capture_on_commit_callbacks(execute=True):
-        done = editing.crawl_change_live(crawl=crawl, user=user, exclude_patterns=["/s/"])
+        done = services.crawl_change_live(crawl=crawl, user=user, exclude_patterns=["/s/"])
     assert done.dropping and 0 < done.dropped < 3000
     assert "the rest of the queue is looked at in the background" in done.lines[-1]
     [job] = django_rq.get_queue("control").jobs  # run here, as a worker would

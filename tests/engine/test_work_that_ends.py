@@ -11,8 +11,8 @@ import django_rq
 import pytest
 from rq.job import Job
 
-from crawlhub.connections import get_redis
 from crawlhub.http.rendering import LAUNCH_SECONDS
+from crawlhub.redis.connections import get_redis
 from crawls import services
 from crawls.engine import jobs
 from crawls.engine.crawl_settings import slice_seconds

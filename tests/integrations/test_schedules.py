@@ -20,7 +20,7 @@ from rq.job import Job
 
 from crawls import schedules, services
 from crawls.engine.frontier import Frontier
-from crawls.models import Crawl, CrawlSchedule, CrawlState
+from crawls.models import CRAWL_OPTIONS, Crawl, CrawlSchedule, CrawlState
 from tests.support import processes
 from tests.support.crawling import ROOT, WorkerFleet, database_url, fetched_paths, wait_for_state
 from tests.support.fuzzing import PROPERTY
@@ -156,7 +156,7 @@ def test_a_due_schedule_starts_one_linked_copy_and_moves_on(user):
     assert run.state == CrawlState.RUNNING and run.created_by == user
     assert run.name.startswith("nightly 20")
     assert run.seeds == template.seeds and run.channel == template.channel
-    for option in services.CRAWL_OPTIONS:
+    for option in CRAWL_OPTIONS:
         assert getattr(run, option) == getattr(template, option), option
     assert Frontier(run.pk).stats()["requests"] == 2
     schedule.refresh_from_db()
@@ -189,7 +189,7 @@ def test_disabled_and_future_schedules_do_not_run(user):
 
 
 def test_a_run_that_cannot_start_is_reported_on_the_schedule(user, settings):
-    from crawlhub.connections import reset_pools
+    from crawlhub.redis.connections import reset_pools
     from tests.support.sites import free_port
 
     schedule = due_schedule(user)

@@ -18,8 +18,8 @@ from django.conf import settings
 from django.db import connection
 from rq import Worker
 
-from crawlhub import redis_config
-from crawlhub.connections import get_redis, reset_pools
+from crawlhub.redis import redis_config
+from crawlhub.redis.connections import get_redis, reset_pools
 from crawlhub.sample_site import SampleSite
 from crawls import services
 from crawls.engine import lifecycle

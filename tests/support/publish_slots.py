@@ -21,7 +21,7 @@ from collections.abc import Iterable, Iterator
 import redis
 from redis.client import Pipeline
 
-from crawlhub.connections import get_redis
+from crawlhub.redis.connections import get_redis
 from crawls.engine.frontier import Frontier
 
 # Redis decides a key's expiry on a millisecond clock; TIME answers in microseconds: a slot

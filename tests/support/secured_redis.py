@@ -22,7 +22,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from crawlhub import launcher
+from crawlhub.processes import launcher
 from tests.support import processes
 from tests.support.sites import free_port
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import redis
 
-from crawlhub import redis_config
+from crawlhub.redis import redis_config
 from tests.support import processes
 from tests.support.sites import free_port
 

@@ -7,7 +7,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from crawlhub.connections import REDIS_ERRORS
+from crawlhub.redis.connections import REDIS_ERRORS
 from tests.support.processes import children
 
 

@@ -1,6 +1,6 @@
 """`manage.py cron [crawlhub.cron]`: the periodic jobs (crawlhub/cron.py), as django-rq's
 `rqcron` runs them, but waiting out a Redis that went away (a restart, a Sentinel failover)
-instead of exiting (crawlhub.rqworker.CronScheduler). `up` runs it."""
+instead of exiting (crawlhub.processes.rqworker.CronScheduler). `up` runs it."""
 
 import logging
 from typing import Any
@@ -8,7 +8,7 @@ from typing import Any
 from django.core.management.base import CommandParser
 from django_rq.management.commands import rqcron
 
-from crawlhub.rqworker import CronScheduler
+from crawlhub.processes.rqworker import CronScheduler
 
 
 class Command(rqcron.Command):

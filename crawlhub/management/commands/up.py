@@ -12,7 +12,8 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from crawlhub import launcher, process_group, redis_config
+from crawlhub.processes import launcher, process_group
+from crawlhub.redis import redis_config
 
 QUEUES = ["control", "crawls", "default"]
 # Daphne takes a few seconds to import Django and listen; a busy machine takes longer.

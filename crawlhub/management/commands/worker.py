@@ -1,7 +1,7 @@
 """`manage.py worker` (`./run worker`): this machine's share of a deployment's crawling.
 
 N RQ workers for the Redis of REDIS_URL and the database of DATABASE_URL, supervised as `up`
-supervises its own (crawlhub.process_group: restarted when they die, stopped together on
+supervises its own (crawlhub.processes.process_group: restarted when they die, stopped together on
 SIGTERM, a slice in progress handing its requests back). No web server, no cron, no Redis of its
 own: the machine that runs `up` runs those.
 """
@@ -17,8 +17,9 @@ from django.db import DatabaseError, connection
 from django.db.migrations.executor import MigrationExecutor
 from rq import Worker
 
-from crawlhub import process_group, redis_config
-from crawlhub.connections import REDIS_ERRORS, get_redis
+from crawlhub.processes import process_group
+from crawlhub.redis import redis_config
+from crawlhub.redis.connections import REDIS_ERRORS, get_redis
 
 QUEUES = ["control", "crawls", "default"]
 SUPERVISE_SECONDS = 0.5

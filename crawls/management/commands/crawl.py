@@ -15,7 +15,7 @@ from django.db import models
 from django.utils import timezone
 
 from crawlhub.dates import machine
-from crawls import editing, exports, queued, services
+from crawls import exports, queued, services
 from crawls.engine import credentials
 from crawls.models import CRAWL_OPTIONS, Channel, Crawl, CrawlState, LinesField, RulesField
 
@@ -133,13 +133,18 @@ def _the_one_admin():
 
 
 class Command(BaseCommand):
-    help = "Create, start, pause, resume, cancel and watch crawls."
+    help = "Create, start, pause, resume, cancel, delete and watch crawls."
 
     def add_arguments(self, parser: ArgumentParser) -> None:
         sub = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
         _add_create_options(sub.add_parser("create", help="create a crawl; prints its id"))
         for action in ("start", "pause", "resume", "cancel"):
             sub.add_parser(action, help=f"{action} a crawl").add_argument("id", type=int)
+        delete = sub.add_parser(
+            "delete", help="delete a crawl, its pages and its Redis keys (cancelled first)"
+        )
+        delete.add_argument("id", type=int)
+        delete.add_argument("--user", help="username recorded in the trail of deletions")
         seeds = sub.add_parser(
             "add-seeds",
             help="add start URLs, also to a running crawl (new origins do not get "
@@ -181,8 +186,8 @@ class Command(BaseCommand):
             "change", help="change a running or paused crawl's limits or scope (as Change limits)"
         )
         change.add_argument("id", type=int)
-        for name in editing.LIVE_FIELDS:
-            if name not in editing.SCOPE_FIELDS:
+        for name in services.LIVE_FIELDS:
+            if name not in services.SCOPE_FIELDS:
                 _add_option(change, Crawl._meta.get_field(name))
         for kind in ("include", "exclude"):
             change.add_argument(f"--add-{kind}", action="append", default=[], metavar="PATTERN",
@@ -270,6 +275,10 @@ class Command(BaseCommand):
         services.crawl_cancel(crawl=self._crawl(id))
         self.stdout.write(f"crawl {id} cancelled")
 
+    def do_delete(self, *, id, user, **_) -> None:
+        record = services.crawl_delete(crawl=self._crawl(id), user=self._user(user))
+        self.stdout.write(f"crawl {id} deleted, with its {record.pages:,} page(s)")
+
     def do_add_seeds(self, *, id, urls, **_) -> None:
         crawl = self._crawl(id)
         added, seen = services.crawl_add_seeds(crawl=crawl, urls=urls)
@@ -321,7 +330,7 @@ class Command(BaseCommand):
 
     def do_change(self, *, id, user, **options) -> None:
         crawl = self._crawl(id)
-        changes = {k: v for k, v in options.items() if k in editing.LIVE_FIELDS and v is not None}
+        changes = {k: v for k, v in options.items() if k in services.LIVE_FIELDS and v is not None}
         for kind in ("include", "exclude"):
             added, removed = options[f"add_{kind}"], options[f"remove_{kind}"]
             if not (added or removed):
@@ -336,7 +345,7 @@ class Command(BaseCommand):
                 )
             changes[name] = [p for p in current if p not in removed] + [
                 p for p in added if p not in current]  # fmt: skip
-        done = editing.crawl_change_live(crawl=crawl, user=self._user(user), **changes)
+        done = services.crawl_change_live(crawl=crawl, user=self._user(user), **changes)
         for line in done.lines or ["nothing changed"]:
             self.stdout.write(line)
 

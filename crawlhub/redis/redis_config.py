@@ -1,6 +1,6 @@
 """How every Redis client of crawlhub connects, decided in one place: the client URL.
 
-RQ and django-rq, the frontier and the proxy pool (crawlhub.connections), the channel layer
+RQ and django-rq, the frontier and the proxy pool (crawlhub.redis.connections), the channel layer
 (channels-redis), cron and RQ's scheduler, the health checks: each is given settings.REDIS_URL
 and builds its connection from it with redis-py's from_url, sync or asyncio. So the URL carries
 everything a connection needs: the address, the ACL user and password

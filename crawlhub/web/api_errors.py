@@ -8,8 +8,8 @@ from rest_framework import exceptions, renderers, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from crawlhub.connections import REDIS_ERRORS
 from crawlhub.errors import ActionRefused
+from crawlhub.redis.connections import REDIS_ERRORS
 
 
 class Conflict(exceptions.APIException):

@@ -8,7 +8,7 @@ from django.conf import settings
 from rq import Queue, Worker
 from rq.registry import FailedJobRegistry, StartedJobRegistry
 
-from crawlhub.connections import get_redis
+from crawlhub.redis.connections import get_redis
 
 FAILED_JOBS_SHOWN = 20
 # The job's meta key holding the id of the crawl it works for (crawls.engine.jobs sets it).

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import redis
 from django.conf import settings
 
-from crawlhub import redis_config
+from crawlhub.redis import redis_config
 
 # Redis is away: refused, dropped, timed out (BusyLoadingError, a restarting Redis, is a
 # ConnectionError too; so are a Sentinel that names no master yet, and a READONLY answer from a

@@ -1,7 +1,7 @@
 """Changing a crawl once it exists, whichever door it came in by: a draft's settings (every
-one), a running or paused crawl's live settings (limits, delay, threads, slices), "run
-again" (a new draft with the same settings) and deleting a crawl with its results. Each is on
-the audit trail: the crawl's own, or for a deleted crawl, CrawlDeletion.
+one), its credentials, a running or paused crawl's live settings (limits, delay, threads,
+slices, scope) and "run again" (a new draft with the same settings). Each is on the crawl's
+audit trail.
 """
 
 from __future__ import annotations
@@ -12,23 +12,18 @@ from typing import Any
 from django.core.exceptions import NON_FIELD_ERRORS, PermissionDenied, ValidationError
 from django.db import transaction
 
-from crawls import services
 from crawls.engine import credentials
-from crawls.engine.crawl_settings import scope_of
-from crawls.engine.frontier import Frontier
-from crawls.engine.jobs import enqueue_scope_drop, enqueue_slices
-from crawls.engine.lifecycle import announce
-from crawls.engine.scope_changes import drop_out_of_scope, request_fits
-from crawls.models import (
-    CRAWL_OPTIONS,
-    Channel,
-    Crawl,
-    CrawlAuth,
-    CrawlDeletion,
-    CrawlEvent,
-    CrawlState,
+from crawls.engine.control import CrawlControl
+from crawls.models import CRAWL_OPTIONS, Channel, Crawl, CrawlAuth, CrawlEvent, CrawlState
+from crawls.services.actions import CrawlActionError, crawl_copy_credentials, crawl_create
+from crawls.services.cleaning import (
+    binding_note,
+    clean_credentials,
+    clean_patterns,
+    crawl_clean,
+    credentials_note,
+    value_problem,
 )
-from crawls.services import CrawlActionError
 
 # What a running or paused crawl may change: the frontier's limits (read by every claim and
 # completion), what each slice reads when it starts (its threads, the host delay; more slices
@@ -40,8 +35,6 @@ LIVE_FIELDS = (
     *SCOPE_FIELDS,
 )  # fmt: skip
 LIVE_STATES = (CrawlState.RUNNING, CrawlState.PAUSING, CrawlState.PAUSED)
-# A deleted crawl's state key says "cancelled" this long, for slices still finishing a page.
-RETIRED_STATE_SECONDS = 3600
 SETTINGS = ("name", "channel", "seeds", *CRAWL_OPTIONS)
 
 
@@ -82,7 +75,7 @@ def crawl_update(
     errors: dict[str, list[str]] = {}
     fresh = None
     try:
-        fresh = services.crawl_clean(name=name, seeds=seeds, channel=channel, **options)
+        fresh = crawl_clean(name=name, seeds=seeds, channel=channel, **options)
     except ValidationError as exc:
         errors.update(exc.message_dict)
     found = None
@@ -90,7 +83,7 @@ def crawl_update(
         errors[NON_FIELD_ERRORS] = [owner_only(crawl)]
     elif auth and any(auth.values()):
         try:
-            found = services.clean_credentials(
+            found = clean_credentials(
                 seeds=None if "seeds" in errors else fresh.seeds if fresh else seeds, auth=auth
             )
         except ValidationError as exc:
@@ -115,7 +108,7 @@ def crawl_update(
         kept = None if found else CrawlAuth.objects.filter(crawl=crawl).first()
         if notes and kept is not None:  # what the change did to them: nothing, said where
             what = "the other credentials kept" if removed else "credentials kept"
-            where = services.binding_note(credentials.from_row(kept), crawl.seeds)
+            where = binding_note(credentials.from_row(kept), crawl.seeds)
             notes.append(f"{what}, {where}")
         if found is not None or removed:
             changed.append("credentials")
@@ -135,7 +128,7 @@ def crawl_admin_changed(*, crawl: Crawl, before: Crawl, user) -> None:
         return
     notes = [f"changed {', '.join(_label(f) for f in fields)} in the admin"]
     if kept := CrawlAuth.objects.filter(crawl=crawl).first():
-        where = services.binding_note(credentials.from_row(kept), crawl.seeds)
+        where = binding_note(credentials.from_row(kept), crawl.seeds)
         notes.append(f"credentials kept, {where}")
     CrawlEvent.objects.create(
         crawl=crawl, kind=CrawlEvent.Kind.EDITED, user=user, detail="; ".join(notes)
@@ -157,7 +150,7 @@ def _save_credentials(crawl: Crawl, found: credentials.Credentials) -> str:
         crawl=crawl, defaults=credentials.to_row_values(found)
     )
     crawl.auth = row  # what crawl.auth reads from now on
-    return services.credentials_note(found, verb="entered" if created else "re-entered")
+    return credentials_note(found, verb="entered" if created else "re-entered")
 
 
 def _remove_credentials(crawl: Crawl, kinds: list[str] | tuple[str, ...]) -> list[str]:
@@ -205,7 +198,7 @@ def crawl_enter_credentials(*, crawl: Crawl, user, auth: dict[str, Any]) -> list
             f"A {crawl.get_state_display().lower()} crawl fetches nothing more: its "
             "credentials cannot change; Run again makes a draft that can take them."
         )
-    found = services.clean_credentials(seeds=crawl.seeds, auth=auth)
+    found = clean_credentials(seeds=crawl.seeds, auth=auth)
     if found is None:
         raise ValidationError({NON_FIELD_ERRORS: [
             "Give the credentials to send, all of them: they replace the saved ones whole."
@@ -216,8 +209,7 @@ def crawl_enter_credentials(*, crawl: Crawl, user, auth: dict[str, Any]) -> list
             crawl=crawl, kind=CrawlEvent.Kind.CREDENTIALS, user=user, detail=note
         )
         if crawl.state != CrawlState.DRAFT:
-            # A login with the fields entered now, not the session of the ones replaced.
-            transaction.on_commit(Frontier(crawl.pk).session_forget)
+            CrawlControl(crawl).forget_session_on_commit()
     return sorted(credentials.origin_text(bound) for bound in found.origins)
 
 
@@ -265,12 +257,8 @@ def crawl_change_live(*, crawl: Crawl, user, **changes: Any) -> LiveChange:
     more_slices = checked.slices - crawl.slices
     for name, (_old, new) in changed.items():
         setattr(crawl, name, new)
-    Frontier(crawl.pk).configure(
-        max_pages=crawl.max_pages,
-        max_depth=crawl.max_depth,
-        host_delay=crawl.effective_host_delay(),
-        host_concurrency=crawl.host_concurrency,
-    )
+    control = CrawlControl(crawl)
+    control.configure()
     done = LiveChange(
         lines=[f"{_label(f)}: {_shown(old)} -> {_shown(new)}" for f, (old, new) in changed.items()]
     )
@@ -278,29 +266,25 @@ def crawl_change_live(*, crawl: Crawl, user, **changes: Any) -> LiveChange:
     with transaction.atomic():
         crawl.save(update_fields=list(changed))
     if set(changed) & set(SCOPE_FIELDS):
-        done.lines.append(_rescope(crawl, done))
+        done.lines.append(_rescope(control, done))
     with transaction.atomic():
         CrawlEvent.objects.create(
             crawl=crawl, kind=CrawlEvent.Kind.CHANGED, user=user, detail="; ".join(done.lines)
         )
         if more_slices > 0 and crawl.state == CrawlState.RUNNING:
-            enqueue_slices(crawl, count=more_slices)
-        announce(crawl.pk, state_change=False)
+            control.enqueue_slices(count=more_slices)
+        control.announce(state_change=False)
     return done
 
 
-def _rescope(crawl: Crawl, done: LiveChange) -> str:
+def _rescope(control: CrawlControl, done: LiveChange) -> str:
     """The scope changed (saved): slices take it with their next claim; the queue and the
     retries are looked at, the first part now, the rest in a job. What happened, in words."""
-    gen, claimed = Frontier(crawl.pk).scope_change()
-    scope = scope_of(crawl)
-    done.in_flight_urls = [r.url for r in claimed if not request_fits(scope, r)]
-    step = drop_out_of_scope(crawl, gen=gen)
-    done.dropped, cursor = step if step is not None else (0, "")
+    dropped = control.rescope()
+    done.dropped, done.dropping = dropped.dropped, dropped.dropping
+    done.in_flight_urls = dropped.in_flight_urls
     line = f"{done.dropped:,} queued request(s) dropped: they no longer fit"
-    if cursor:
-        done.dropping = True
-        enqueue_scope_drop(crawl.pk, gen=gen, cursor=cursor, dropped_before=done.dropped)
+    if done.dropping:
         line += " (so far: the rest of the queue is looked at in the background)"
     if done.in_flight:
         line += f"; {done.in_flight:,} already being fetched that no longer fit will finish"
@@ -317,12 +301,12 @@ def _checked(crawl: Crawl, changes: dict[str, Any]) -> Crawl:
         if value in ("", None) and not field.null and name not in SCOPE_FIELDS:
             errors[name] = ["Give a value."]
             continue
-        problem = services.value_problem(field, value)
+        problem = value_problem(field, value)
         try:
             if problem:
                 raise ValidationError(problem)
             if name in SCOPE_FIELDS:  # checked as at creation, with the same messages
-                setattr(checked, name, services.clean_patterns(value, name))
+                setattr(checked, name, clean_patterns(value, name))
                 continue
             setattr(checked, name, field.clean(value, checked))
         except ValidationError as exc:
@@ -343,37 +327,19 @@ def _label(field: str) -> str:
 
 def crawl_run_again(*, crawl: Crawl, user) -> Crawl:
     """A new draft with the crawl's settings (not its results). Its credentials come along,
-    bound to the same origins, only for the crawl's owner (services.crawl_copy_credentials).
+    bound to the same origins, only for the crawl's owner (crawl_copy_credentials).
     A crawl that ran is the new one's baseline, as a schedule's previous run is: its pages say
     what changed since, and their validators make its requests conditional."""
     options = {f: getattr(crawl, f) for f in CRAWL_OPTIONS}
     with transaction.atomic():
-        copy = services.crawl_create(
+        copy = crawl_create(
             user=user, name=crawl.name, seeds=crawl.seeds, channel=crawl.channel, **options
         )
         if crawl.state != CrawlState.DRAFT:
             copy.baseline = crawl
             copy.save(update_fields=["baseline"])
-        note = services.crawl_copy_credentials(source=crawl, crawl=copy, user=user)
+        note = crawl_copy_credentials(source=crawl, crawl=copy, user=user)
         CrawlEvent.objects.filter(crawl=copy, kind=CrawlEvent.Kind.CREATED).update(
             detail=", ".join([f"a copy of #{crawl.pk}", *filter(None, [note])])
         )
     return copy
-
-
-def crawl_delete(*, crawl: Crawl, user) -> CrawlDeletion:
-    """Delete the crawl with its pages, failures and trail, and every Redis key it had. A
-    crawl still running or paused is cancelled first: its slices see "cancelled" and stop
-    (the state key outlives the others by RETIRED_STATE_SECONDS for the ones finishing a page).
-    The deletion is recorded in CrawlDeletion."""
-    if crawl.can_cancel():
-        services.crawl_cancel(crawl=crawl, user=user)
-    pk = crawl.pk
-    with transaction.atomic():
-        record = CrawlDeletion.objects.create(
-            crawl_id=pk, name=crawl.name, owner_id=crawl.created_by_id, user=user,
-            state=crawl.state, pages=crawl.pages.count(),
-        )  # fmt: skip
-        crawl.delete()
-        transaction.on_commit(lambda: Frontier(pk).retire(RETIRED_STATE_SECONDS))
-    return record

@@ -3,7 +3,7 @@
 from django.db import connection
 from rq import Worker
 
-from crawlhub.connections import get_redis
+from crawlhub.redis.connections import get_redis
 
 
 def _check(fn) -> dict:

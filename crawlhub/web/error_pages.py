@@ -14,7 +14,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseServerError, Json
 from django.shortcuts import render
 from django.template import loader
 
-from crawlhub.bad_requests import API_PREFIX
+from crawlhub.web.bad_requests import API_PREFIX
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ below them, work horses included. Linux: it reads /proc.
 
 An RQ worker forks each job into a work horse in a process group of its own (os.setpgrp), and
 the worker started with --with-scheduler forks RQ's scheduler too. A horse dies with its worker
-(crawlhub.rqworker); anything else a dead child leaves running is orphaned. With
+(crawlhub.processes.rqworker); anything else a dead child leaves running is orphaned. With
 become_subreaper() orphans become children of `up` instead of init's, and ProcessGroup finds
 them (children of ours in the session of a child we started), stops and reaps them, and logs it.
 
@@ -29,7 +29,7 @@ import time
 from contextlib import suppress
 from pathlib import Path
 
-from crawlhub.launcher import EmbeddedRedis, LauncherError, redis_dir, spawn
+from crawlhub.processes.launcher import EmbeddedRedis, LauncherError, redis_dir, spawn
 
 log = logging.getLogger(__name__)
 

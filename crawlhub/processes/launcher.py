@@ -1,5 +1,5 @@
 """The embedded Redis: the redis-server crawlhub runs itself when REDIS_URL is unset; and how
-`up` starts its children (spawn). `up` watches them with crawlhub.process_group.
+`up` starts its children (spawn). `up` watches them with crawlhub.processes.process_group.
 
 The web process, the workers and the tests all come through here. One data dir has at most one
 server: its address is recorded in the data dir, a live server found there is reused, and only a

@@ -3,7 +3,7 @@ import asyncio
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from crawlhub.health import health
+from crawlhub.web.health import health
 
 # Close code for "not signed in / not allowed", in the private 4000-4999 range.
 CLOSE_FORBIDDEN = 4403

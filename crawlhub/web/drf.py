@@ -1,6 +1,6 @@
 """DRF's authentication by API token, and its JSON parser. DRF imports this module while it
 builds APIView (the settings name the classes here), so it imports nothing of DRF's views; the
-errors are in crawlhub/api_errors.py, which DRF loads only when a request fails."""
+errors are in crawlhub/web/api_errors.py, which DRF loads only when a request fails."""
 
 from __future__ import annotations
 
