@@ -498,6 +498,7 @@ def test_a_site_without_a_sitemap_has_no_broken_page_for_the_one_the_crawl_guess
     assert stats["sitemaps_missing"] == 1
     (told,) = crawl.events.filter(kind=CrawlEvent.Kind.SITEMAP)
     assert (told.detail, told.level) == (f"no sitemap at {u}/sitemap.xml (404)", "info")
+    assert not crawl.events.filter(kind=CrawlEvent.Kind.ERROR).exists()  # not "no answer"
     assert services.crawl_progress(crawl, stats)["percent"] == 100
 
 
@@ -515,6 +516,7 @@ def test_a_sitemap_robots_txt_lists_that_is_missing_is_told_as_a_warning_not_a_p
     assert stats["status_4xx"] == 0 and four_xx(crawl) == [] and stats["errors"] == 0, stats
     assert stats["sitemaps_missing"] == 2 and stats["requests"] == stats["responses"] == 1
     assert_counters_add_up(stats)
+    assert not crawl.events.filter(kind=CrawlEvent.Kind.ERROR).exists()
     told = {e.detail: e.level for e in crawl.events.filter(kind=CrawlEvent.Kind.SITEMAP)}
     # The site said it has this one: worth a warning. The guessed one is only a note.
     assert told == {
