@@ -4,7 +4,7 @@ crawlhub.processes.rqworker.CronScheduler)."""
 from django.conf import settings
 from rq import cron
 
-from crawls.alert_checks import check_alerts_job
+from crawls.alert_checks import check_alerts_job, send_overdue_mail_job
 from crawls.engine.jobs import supervise
 from crawls.schedules import run_due_schedules_job
 from crawls.webhooks import deliver_overdue_job
@@ -47,6 +47,15 @@ cron.register(
     job_timeout=120,
     result_ttl=600,
     name="webhook retries",
+)
+# Alert e-mails whose retry RQ's scheduler did not run in time (the same sweep as webhooks').
+cron.register(
+    send_overdue_mail_job,
+    "control",
+    interval=60,
+    job_timeout=120,
+    result_ttl=600,
+    name="alert e-mail retries",
 )
 # Proxy imports and bulk actions whose worker died: taken over where they stopped.
 cron.register(

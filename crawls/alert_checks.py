@@ -18,21 +18,20 @@ ended, but the one that says it ended badly.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import smtplib
 from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 
-import django_rq
-import redis
 from django.conf import settings
-from django.core.mail import EmailMessage
+from django.core.mail import EmailMessage, get_connection
 from django.db import IntegrityError, close_old_connections, transaction
 from django.db.models import Q
 from django.utils import timezone
 
 from crawlhub.dates import machine
-from crawls import webhooks
+from crawls import deliveries, webhooks
 from crawls.alerts import MAX_MINUTES
 from crawls.engine.frontier import (
     alert_views,
@@ -41,7 +40,16 @@ from crawls.engine.frontier import (
     record_alert_samples,
 )
 from crawls.engine.live import waiting_for_worker
-from crawls.models import Alert, AlertKind, AlertRule, Crawl, CrawlState, DeliveryEvent, EndReason
+from crawls.models import (
+    Alert,
+    AlertKind,
+    AlertMail,
+    AlertRule,
+    Crawl,
+    CrawlState,
+    DeliveryEvent,
+    EndReason,
+)
 
 log = logging.getLogger(__name__)
 
@@ -321,23 +329,19 @@ def payload_for(alert: Alert, notice: str, delivery_id: int | None = None) -> di
 
 def _notify(alert: Alert, notice: str) -> None:
     """Inside the transaction that fired or resolved it: a delivery to each webhook that wants
-    alerts, and an e-mail job, both sent once it commits."""
+    alerts, and an e-mail to the rule's addresses, both sent once it commits."""
     webhooks.send_event(
         alert.crawl, DeliveryEvent.ALERT,
         lambda delivery_id: payload_for(alert, notice, delivery_id),
     )  # fmt: skip
     if alert.rule is not None and alert.rule.emails:
-        transaction.on_commit(lambda: enqueue_mail(alert.pk, notice))
+        mail = AlertMail.objects.create(alert=alert, notice=notice, next_attempt_at=timezone.now())
+        transaction.on_commit(lambda: enqueue_mail(mail.pk))
 
 
-def enqueue_mail(alert_id: int, notice: str) -> None:
-    try:
-        django_rq.get_queue("control").enqueue(
-            send_mail_job, alert_id, notice, job_timeout=60, result_ttl=600,
-            description=f"alert {alert_id} {notice} e-mail",
-        )  # fmt: skip
-    except (redis.ConnectionError, redis.TimeoutError) as exc:
-        _log_mail(alert_id, notice, [], f"not queued: {exc}")
+def enqueue_mail(mail_id: int, *, delay: float = 0) -> None:
+    """Send an alert's e-mail (again) on the control queue, now or after `delay` seconds."""
+    deliveries.enqueue(send_mail_job, mail_id, delay=delay, what=f"alert e-mail {mail_id}")
 
 
 def mail_for(alert: Alert, notice: str) -> EmailMessage:
@@ -366,31 +370,78 @@ def mail_for(alert: Alert, notice: str) -> EmailMessage:
     )
 
 
-def send_mail(alert_id: int, notice: str) -> str:
-    """Send a notice's e-mail through Django's mail settings; the outcome is logged on the
-    alert ("" when sent, else why not). Tried once: an alert is news only while it is new."""
-    alert = Alert.objects.select_related("rule", "crawl").filter(pk=alert_id).first()
-    if alert is None or alert.rule is None or not alert.rule.emails:
-        return "nothing to send"
-    message = mail_for(alert, notice)
-    error = ""
+def send_mail(mail_id: int, *, now: datetime | None = None) -> str:
+    """One attempt at an alert's e-mail (an AlertMail) through Django's mail settings, if it is
+    due, tried again as webhook deliveries are (crawls/deliveries.py: BACKOFF, at most
+    MAX_ATTEMPTS, never two attempts at once); each attempt is also logged on the alert.
+    Returns the e-mail's status after the attempt, or "skipped"."""
+    return deliveries.attempt(
+        AlertMail, mail_id, _send, job=send_mail_job, what=f"alert e-mail {mail_id}", now=now,
+        after=_log_attempt,
+    )  # fmt: skip
+
+
+def _send(mail: AlertMail) -> deliveries.Sent:
+    alert = Alert.objects.select_related("rule", "crawl__channel").get(pk=mail.alert_id)
+    if alert.rule is None or not alert.rule.emails:
+        return deliveries.Sent(error="not sent: its rule has no addresses now", retry=False)
+    message = mail_for(alert, mail.notice)
+    to = {"to": message.to}
     if not settings.EMAIL_HOST and settings.EMAIL_BACKEND.endswith("smtp.EmailBackend"):
-        error = "not sent: no EMAIL_HOST is set"
-    else:
-        try:
-            message.send()
-        except (smtplib.SMTPException, OSError) as exc:
-            error = f"{type(exc).__name__}: {exc}"[:500]
-    _log_mail(alert_id, notice, message.to, error)
-    return error or "sent"
+        # Trying again cannot help until someone sets it.
+        return deliveries.Sent(error="not sent: no EMAIL_HOST is set", retry=False, entry=to)
+    try:
+        _send_once(message)
+    except (smtplib.SMTPException, OSError) as exc:
+        return deliveries.Sent(error=f"{type(exc).__name__}: {exc}"[:500], entry=to)
+    return deliveries.Sent(entry=to)
 
 
-def send_mail_job(alert_id: int, notice: str) -> str:
+def _send_once(message: EmailMessage) -> None:
+    """Send on a connection of our own, so that a server that took the message and then failed
+    to say goodbye (QUIT) does not count as a failure: it would be sent again."""
+    connection = get_connection(timeout=settings.EMAIL_TIMEOUT or deliveries.TIMEOUT)
+    connection.open()
+    try:
+        connection.send_messages([message])
+    finally:
+        with contextlib.suppress(smtplib.SMTPException, OSError):
+            connection.close()
+
+
+def send_mail_job(mail_id: int) -> str:
     close_old_connections()
     try:
-        return send_mail(alert_id, notice)
+        return send_mail(mail_id)
     finally:
         close_old_connections()
+
+
+def send_overdue_mail(now: datetime | None = None) -> int:
+    """The sweep, for the e-mails whose retry RQ's scheduler did not run in time."""
+    return deliveries.overdue(AlertMail, send_mail_job, what="alert e-mail", now=now)
+
+
+def send_overdue_mail_job() -> int:
+    """The periodic RQ job (crawlhub/cron.py)."""
+    close_old_connections()
+    try:
+        return send_overdue_mail()
+    finally:
+        close_old_connections()
+
+
+def _log_attempt(mail: AlertMail, sent: deliveries.Sent) -> None:
+    """The alert's history says each attempt: sent, or why not and whether it is tried again."""
+    error = sent.error
+    if error and mail.status == AlertMail.Status.PENDING:
+        error += (
+            f" (attempt {mail.attempts} of {deliveries.MAX_ATTEMPTS}; tried again at "
+            f"{machine(mail.next_attempt_at)})"
+        )
+    elif error and sent.retry:
+        error += f" (attempt {mail.attempts} of {deliveries.MAX_ATTEMPTS}: given up)"
+    _log_mail(mail.alert_id, mail.notice, sent.entry.get("to", []), error)
 
 
 def _log_mail(alert_id: int, notice: str, to: list[str], error: str) -> None:

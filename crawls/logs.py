@@ -131,3 +131,11 @@ def log_page(
         lines=found[:size], older=older, removed=crawl.log_removed,
         kept=settings.CRAWLHUB_LOG_LINES,
     )  # fmt: skip
+
+
+def log_since(crawl: Crawl, flt: LogFilter, *, after: int, size: int = MAX_PAGE_SIZE) -> list:
+    """The lines after id `after`, oldest first, at most `size`: for a reader that follows the
+    log and must miss none (log_page's `after` gives the newest of them, for a screen)."""
+    size = max(1, min(int(size), MAX_PAGE_SIZE))
+    lines = flt.apply(CrawlEvent.objects.filter(crawl=crawl, id__gt=after)).select_related("user")
+    return list(lines.order_by("id")[:size])

@@ -760,13 +760,29 @@ class Webhook(models.Model):
         return f"channel {self.channel}" if self.channel_id else f"crawl {self.crawl}"
 
 
-class WebhookDelivery(models.Model):
-    """One event sent to one webhook: every attempt, and how it ended."""
+class Delivery(models.Model):
+    """Something sent with retries (crawls/deliveries.py): its attempts, and how it ended."""
 
     class Status(models.TextChoices):
         PENDING = "pending", "Pending"
         DELIVERED = "delivered", "Delivered"
         FAILED = "failed", "Failed (gave up)"
+
+    status = models.CharField(max_length=10, choices=Status, default=Status.PENDING, db_index=True)
+    attempts = models.PositiveIntegerField(default=0)
+    # Each attempt: {"at", "error", "ms"}, and what the kind adds (a webhook's "status_code").
+    log = models.JSONField(default=list, blank=True)
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+    next_attempt_at = models.DateTimeField(null=True, blank=True, db_index=True)
+
+    class Meta:
+        abstract = True
+
+
+class WebhookDelivery(Delivery):
+    """One event sent to one webhook: every attempt, and how it ended."""
 
     webhook = models.ForeignKey(Webhook, on_delete=models.CASCADE, related_name="deliveries")
     crawl = models.ForeignKey(
@@ -774,16 +790,8 @@ class WebhookDelivery(models.Model):
     )
     event = models.CharField(max_length=20, choices=DeliveryEvent)
     payload = models.JSONField()
-    status = models.CharField(max_length=10, choices=Status, default=Status.PENDING, db_index=True)
-    attempts = models.PositiveIntegerField(default=0)
-    # Each attempt: {"at", "status_code", "error", "ms"}.
-    log = models.JSONField(default=list, blank=True)
     response_status = models.PositiveSmallIntegerField(null=True, blank=True)
     response_snippet = models.TextField(blank=True)
-    error = models.TextField(blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-    delivered_at = models.DateTimeField(null=True, blank=True)
-    next_attempt_at = models.DateTimeField(null=True, blank=True, db_index=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]
@@ -868,7 +876,8 @@ class Alert(models.Model):
     figures = models.JSONField(default=dict, blank=True)
     fired_at = models.DateTimeField()
     resolved_at = models.DateTimeField(null=True, blank=True)
-    # Each e-mail sent for it: {"at", "notice", "to", "error"}.
+    # Each attempt at an e-mail for it: {"at", "notice", "to", "error"}; AlertMail holds the
+    # e-mail itself, with its retries.
     mail_log = models.JSONField(default=list, blank=True)
 
     class Meta:
@@ -888,3 +897,17 @@ class Alert(models.Model):
     @property
     def is_open(self) -> bool:
         return self.resolved_at is None
+
+
+class AlertMail(Delivery):
+    """One notice of an alert (fired, resolved) e-mailed to its rule's addresses, tried again as
+    a webhook delivery is (crawls/deliveries.py)."""
+
+    alert = models.ForeignKey(Alert, on_delete=models.CASCADE, related_name="mails")
+    notice = models.CharField(max_length=10)  # "fired" | "resolved"
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.notice} e-mail of alert {self.alert_id}"

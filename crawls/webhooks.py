@@ -5,10 +5,10 @@ When a crawl's end is committed, crawls.signals.crawl_ended calls crawl_ended().
 WebhookDelivery per matching webhook (the crawl's own, its channel's and, for a run of a
 schedule, those of the schedule's template crawl) and enqueues a
 delivery job on the control queue. A delivery is tried up to MAX_ATTEMPTS times with BACKOFF
-between tries; every attempt is logged on its row. Retries are scheduled with RQ's enqueue_in
-(run by the worker started with --with-scheduler) and, should that scheduler be down, picked
-up by the periodic sweep deliver_overdue(). A conditional UPDATE claims each attempt, so two
-jobs for one delivery never both send it.
+between tries, every attempt logged on its row, by the mechanism alert e-mails share
+(crawls/deliveries.py): retries scheduled with RQ's enqueue_in, the periodic sweep
+deliver_overdue() for those the scheduler missed, and a conditional UPDATE that claims each
+attempt, so two jobs for one delivery never both send it.
 
 Each POST goes through the HTTP kit's client (crawlhub/http): it refuses private networks when
 CRAWLHUB_BLOCK_PRIVATE_NETWORKS is on, follows no redirect (a 3xx is an answer like any other
@@ -25,32 +25,24 @@ import hmac
 import json
 import logging
 import secrets
-import time
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import datetime
 
-import django_rq
-import redis
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import close_old_connections, transaction
-from django.db.models import F, Q
+from django.db.models import Q
 from django.utils import timezone
 
 from crawlhub.dates import machine
 from crawlhub.http import Fetcher, FetchResult, netguard
 from crawlhub.http.urls import URLError, normalize
+from crawls import deliveries
 from crawls.changes import change_counts
+from crawls.deliveries import BACKOFF, MAX_ATTEMPTS, TIMEOUT  # noqa: F401 (the retry schedule)
 from crawls.models import Channel, Crawl, DeliveryEvent, Webhook, WebhookDelivery, WebhookEvent
 
 log = logging.getLogger(__name__)
 
-BACKOFF = (10, 30, 60, 300, 900)  # seconds before retry 1, 2, ...
-MAX_ATTEMPTS = len(BACKOFF) + 1
-TIMEOUT = 10  # seconds per connect or read; an attempt takes at most twice that
-# An attempt in progress holds its delivery this long (longer than an attempt, plus a margin).
-ATTEMPT_LEASE = timedelta(seconds=60)
-# The sweep re-enqueues deliveries this late: RQ's scheduler should have run them.
-OVERDUE = timedelta(seconds=60)
 SNIPPET_BYTES = 1000
 USER_AGENT = "crawlhub-webhook/1"
 Status = WebhookDelivery.Status
@@ -308,17 +300,9 @@ def webhook_send_test(*, webhook: Webhook) -> WebhookDelivery:
 
 def enqueue(delivery_id: int, *, delay: float = 0) -> None:
     """Send (again) on the control queue, now or after `delay` seconds."""
-    queue = django_rq.get_queue("control")
-    options = {"job_timeout": TIMEOUT * 3, "result_ttl": 600, "failure_ttl": 7 * 24 * 3600,
-               "description": f"webhook delivery {delivery_id}"}  # fmt: skip
-    try:
-        if delay:
-            queue.enqueue_in(timedelta(seconds=delay), deliver_job, delivery_id, **options)
-        else:
-            queue.enqueue(deliver_job, delivery_id, **options)
-    except (redis.ConnectionError, redis.TimeoutError) as exc:
-        # The row is pending with its next attempt time: the sweep sends it later.
-        log.warning("webhook delivery %s not enqueued: %s", delivery_id, exc)
+    deliveries.enqueue(
+        deliver_job, delivery_id, delay=delay, what=f"webhook delivery {delivery_id}"
+    )
 
 
 def deliver_job(delivery_id: int) -> str:
@@ -327,15 +311,6 @@ def deliver_job(delivery_id: int) -> str:
         return deliver(delivery_id)
     finally:
         close_old_connections()
-
-
-def _claim(delivery_id: int, now: datetime) -> bool:
-    """Take the next attempt of a due, pending delivery; False when not due or taken."""
-    return bool(
-        WebhookDelivery.objects.filter(
-            pk=delivery_id, status=Status.PENDING, next_attempt_at__lte=now
-        ).update(attempts=F("attempts") + 1, next_attempt_at=now + ATTEMPT_LEASE)
-    )
 
 
 def _post(webhook: Webhook, delivery: WebhookDelivery) -> tuple[int | None, str, str]:
@@ -374,58 +349,28 @@ def _failure(result: FetchResult) -> str:
     return f"{name}: {result.error.removeprefix('blocked: ')}"[:2000]
 
 
+def _send(delivery: WebhookDelivery) -> deliveries.Sent:
+    status_code, snippet, error = _post(delivery.webhook, delivery)
+    return deliveries.Sent(
+        error=error, entry={"status_code": status_code},
+        fields={"response_status": status_code, "response_snippet": snippet},
+    )  # fmt: skip
+
+
 def deliver(delivery_id: int, *, now: datetime | None = None, retry: bool = True) -> str:
     """One attempt of a delivery if it is due; schedules the next one when it failed (unless
     `retry` is False: then a failed attempt is the last). Returns the delivery's status after
     the attempt, or "skipped"."""
-    now = now or timezone.now()
-    if not _claim(delivery_id, now):
-        return "skipped"
-    delivery = WebhookDelivery.objects.select_related("webhook").get(pk=delivery_id)
-    started = time.monotonic()
-    status_code, snippet, error = _post(delivery.webhook, delivery)
-    elapsed_ms = round((time.monotonic() - started) * 1000)
-    finished = now + timedelta(milliseconds=elapsed_ms)
-    delivery.log = [*delivery.log, {"at": machine(now), "status_code": status_code,
-                                    "error": error, "ms": elapsed_ms}]  # fmt: skip
-    delivery.response_status, delivery.response_snippet, delivery.error = (
-        status_code,
-        snippet,
-        error,
-    )
-    delay = None
-    if not error:
-        delivery.status, delivery.delivered_at, delivery.next_attempt_at = (
-            Status.DELIVERED,
-            finished,
-            None,
-        )
-    elif delivery.attempts >= MAX_ATTEMPTS or not retry:
-        delivery.status, delivery.next_attempt_at = Status.FAILED, None
-    else:
-        delay = BACKOFF[delivery.attempts - 1]
-        delivery.next_attempt_at = finished + timedelta(seconds=delay)
-    delivery.save(update_fields=[
-        "log", "response_status", "response_snippet", "error", "status", "delivered_at",
-        "next_attempt_at",
-    ])  # fmt: skip
-    if delay is not None:
-        enqueue(delivery_id, delay=delay)
-    return delivery.status
+    return deliveries.attempt(
+        WebhookDelivery, delivery_id, _send, job=deliver_job,
+        what=f"webhook delivery {delivery_id}", now=now, retry=retry,
+    )  # fmt: skip
 
 
 def deliver_overdue(now: datetime | None = None) -> int:
     """Periodic sweep: re-enqueue pending deliveries well past their time (scheduler down,
     Redis away when they were due, a worker killed mid-attempt)."""
-    now = now or timezone.now()
-    ids = list(
-        WebhookDelivery.objects.filter(
-            status=Status.PENDING, next_attempt_at__lte=now - OVERDUE
-        ).values_list("pk", flat=True)[:500]
-    )
-    for delivery_id in ids:
-        enqueue(delivery_id)
-    return len(ids)
+    return deliveries.overdue(WebhookDelivery, deliver_job, what="webhook delivery", now=now)
 
 
 def deliver_overdue_job() -> int:

@@ -124,7 +124,11 @@ class SliceLog:
         or given up, counted by host and reason. Main thread only, like the batch."""
         for result in results:
             outcome = result.outcome
-            if outcome.kind == "done" and (outcome.status is not None or result.page is None):
+            # A sitemap file that is not there ("absent") was answered: its log line is its own.
+            answered = outcome.kind == "done" and (
+                outcome.status is not None or result.page is None
+            )
+            if answered or outcome.kind == "absent":
                 continue
             self._count(result, outcome)
 

@@ -23,9 +23,11 @@ def left_undone(stats: dict) -> int:
 
 def finished_reason(stats: dict, *, max_pages: int) -> str:
     """A crawl whose every scheduled request was done: finished, or stopped by max pages when
-    it reached the cap and links past it were refused."""
+    it reached the cap and links past it were refused. A sitemap file found missing is taken
+    back out of the requests (freeing its place) after it held one: it counts here."""
     requests, dropped = int(stats.get("requests", 0)), int(stats.get("dropped", 0))
-    if max_pages > 0 and requests >= max_pages and dropped > 0:
+    held = requests + int(stats.get("sitemaps_missing", 0))
+    if max_pages > 0 and held >= max_pages and dropped > 0:
         return EndReason.MAX_PAGES
     return EndReason.FINISHED
 

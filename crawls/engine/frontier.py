@@ -116,6 +116,7 @@ COUNTERS = (
     "requests", "repeats", "responses", "errors", "failed", "retries", "bytes",
     "status_2xx", "status_3xx", "status_4xx", "status_5xx", "dropped", "cancelled",
     "not_modified", "sitemap_urls", "failed_http", "recovered", "descoped", "spilled",
+    "sitemaps_missing",
 )  # fmt: skip
 
 _LUA_DIR = Path(__file__).resolve().parent / "lua"
@@ -952,7 +953,7 @@ def _outcome_args(outcome: Outcome) -> list:
     elif outcome.kind == "crashed":
         again = replace(request, crashes=request.crashes + 1, crash_error=outcome.error[:300])
         retry_json = again.pack()
-    elif outcome.kind == "done":
+    elif outcome.kind in ("done", "absent"):
         if outcome.links_via == VIA_LISTED:
             listed = len(outcome.links)
         chain = (*request.redirects, request.url) if redirect else ()

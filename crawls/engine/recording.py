@@ -20,7 +20,7 @@ from crawlhub.redis.connections import REDIS_ERRORS
 from crawls.engine import crawl_log, results, retry, sitemap_reads
 from crawls.engine.baseline import Baseline, Known, change_of
 from crawls.engine.crawl_log import SliceLog
-from crawls.engine.request import VIA_LISTED, VIA_REDIRECT, Outcome, Request
+from crawls.engine.request import VIA_LISTED, VIA_REDIRECT, VIA_SITEMAP_ROOT, Outcome, Request
 from crawls.engine.rows import (
     LINK_COLUMNS,
     LINK_ROWS,
@@ -108,7 +108,13 @@ class Recorder:
             # A sitemap is read once, whatever came: what it lists (a root's robots.txt
             # sitemaps too) goes on, and what went wrong is a note on the crawl.
             kind = retry.DONE
-        if kind == retry.RETRY:
+        if result.sitemap is not None and result.sitemap.absent:
+            # No page of the site: no row, no status class; the log says so (write).
+            result.outcome = Outcome(
+                request=request, kind="absent", status=fetch.status, nbytes=fetch.nbytes,
+                sitemaps=result.sitemap.sitemaps,
+            )  # fmt: skip
+        elif kind == retry.RETRY:
             delay = retry.retry_delay(request.attempts, fetch.retry_after)
             error = fetch.error or f"HTTP {fetch.status}"
             result.outcome = Outcome(request=request, kind="retry", retry_delay=delay, error=error)
@@ -182,6 +188,7 @@ class Recorder:
             for r in done if r.sitemap is not None and r.page is not None
             for problem in r.sitemap.problems
         ]  # fmt: skip
+        notes += [_absent_line(self.crawl.pk, r) for r in done if r.sitemap and r.sitemap.absent]
         logged = self.log.take() if self.log is not None else []
         # A refused row gives up the whole transaction (write_one_by_one goes on from there),
         # so the inserts need no savepoints of their own.
@@ -228,6 +235,16 @@ class Recorder:
                 request=result.request, kind="crashed", retry_delay=retry.CRASH_DELAY, error=error
             )
         return written
+
+
+def _absent_line(crawl_id: int, result: Result) -> CrawlEvent:
+    """The log's line for a sitemap file that is not there: a note for the /sitemap.xml the
+    crawl guessed (most sites have none), a warning for one the site listed."""
+    guessed = result.request.via == VIA_SITEMAP_ROOT
+    return crawl_log.line(
+        crawl_id, CrawlEvent.Kind.SITEMAP, result.sitemap.absent, host=result.request.host,
+        level=CrawlEvent.Level.INFO if guessed else CrawlEvent.Level.WARNING,
+    )  # fmt: skip
 
 
 def _sitemap_errors(read: sitemap_reads.SitemapRead) -> dict[str, str]:

@@ -22,7 +22,7 @@ from crawlhub.http.urls import url_origin
 
 FINGERPRINT_VERSION = 1
 
-OUTCOME_KINDS = ("done", "retry", "failed", "crashed")
+OUTCOME_KINDS = ("done", "retry", "failed", "crashed", "absent")
 
 # How a request came to be, besides a link or a seed (Request.via): a sitemap file to read, the
 # root sitemap of a seed's site (its robots.txt's Sitemap: lines are read with it), a page
@@ -291,7 +291,8 @@ class Outcome:
 
     request: Request
     # One of OUTCOME_KINDS: "done" | "retry" | "failed" | "crashed" (could not be recorded:
-    # queued again with one more crash, after retry_delay).
+    # queued again with one more crash, after retry_delay) | "absent" (a sitemap file that is
+    # not there: no page, taken back out of the requests; the sitemaps it brings are queued).
     kind: str
     status: int | None = None  # HTTP status of the final response, None when there was none
     nbytes: int = 0  # body bytes received

@@ -5,7 +5,9 @@ site's root, VIA_SITEMAP_ROOT), which also reads the Sitemap: lines of the site'
 An index lists more sitemap files, a urlset the pages: both go to the frontier as requests,
 the files to be read in turn (VIA_SITEMAP), the pages to be fetched (VIA_LISTED). So sitemaps
 get the frontier's dedup, leases, pause and cancel, and count in max_pages; a crawl is not done
-while one is still being read.
+while one is still being read. A sitemap file that is not there (404, 410) is no page of the
+site: it is taken back out of the crawl's requests, counted in `sitemaps_missing` and told in
+the crawl's log (a guessed /sitemap.xml as a note, one the site listed as a warning).
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from crawls.engine import sitemaps
 from crawls.engine.request import VIA_SITEMAP_ROOT, Request
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
+# The statuses that say a sitemap file is not there.
+MISSING = (404, 410)
 # What one sitemap fetch may download (gzip files are decompressed by sitemaps.parse, bounded).
 FETCH_BYTES = sitemaps.MAX_SITEMAP_BYTES
 
@@ -28,6 +32,9 @@ class SitemapRead:
     pages: list[str] = field(default_factory=list)  # what a urlset (or a text file) lists
     sitemaps: list[str] = field(default_factory=list)  # what an index, or robots.txt, lists
     problems: list[str] = field(default_factory=list)  # sentences about the file, for people
+    # The file is not there (MISSING): not a page of the site, whoever guessed or listed it;
+    # what the crawl's log says of it instead (Recorder, crawls/engine/recording.py).
+    absent: str = ""
 
 
 def sitemap_roots(seeds: list[str]) -> list[str]:
@@ -63,8 +70,15 @@ def read(
     if fetch.error or fetch.status is None:
         found.problems.append(f"{request.url}: {fetch.error or 'no response'}")
         return found
+    if fetch.status in MISSING:
+        # A site without /sitemap.xml is common; a sitemap the site listed that is missing is not.
+        found.absent = (
+            f"no sitemap at {request.url} ({fetch.status})" if root else
+            f"{request.url}: listed in robots.txt or a sitemap index, but not there "
+            f"(HTTP {fetch.status})"
+        )  # fmt: skip
+        return found
     if not 200 <= fetch.status < 300:
-        # A site without /sitemap.xml is common; a sitemap someone listed that is missing is not.
         if not (root and 400 <= fetch.status < 500):
             found.problems.append(f"{request.url}: HTTP {fetch.status}")
         return found

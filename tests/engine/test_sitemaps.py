@@ -30,6 +30,7 @@ from crawls.engine.robots import RobotsCache
 from crawls.engine.sitemap_reads import SitemapRead, sitemap_roots
 from crawls.engine.sitemaps import MAX_SITEMAP_BYTES, MAX_URLS, parse, robots_sitemaps
 from crawls.models import CrawlEvent, CrawlState
+from crawls.pages import PageFilter
 from tests.support.crawling import drive
 from tests.support.fuzzing import PROPERTY
 from tests.support.sites import LocalSite, Response, free_port, pages_site
@@ -268,13 +269,15 @@ def test_an_html_page_at_sitemap_xml_is_not_a_sitemap(fetcher, site):
     )
 
 
-def test_a_listed_sitemap_that_is_missing_is_a_problem_a_missing_root_is_not(fetcher, site):
+def test_a_missing_sitemap_is_absent_not_a_problem_and_a_root_one_says_so_plainly(fetcher, site):
     u = site.url
-    # Most sites have no /sitemap.xml: saying so for each would bury the problems worth reading.
+    # Most sites have no /sitemap.xml: a note, not a problem; what robots.txt lists goes on.
     assert read_root(fetcher, site, robots_listed=[f"{u}/gone.xml"]) == SitemapRead(
-        sitemaps=[f"{u}/gone.xml"]
+        sitemaps=[f"{u}/gone.xml"], absent=f"no sitemap at {u}/sitemap.xml (404)"
     )
-    assert read(fetcher, f"{u}/gone.xml") == SitemapRead(problems=[f"{u}/gone.xml: HTTP 404"])
+    assert read(fetcher, f"{u}/gone.xml") == SitemapRead(
+        absent=f"{u}/gone.xml: listed in robots.txt or a sitemap index, but not there (HTTP 404)"
+    )
     assert site.paths() == ["/sitemap.xml", "/gone.xml"]
 
 
@@ -453,6 +456,91 @@ def test_a_crawl_reads_each_sitemap_once_and_fetches_each_listed_page_once(user,
     # A sitemap on another host is read; the pages it lists there are out of the crawl's scope.
     assert elsewhere.paths() == ["/for-home.xml"]
     assert not crawl.events.filter(kind=CrawlEvent.Kind.SITEMAP).exists()
+
+
+def assert_counters_add_up(stats: dict[str, int]) -> None:
+    """Every request in exactly one place, and every final status in one bar."""
+    unfinished = stats["queued"] + stats["delayed"] + stats["in_flight"] + stats["cancelled"]
+    assert stats["requests"] == stats["responses"] + stats["errors"] + unfinished, stats
+    classes = ("status_2xx", "status_3xx", "status_4xx", "status_5xx")
+    assert sum(stats[name] for name in classes) == stats["responses"] + stats["failed_http"]
+
+
+def four_xx(crawl) -> list[str]:
+    """The pages the pages browser lists under its 4xx filter."""
+    pages = PageFilter.from_params({"status_class": "4xx"}).apply(crawl.pages.all())
+    return sorted(pages.values_list("url", flat=True))
+
+
+@pytest.mark.django_db
+def test_a_site_without_a_sitemap_has_no_broken_page_for_the_one_the_crawl_guessed(user, new_site):
+    site = new_site()
+    u = site.url
+    # A real broken link (/gone) beside the guessed /sitemap.xml the site does not have.
+    site.pages.update({"/": '<a href="/a">a</a> <a href="/gone">gone</a>', "/a": "a"})
+    crawl = services.crawl_create(
+        user=user, name="no sitemap", seeds=[f"{u}/"], obey_robots=False, follow_sitemaps=True,
+    )  # fmt: skip
+    services.crawl_start(crawl=crawl, user=user)
+    crawl = drive(crawl)
+    assert crawl.state == CrawlState.FINISHED
+    # robots.txt too: a site's root sitemap request reads its Sitemap: lines.
+    assert Counter(site.paths()) == {
+        "/": 1, "/robots.txt": 1, "/sitemap.xml": 1, "/a": 1, "/gone": 1,
+    }  # fmt: skip
+    stats = crawl.stats
+    # Only the site's own broken page is a 4xx, in the bar and in the pages browser.
+    assert stats["status_4xx"] == 1 and four_xx(crawl) == [f"{u}/gone"], stats
+    assert stats["errors"] == 0 and stats["requests"] == stats["responses"] == 3, stats
+    assert_counters_add_up(stats)
+    assert not crawl.pages.filter(url=f"{u}/sitemap.xml").exists()
+    # Told once, honestly: a counter, and a line of the log (not a warning).
+    assert stats["sitemaps_missing"] == 1
+    (told,) = crawl.events.filter(kind=CrawlEvent.Kind.SITEMAP)
+    assert (told.detail, told.level) == (f"no sitemap at {u}/sitemap.xml (404)", "info")
+    assert not crawl.events.filter(kind=CrawlEvent.Kind.ERROR).exists()  # not "no answer"
+    assert services.crawl_progress(crawl, stats)["percent"] == 100
+
+
+@pytest.mark.django_db
+def test_a_sitemap_robots_txt_lists_that_is_missing_is_told_as_a_warning_not_a_page(user, new_site):
+    site = new_site()
+    u = site.url
+    site.pages.update({"/": "<h1>home</h1>", "/robots.txt": robots(f"{u}/listed.xml")})
+    crawl = services.crawl_create(
+        user=user, name="listed", seeds=[f"{u}/"], obey_robots=False, follow_sitemaps=True,
+    )  # fmt: skip
+    services.crawl_start(crawl=crawl, user=user)
+    crawl = drive(crawl)
+    stats = crawl.stats
+    assert stats["status_4xx"] == 0 and four_xx(crawl) == [] and stats["errors"] == 0, stats
+    assert stats["sitemaps_missing"] == 2 and stats["requests"] == stats["responses"] == 1
+    assert_counters_add_up(stats)
+    assert not crawl.events.filter(kind=CrawlEvent.Kind.ERROR).exists()
+    told = {e.detail: e.level for e in crawl.events.filter(kind=CrawlEvent.Kind.SITEMAP)}
+    # The site said it has this one: worth a warning. The guessed one is only a note.
+    assert told == {
+        f"no sitemap at {u}/sitemap.xml (404)": "info",
+        f"{u}/listed.xml: listed in robots.txt or a sitemap index, but not there (HTTP 404)": (
+            "warning"
+        ),
+    }
+
+
+@pytest.mark.django_db
+def test_a_sitemap_the_user_gives_as_a_seed_that_is_missing_is_a_broken_page(user, new_site):
+    site = new_site()
+    u = site.url
+    crawl = services.crawl_create(
+        user=user, name="seed", seeds=[f"{u}/sitemap.xml"], obey_robots=False,
+        follow_sitemaps=True,
+    )  # fmt: skip
+    services.crawl_start(crawl=crawl, user=user)
+    crawl = drive(crawl)
+    # The user asked for this URL: its 404 is one of the crawl's, in the bar and the browser.
+    assert crawl.stats["status_4xx"] == 1 and four_xx(crawl) == [f"{u}/sitemap.xml"]
+    assert crawl.stats["sitemaps_missing"] == 0
+    assert_counters_add_up(crawl.stats)
 
 
 # -- the pieces, on their own -------------------------------------------------------------------

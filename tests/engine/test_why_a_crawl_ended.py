@@ -12,7 +12,7 @@ import pytest
 from django.test import Client
 
 from crawls import services
-from crawls.engine import live
+from crawls.engine import ending, live
 from crawls.engine.slices import run_slice
 from crawls.models import CrawlState, EndReason, Webhook
 from crawls.webhooks import payload_for
@@ -128,3 +128,13 @@ def test_a_running_crawl_that_no_worker_fetches_reads_stalled(user, make_site):
     snap = live.snapshot(crawl)
     assert snap["waiting"] and snap["end"]["reason"] == "stalled"
     assert snap["end"]["line"].startswith("Stalled: 1 requests wait and no worker is fetching")
+
+
+@pytest.mark.parametrize("requests", [2, 3])
+def test_max_pages_reached_counts_the_place_a_missing_sitemap_held(requests):
+    # Cap 3: the seed and its guessed /sitemap.xml held two places, one link the third, and
+    # three links were refused; the sitemap's 404 then took it back out of the requests (2),
+    # or a later link took its place (3). Either way the cap stopped the crawl.
+    stats = {"requests": requests, "sitemaps_missing": 1, "dropped": 3}
+    assert ending.finished_reason(stats, max_pages=3) == EndReason.MAX_PAGES
+    assert ending.finished_reason({**stats, "dropped": 0}, max_pages=3) == EndReason.FINISHED

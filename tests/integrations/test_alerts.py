@@ -16,10 +16,10 @@ import pytest
 from django.utils import timezone
 from rq import SimpleWorker
 
-from crawls import alert_checks, alerts, services, webhooks
+from crawls import alert_checks, alerts, deliveries, services, webhooks
 from crawls.engine.frontier import Frontier
 from crawls.engine.slices import run_slice
-from crawls.models import Alert, WebhookDelivery
+from crawls.models import Alert, AlertMail, WebhookDelivery
 from tests.support.crawling import make_crawl, start_site_crawl
 from tests.support.sites import Request, Response, pages_site
 from tests.support.smtp_server import SMTPServer
@@ -308,10 +308,99 @@ def test_an_smtp_server_that_is_down_is_logged_on_the_alert(user, make_site, set
         port = smtp.port
     use_smtp(settings, port)  # nobody listens there now
     alert = Alert.objects.get(rule=rule)
-    assert alert_checks.send_mail(alert.pk, "fired").startswith("ConnectionRefusedError")
+    [mail] = alert.mails.all()
+    assert alert_checks.send_mail(mail.pk) == "pending"  # tried again later (below)
     alert.refresh_from_db()
     assert alert.mail_log[0]["to"] == ["a@example.com"]
     assert alert.mail_log[0]["error"].startswith("ConnectionRefusedError")
+
+
+def scheduled_mail_jobs() -> list[tuple]:
+    """The arguments of the alert e-mail attempts waiting in RQ's scheduled registry."""
+    queue = django_rq.get_queue("control")
+    jobs = [queue.fetch_job(job_id) for job_id in queue.scheduled_job_registry.get_job_ids()]
+    return [job.args for job in jobs if job and job.func_name.endswith(".send_mail_job")]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_email_the_server_refuses_is_tried_again_as_webhooks_are_and_sent_once(
+    user, make_site, settings
+):
+    site = make_site(pages_site({"/": "home"}))
+    crawl = start_site_crawl(user, site)
+    rule = alerts.rule_create(user=user, crawl=crawl, kind="ended_badly", emails=["a@example.com"])
+    services.crawl_cancel(crawl=crawl, user=user)
+    with SMTPServer(refuse=1) as smtp:
+        use_smtp(settings, smtp.port)
+        check(timezone.now())
+        run_control_jobs()  # the first attempt, as `up`'s control worker makes it: refused
+        [mail] = AlertMail.objects.filter(alert__rule=rule)
+        assert (mail.status, mail.attempts) == ("pending", 1)
+        assert mail.error.startswith("SMTPConnectError: (421"), mail.error
+        # The next try waits in RQ's scheduler, after the webhooks' first backoff.
+        tried = timezone.now()
+        wait = (mail.next_attempt_at - tried).total_seconds()
+        assert deliveries.BACKOFF[0] - 5 < wait <= deliveries.BACKOFF[0], wait
+        assert scheduled_mail_jobs() == [(mail.pk,)]
+        # Not due yet: nothing is sent.
+        assert alert_checks.send_mail(mail.pk, now=tried) == "skipped"
+        # Its time comes: sent, once; later attempts and the sweep find nothing to do.
+        assert alert_checks.send_mail(mail.pk, now=mail.next_attempt_at) == "delivered"
+        later = tried + timedelta(hours=1)
+        assert alert_checks.send_mail(mail.pk, now=later) == "skipped"
+        assert alert_checks.send_overdue_mail(now=later) == 0
+        run_control_jobs()
+        [received] = smtp.wait_for(1)
+        time.sleep(0.3)
+        assert len(smtp.received) == 1
+    assert received.recipients == ["a@example.com"]
+    assert received.subject.startswith("[crawlhub] Alert: Ended abnormally")
+    mail.refresh_from_db()
+    assert (mail.status, mail.attempts, mail.error) == ("delivered", 2, "")
+    alert = mail.alert
+    refused, sent = alert.mail_log
+    assert refused["error"].startswith("SMTPConnectError: (421")
+    assert f"(attempt 1 of {deliveries.MAX_ATTEMPTS}; tried again at " in refused["error"]
+    assert (sent["error"], sent["to"], sent["notice"]) == ("", ["a@example.com"], "fired")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_sweep_sends_an_email_whose_retry_the_scheduler_missed(user, make_site, settings):
+    site = make_site(pages_site({"/": "home"}))
+    crawl = start_site_crawl(user, site)
+    rule = alerts.rule_create(user=user, crawl=crawl, kind="ended_badly", emails=["a@example.com"])
+    services.crawl_cancel(crawl=crawl, user=user)
+    check(timezone.now())
+    [mail] = AlertMail.objects.filter(alert__rule=rule)
+    AlertMail.objects.filter(pk=mail.pk).update(
+        attempts=1, next_attempt_at=timezone.now() - timedelta(minutes=5)
+    )
+    queue = django_rq.get_queue("control")
+    queue.empty()
+    with SMTPServer() as smtp:
+        use_smtp(settings, smtp.port)
+        assert alert_checks.send_overdue_mail() == 1
+        run_control_jobs()
+        [received] = smtp.wait_for(1)
+    assert received.recipients == ["a@example.com"]
+    mail.refresh_from_db()
+    assert (mail.status, mail.attempts) == ("delivered", 2)
+
+
+def test_an_email_with_no_mail_server_set_is_not_tried_again(user, make_site, settings):
+    site = make_site(pages_site({"/": "home"}))
+    crawl = start_site_crawl(user, site)
+    alerts.rule_create(user=user, crawl=crawl, kind="ended_badly", emails=["a@example.com"])
+    services.crawl_cancel(crawl=crawl, user=user)
+    check(timezone.now())
+    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    settings.EMAIL_HOST = ""
+    [mail] = AlertMail.objects.all()
+    # Trying again cannot help until someone sets it: given up at once, and said why.
+    assert alert_checks.send_mail(mail.pk) == "failed"
+    assert scheduled_mail_jobs() == []
+    mail.alert.refresh_from_db()
+    assert mail.alert.mail_log[0]["error"] == "not sent: no EMAIL_HOST is set"
 
 
 @pytest.mark.django_db(transaction=True)

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from rq.cron import get_cron_job_ids
 from rq.job import Job
 
-from crawls import schedules, services
+from crawls import alert_checks, schedules, services
 from crawls.engine.frontier import Frontier
 from crawls.models import CRAWL_OPTIONS, Crawl, CrawlSchedule, CrawlState
 from tests.support import processes
@@ -308,6 +308,7 @@ def test_the_periodic_jobs_are_registered_with_rq_cron(redis):
     assert jobs["scheduled crawls"].queue_name == "control"
     assert jobs["scheduled crawls"].interval == 30
     assert "webhook retries" in jobs
+    assert jobs["alert e-mail retries"].func is alert_checks.send_overdue_mail_job
 
 
 # --- Pages ------------------------------------------------------------------------------------

@@ -35,6 +35,11 @@ class _Session(socketserver.StreamRequestHandler):
 
     def handle(self) -> None:
         server: SMTPServer = self.server.owner
+        with server.lock:
+            refuse, server.refuse = server.refuse > 0, max(0, server.refuse - 1)
+        if refuse:  # a relay that is busy or down for maintenance answers so, and hangs up
+            self.reply("421 127.0.0.1 service not available, try again later")
+            return
         self.reply("220 127.0.0.1 test SMTP ready")
         sender, recipients = "", []
         while line := self.rfile.readline(4096):
@@ -72,9 +77,11 @@ class _Threaded(socketserver.ThreadingTCPServer):
 
 
 class SMTPServer:
-    """Start with `with SMTPServer() as smtp:`; smtp.port, smtp.received, smtp.wait_for(n)."""
+    """Start with `with SMTPServer() as smtp:`; smtp.port, smtp.received, smtp.wait_for(n).
+    `refuse`: how many sessions it refuses first (421 at the greeting)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, refuse: int = 0) -> None:
+        self.refuse = refuse
         self.received: list[Received] = []
         self.lock = threading.Lock()
         self._server = _Threaded(("127.0.0.1", 0), _Session)

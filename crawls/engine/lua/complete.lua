@@ -12,6 +12,10 @@
 -- class too, and in 'failed_http'.
 -- A 'retry' and a 'crashed' request both wait in delayed as their retry request says (one more
 -- attempt, or one more crash); only a retry counts in 'retries'.
+-- An 'absent' request is a sitemap file that is not there (a 404): no page of the site, so it
+-- is taken back out of 'requests' (freeing its place under max_pages; it stays seen) and
+-- counts in 'sitemaps_missing', in no status class; the sitemaps it brings (a site root's
+-- robots.txt lines) are queued as a done one's are. The counter invariant holds.
 -- Returns what the crawl's log tells (EVENTS in _lib.lua): hosts parked, hosts back to their
 -- pace after a push-back.
 local prefix = ARGV[1]
@@ -69,8 +73,12 @@ local function admit_links(links, tail, host, priority, child_depth, listed)
   end
 end
 
-local function record_done(status, host, priority, child_depth, i, listed)
-  if not status then
+local function record_done(status, host, priority, child_depth, i, listed, absent)
+  if absent then
+    bump(counts, 'requests', -1)
+    limits.requests = limits.requests - 1
+    bump(counts, 'sitemaps_missing')
+  elseif not status then
     bump(counts, 'errors')
   else
     bump(counts, 'responses')
@@ -92,7 +100,7 @@ while i <= #ARGV do
   local retry_member, delay_ms, listed = ARGV[i + 7], tonumber(ARGV[i + 8]), tonumber(ARGV[i + 9])
   if by_host then
     unreserve(host, fp)
-    if kind == 'done' and status and status ~= 429 and status ~= 503 then
+    if (kind == 'done' or kind == 'absent') and status and status ~= 429 and status ~= 503 then
       now = now or now_ms()
       recover(host, default_delay, now)
     end
@@ -104,9 +112,10 @@ while i <= #ARGV do
     bump(counts, 'bytes', nbytes)
     local tally = per_host[host] or {0, 0}
     per_host[host] = tally
-    if kind == 'done' and status then tally[1] = tally[1] + 1 else tally[2] = tally[2] + 1 end
-    if kind == 'done' then
-      record_done(status, host, priority, child_depth, i, listed)
+    local answered = kind == 'done' or kind == 'absent'
+    if answered and status then tally[1] = tally[1] + 1 else tally[2] = tally[2] + 1 end
+    if answered then
+      record_done(status, host, priority, child_depth, i, listed, kind == 'absent')
     elseif kind == 'retry' or kind == 'crashed' then
       now = now or now_ms()
       redis.call('ZADD', K_DELAYED, now + delay_ms, retry_member)

@@ -17,6 +17,7 @@ from django.utils import timezone
 from crawlhub.dates import machine
 from crawls import exports, queued, services
 from crawls.engine import credentials
+from crawls.management.operating import Operating, add_parsers, the_one_admin
 from crawls.models import CRAWL_OPTIONS, Channel, Crawl, CrawlState, LinesField, RulesField
 
 # Older, shorter names a flag also answers to. A new option needs no line here: its flag is
@@ -125,15 +126,11 @@ def _read_auth(auth_file: str | None, cookies_file: str | None) -> dict[str, str
     return auth
 
 
-def _the_one_admin():
-    """Whose a crawl created without --user is: the installation's admin (`up` creates one),
-    when there is exactly one active superuser; else None."""
-    admins = list(get_user_model().objects.filter(is_superuser=True, is_active=True)[:2])
-    return admins[0] if len(admins) == 1 else None
-
-
-class Command(BaseCommand):
-    help = "Create, start, pause, resume, cancel, delete and watch crawls."
+class Command(Operating, BaseCommand):
+    help = (
+        "Create, start, pause, resume, cancel, delete and watch crawls; read their logs; "
+        "alert rules."
+    )
 
     def add_arguments(self, parser: ArgumentParser) -> None:
         sub = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -205,6 +202,7 @@ class Command(BaseCommand):
         waiting = sub.add_parser("wait", help="wait until the crawl ends (exit 0 if finished)")
         waiting.add_argument("id", type=int)
         waiting.add_argument("--timeout", type=float, default=0, help="seconds; 0 = forever")
+        add_parsers(sub)  # log, alerts
 
     def handle(self, *args, action: str, **options) -> None:
         handler = getattr(self, "do_" + action.replace("-", "_"))
@@ -245,7 +243,7 @@ class Command(BaseCommand):
                 raise CommandError(f"no channel with slug {channel!r}") from None
             channel_obj = Channel.default()
         fields = {k: v for k, v in options.items() if k in CRAWL_OPTIONS and v is not None}
-        creator = self._user(user) if user else _the_one_admin()
+        creator = self._user(user) if user else the_one_admin()
         auth = _read_auth(auth_file, cookies_file)
         crawl = services.crawl_create(
             user=creator, name=name, seeds=seed, channel=channel_obj, auth=auth, **fields
