@@ -112,7 +112,7 @@ _STEM = re.compile(r"[a-z]+:")
 
 def is_crawl_key(name: str) -> bool:
     """Whether `name` (after a crawl's prefix) is one of CRAWL_KEYS, or the SCAN pattern "*"."""
-    if name in _NAMES or name == "*":
+    if name in _NAMES or name in _STEMS or name == "*":
         return True
     stem = _STEM.match(name)
     return stem is not None and stem.group() in _STEMS
