@@ -3,49 +3,10 @@
 This module owns every Redis key of a crawl and the Lua scripts in crawls/engine/lua/ that change
 them; no other module builds these key names. What it stores (Request, Outcome, fingerprints)
 is in crawls/engine/request.py, with the one packing of a queued request (Request.pack and
-Request.unpack) that every reader of these keys goes through. Keys (every one carries the
-crawl's id, {c<ID>}, and no script touches two crawls' keys: a crawl can live wholly on one
-of several Redis instances, see docs/architecture.md, "One Redis, and the path past it"):
-
-    ch:{c<ID>}:queue          zset  packed request -> score (priority, then depth, then turn)
-    ch:{c<ID>}:hostseq        hash  host -> requests it queued: a request's turn for the score
-    ch:{c<ID>}:delayed        zset  packed request -> ready time ms (retries waiting)
-    ch:{c<ID>}:seen:<bucket>  set   64-bit fingerprints, 4096 buckets (intset encoded)
-    ch:{c<ID>}:backup         hash  fp -> packed request, for every claimed unfinished request
-    ch:{c<ID>}:leases         zset  fp -> lease deadline ms
-    ch:{c<ID>}:stats          hash  counters, only ever HINCRBY
-    ch:{c<ID>}:state          str   running / paused / cancelled
-    ch:{c<ID>}:config         hash  max_pages, max_depth, host_delay_ms, host_concurrency,
-                                    scope_gen (changes of the scope while it runs)
-    ch:{c<ID>}:hosts          hash  host -> next allowed time ms (last send + delay, or push-back)
-    ch:{c<ID>}:hostdelay      hash  host -> delay ms overriding the default (robots Crawl-delay)
-    ch:{c<ID>}:hostclaim      hash  host -> fp of its request claimed and not yet answered
-    ch:{c<ID>}:hostslow       hash  host -> delay ms while it pushes back (429, 503), easing
-    ch:{c<ID>}:hostwhy        hash  host -> "<ms> <why>" of its last push-back
-    ch:{c<ID>}:flying         hash  fp -> host, for every claimed request not yet answered
-    ch:{c<ID>}:hostflight     hash  host -> how many of those (exact; 0 is no field)
-    ch:{c<ID>}:hostdone       hash  host -> requests it answered
-    ch:{c<ID>}:hosterrors     hash  host -> requests it did not answer (errors, retries, failures)
-    ch:{c<ID>}:hostheld       hash  host -> held until ms (an operator's hold, or parked)
-    ch:{c<ID>}:hostfail       hash  host -> "<ms> <n>": its requests failing in a row since
-    ch:{c<ID>}:hostparked     hash  host -> why it was parked (held for failing too long)
-    ch:{c<ID>}:robots         hash  host -> robots.txt text
-    ch:{c<ID>}:robotslock:<host>    str   one worker fetches a host's robots.txt
-    ch:{c<ID>}:slices         zset  slice id -> alive-until ms (queued or running slice jobs)
-    ch:{c<ID>}:hostq          hash  host -> requests of that host in the queue (exact)
-    ch:{c<ID>}:series         list  "unix_s:responses", at most one a second, the last 10 min
-    ch:{c<ID>}:publish        str   a live snapshot went out less than N ms ago (throttle)
-    ch:{c<ID>}:alertseries    list  "unix_s:responses:errors", one per pass of the alert checks
-                                    (crawls/alert_checks.py), never per page
-    ch:{c<ID>}:spilling       zset  packed request -> score: taken from the queue's tail, being
-                                    written to the database (crawls/engine/overflow.py)
-    ch:{c<ID>}:unspilled      set   fps whose database rows left the overflow (queued again,
-                                    or dropped) and are being removed
-    ch:{c<ID>}:session        hash  gen, cookies (JSON), failed (login error), failed_until ms:
-                                    the session the login step got, shared by every worker
-    ch:{c<ID>}:loginlock      str   one worker runs the login step (a token, expires)
-    ch:supervisor:lock        str   one supervisor at a time, across all crawls
-    ch:alerts:lock            str   one pass of the alert checks at a time
+Request.unpack) that every reader of these keys goes through. The keys are listed once, with
+their types and what they hold, in crawls/engine/keys.py (CRAWL_KEYS): the KEYS every script
+gets, the Lua names bound to them and the key map in docs/architecture.md ("A crawl's Redis
+keys") are drawn from that table, and key() builds no name it lacks.
 
 Counter invariant, at every moment (stats() reads it atomically):
 
@@ -75,6 +36,14 @@ from redis.commands.core import Script
 
 from crawlhub.http.urls import url_origin
 from crawlhub.redis.connections import get_redis, redis_memory_from, replicated
+from crawls.engine.keys import (
+    ALERTS_LOCK_KEY,
+    OVERFLOW_KEYS,
+    SCRIPT_KEYS,
+    SUPERVISOR_LOCK_KEY,
+    is_crawl_key,
+    lua_header,
+)
 from crawls.engine.request import (
     OUTCOME_KINDS,
     VIA_LISTED,
@@ -108,9 +77,6 @@ SLICE_BEAT_TTL = 10.0
 # registered much further ahead. Generous, for clocks of workers that disagree a little.
 STARTED_SLICE_WINDOW_MS = 60_000
 
-SUPERVISOR_LOCK_KEY = "ch:supervisor:lock"
-ALERTS_LOCK_KEY = "ch:alerts:lock"
-
 STATES = ("running", "paused", "cancelled")
 COUNTERS = (
     "requests", "repeats", "responses", "errors", "failed", "retries", "bytes",
@@ -138,7 +104,8 @@ ALERT_SERIES_TTL = 2 * 24 * 3600
 
 
 def _lua_sources() -> dict[str, str]:
-    lib = (_LUA_DIR / "_lib.lua").read_text()
+    # Each script: the names of its KEYS (from crawls/engine/keys.py), the shared library, itself.
+    lib = lua_header() + (_LUA_DIR / "_lib.lua").read_text()
     return {name: lib + "\n" + (_LUA_DIR / f"{name}.lua").read_text() for name in _SCRIPTS}
 
 
@@ -179,18 +146,10 @@ class Frontier:
         self.crawl_id = crawl_id
         self.redis = client if client is not None else get_redis()
         self.prefix = f"ch:{{c{crawl_id}}}:"
-        # Every script gets the same KEYS, in the order crawls/engine/lua/_lib.lua names them.
-        self._keys = [
-            self.key(name)
-            for name in (
-                "queue", "delayed", "backup", "leases", "stats",
-                "state", "config", "hosts", "hostdelay", "hostseq", "slices", "hostq", "series",
-                "hostclaim", "hostslow", "hostwhy", "flying", "hostflight", "hostdone",
-                "hosterrors", "hostheld", "hostfail", "hostparked",
-            )
-        ]  # fmt: skip
-        # The overflow's scripts and cancel also get its two keys (the others never need them).
-        self._overflow_keys = [*self._keys, self.key("spilling"), self.key("unspilled")]
+        # Every script gets the same KEYS, in the order of crawls/engine/keys.py's table; the
+        # overflow's scripts and cancel also get its two keys (the others never need them).
+        self._keys = [self.prefix + name for name in SCRIPT_KEYS]
+        self._overflow_keys = [self.prefix + name for name in OVERFLOW_KEYS]
         self._scripts = _scripts_of(self.redis)
         # The crawl's scope generation as the last claim read it (claim.lua): how a slice learns,
         # with no round trip of its own, that the include or exclude patterns changed.
@@ -200,9 +159,11 @@ class Frontier:
         self.queued_seen = self.spilled_seen = 0
 
     def key(self, name: str) -> str:
-        """This crawl's Redis key `name`, as the module docstring lists them ("queue", "stats",
+        """This crawl's Redis key `name`, one of crawls/engine/keys.py's ("queue", "stats",
         "seen:<bucket>"...); "*" or "seen:*" make a SCAN pattern. Whatever reads a crawl's keys
         outside this module (the tests, a debugging session) takes their names from here."""
+        if not is_crawl_key(name):
+            raise ValueError(f"{name!r} is not one of a crawl's keys (crawls/engine/keys.py)")
         return self.prefix + name
 
     def _run(self, script: str, args: list) -> object:

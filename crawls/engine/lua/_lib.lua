@@ -1,16 +1,9 @@
--- Shared by every frontier script: crawls/frontier.py prepends this file to each one.
--- KEYS is always the crawl's fixed keys in this order (see Frontier._keys); seen buckets are
--- built from a prefix argument. All keys share the crawl's hash tag, so they live on one slot.
-local K_QUEUE, K_DELAYED, K_BACKUP, K_LEASES, K_STATS = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local K_STATE, K_CONFIG, K_HOSTS, K_HOSTDELAY, K_HOSTSEQ = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
-local K_SLICES, K_HOSTQ, K_SERIES = KEYS[11], KEYS[12], KEYS[13]
-local K_HOSTCLAIM, K_HOSTSLOW, K_HOSTWHY = KEYS[14], KEYS[15], KEYS[16]
-local K_FLYING, K_HOSTFLIGHT = KEYS[17], KEYS[18]
-local K_HOSTDONE, K_HOSTERRORS, K_HOSTHELD = KEYS[19], KEYS[20], KEYS[21]
-local K_HOSTFAIL, K_HOSTPARKED = KEYS[22], KEYS[23]
--- Only the overflow's scripts (and cancel) get these two (Frontier._overflow_keys): the requests
--- being written to the database, and the fingerprints whose rows there are to be removed.
-local K_SPILLING, K_UNSPILLED = KEYS[24], KEYS[25]
+-- Shared by every frontier script: crawls/engine/frontier.py prepends this file to each one,
+-- after a header that binds KEYS to the names used here (K_QUEUE, K_STATS...), generated from
+-- the table of a crawl's keys in crawls/engine/keys.py: a key is named there, not here. KEYS is
+-- always the crawl's fixed keys in the table's order; only the overflow's scripts (and cancel)
+-- get K_SPILLING and K_UNSPILLED. Seen buckets are built from a prefix argument. All keys share
+-- the crawl's hash tag, so they live on one slot.
 
 -- Queue score = (-priority) * 2^44 + depth * 2^32 + seq. Every term stays below 2^53, so the
 -- double holds it exactly; priority is clamped to +-255, depth to 4095, seq wraps at 2^32.
