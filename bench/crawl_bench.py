@@ -313,9 +313,17 @@ def run_scrapy(site: SampleSite, origin: str, folder: Path, args) -> Result:
         note = "INCOMPLETE: " + note
     sent, scripts, trips = client_totals(str(counts))
     return Result(
-        "scrapy+redis", site.pages, len(fetched), last - first, after - before, per_fp, note,
-        client_commands=sent, scripts=scripts, round_trips=trips,
-    )  # fmt: skip
+        "scrapy+redis",
+        site.pages,
+        len(fetched),
+        last - first,
+        after - before,
+        per_fp,
+        note,
+        client_commands=sent,
+        scripts=scripts,
+        round_trips=trips,
+    )
 
 
 # -- crawlhub --------------------------------------------------------------------------------
@@ -423,10 +431,18 @@ def run_crawlhub(site: SampleSite, origin: str, folder: Path, args, *, root: Pat
     if per_fp is None:
         note += "; no fingerprint keys (ch:{c<ID>}:seen:*) found: bytes/fingerprint not measured"
     return Result(
-        "crawlhub+rules" if args.rules else "crawlhub", site.pages, fetched, crawl_seconds,
-        after - before, per_fp, note,
-        client_commands=sent[0], scripts=sent[1], round_trips=sent[2], cpu=tree + cpu,
-    )  # fmt: skip
+        "crawlhub+rules" if args.rules else "crawlhub",
+        site.pages,
+        fetched,
+        crawl_seconds,
+        after - before,
+        per_fp,
+        note,
+        client_commands=sent[0],
+        scripts=sent[1],
+        round_trips=sent[2],
+        cpu=tree + cpu,
+    )
 
 
 # -- main ------------------------------------------------------------------------------------
@@ -487,9 +503,10 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (logs, site)")
     parser.add_argument(
-        "--rules", action="store_true",
+        "--rules",
+        action="store_true",
         help="crawlhub extracts three CSS fields from every page (title, heading, its links)",
-    )  # fmt: skip
+    )
     args = parser.parse_args()
 
     results: list[Result] = []

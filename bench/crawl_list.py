@@ -49,10 +49,28 @@ REQUESTS = [
     ("sort=owner", "staff", "sort=owner"),
     ("state=finished&sort=shortest&q=site", "staff", "state=finished&sort=shortest&q=site"),
 ]
-STATES = [("finished", 70), ("cancelled", 8), ("failed", 4), ("running", 6), ("paused", 4),
-          ("draft", 8)]  # fmt: skip
-WORDS = ["shop", "prices", "docs", "news", "blog", "catalogue", "archive", "forum", "jobs",
-         "events", "wiki", "store"]  # fmt: skip
+STATES = [
+    ("finished", 70),
+    ("cancelled", 8),
+    ("failed", 4),
+    ("running", 6),
+    ("paused", 4),
+    ("draft", 8),
+]
+WORDS = [
+    "shop",
+    "prices",
+    "docs",
+    "news",
+    "blog",
+    "catalogue",
+    "archive",
+    "forum",
+    "jobs",
+    "events",
+    "wiki",
+    "store",
+]
 
 
 def make_crawls(n: int, *, first: int, users: list, rng: random.Random) -> list:
@@ -69,12 +87,18 @@ def make_crawls(n: int, *, first: int, users: list, rng: random.Random) -> list:
         finished = started + timedelta(seconds=int(rng.lognormvariate(6, 1.5))) if over else None
         pages = rng.randrange(1, 5000)
         stats = {"requests": pages, "responses": pages, "errors": rng.randrange(0, 20)}
-        crawls.append(Crawl(
-            name=f"{rng.choice(WORDS)} {rng.choice(WORDS)} {i}", channel=channel,
-            seeds=[f"https://site{rng.randrange(300)}.example/{rng.choice(WORDS)}/"],
-            state=state, created_by=users[0] if rng.random() < 0.2 else users[1],
-            started_at=started, finished_at=finished, stats=stats if over else {},
-        ))  # fmt: skip
+        crawls.append(
+            Crawl(
+                name=f"{rng.choice(WORDS)} {rng.choice(WORDS)} {i}",
+                channel=channel,
+                seeds=[f"https://site{rng.randrange(300)}.example/{rng.choice(WORDS)}/"],
+                state=state,
+                created_by=users[0] if rng.random() < 0.2 else users[1],
+                started_at=started,
+                finished_at=finished,
+                stats=stats if over else {},
+            )
+        )
     made = Crawl.objects.bulk_create(crawls, batch_size=2000)
     # created_at is auto_now_add: set as the list would show a year of crawls.
     for crawl, wanted in zip(made, crawls, strict=True):
@@ -154,23 +178,32 @@ def run(args: argparse.Namespace) -> None:
     make_crawls(BASELINE_CRAWLS, first=1, users=[alice, staff], rng=rng)
     baseline = time_requests(clients, args.runs)
     started = time.perf_counter()
-    make_crawls(args.crawls - BASELINE_CRAWLS, first=BASELINE_CRAWLS + 1, users=[alice, staff],
-                rng=rng)  # fmt: skip
-    print(f"{connection.vendor}: {args.crawls:,} crawls written in "
-          f"{time.perf_counter() - started:.1f} s; {args.runs} runs a request, ms")  # fmt: skip
+    make_crawls(
+        args.crawls - BASELINE_CRAWLS, first=BASELINE_CRAWLS + 1, users=[alice, staff], rng=rng
+    )
+    print(
+        f"{connection.vendor}: {args.crawls:,} crawls written in "
+        f"{time.perf_counter() - started:.1f} s; {args.runs} runs a request, ms"
+    )
     full = time_requests(clients, args.runs)
 
-    print(f"{'request':40} {BASELINE_CRAWLS:>5} crawls: p50    p95 | "
-          f"{args.crawls:>6,} crawls: p50    p95    max")  # fmt: skip
+    print(
+        f"{'request':40} {BASELINE_CRAWLS:>5} crawls: p50    p95 | "
+        f"{args.crawls:>6,} crawls: p50    p95    max"
+    )
     for label, _, _ in REQUESTS:
         base, now = baseline[label], full[label]
-        print(f"{label:40} {statistics.median(base):18.1f} {p95(base):6.1f} | "
-              f"{statistics.median(now):18.1f} {p95(now):6.1f} {max(now):6.1f}")  # fmt: skip
+        print(
+            f"{label:40} {statistics.median(base):18.1f} {p95(base):6.1f} | "
+            f"{statistics.median(now):18.1f} {p95(now):6.1f} {max(now):6.1f}"
+        )
     slowest = max(REQUESTS, key=lambda r: statistics.median(full[r[0]]))[0]
     then = statistics.median(baseline[slowest])
-    print(f"slowest with {args.crawls:,} crawls: {slowest}, p50 "
-          f"{statistics.median(full[slowest]):.1f} ms, p95 {p95(full[slowest]):.1f} ms "
-          f"(with {BASELINE_CRAWLS}: p50 {then:.1f} ms)")  # fmt: skip
+    print(
+        f"slowest with {args.crawls:,} crawls: {slowest}, p50 "
+        f"{statistics.median(full[slowest]):.1f} ms, p95 {p95(full[slowest]):.1f} ms "
+        f"(with {BASELINE_CRAWLS}: p50 {then:.1f} ms)"
+    )
 
 
 if __name__ == "__main__":

@@ -49,9 +49,15 @@ def child(crawl_id: int, fmt: str, output: str) -> None:
     if fmt != "none":
         started = time.perf_counter()
         call_command(
-            "crawl", "export", str(crawl_id), "--format", fmt, "--output", output,
+            "crawl",
+            "export",
+            str(crawl_id),
+            "--format",
+            fmt,
+            "--output",
+            output,
             stdout=io.StringIO(),
-        )  # fmt: skip
+        )
         seconds = time.perf_counter() - started
         size = os.path.getsize(output)
         os.unlink(output)
@@ -83,17 +89,28 @@ def add_pages(crawl, first: int, last: int) -> None:
 
     start = timezone.now() - timedelta(hours=1)
     for offset in range(first, last, BATCH):
-        PAGE_ROWS.write([
-            PAGE_ROWS.row(Page(
-                crawl=crawl, url=f"http://127.0.0.1:9/page/{n}?q={n}", final_url="",
-                status=200 if n % 10 else 404, content_type="text/html", bytes=1000 + n,
-                elapsed_ms=n % 500, depth=n % 5, referrer="http://127.0.0.1:9/",
-                fetched_at=start + timedelta(milliseconds=n), url_hash=f"{n:040d}",
-                title=f'Page {n}, with a comma and "quotes" — ' + "x" * 60,
-                redirects=["http://127.0.0.1:9/old"] if n % 7 == 0 else [],
-            ))
-            for n in range(offset, min(offset + BATCH, last))
-        ])  # fmt: skip
+        PAGE_ROWS.write(
+            [
+                PAGE_ROWS.row(
+                    Page(
+                        crawl=crawl,
+                        url=f"http://127.0.0.1:9/page/{n}?q={n}",
+                        final_url="",
+                        status=200 if n % 10 else 404,
+                        content_type="text/html",
+                        bytes=1000 + n,
+                        elapsed_ms=n % 500,
+                        depth=n % 5,
+                        referrer="http://127.0.0.1:9/",
+                        fetched_at=start + timedelta(milliseconds=n),
+                        url_hash=f"{n:040d}",
+                        title=f'Page {n}, with a comma and "quotes" — ' + "x" * 60,
+                        redirects=["http://127.0.0.1:9/old"] if n % 7 == 0 else [],
+                    )
+                )
+                for n in range(offset, min(offset + BATCH, last))
+            ]
+        )
 
 
 def main(args) -> None:
@@ -115,8 +132,10 @@ def main(args) -> None:
     _, _, baseline = measure(crawl.pk, "none", tmp)
     print(f"SQLite database in {tmp}")
     print(f"baseline (Django set up, no export): peak RSS {baseline / 2**20:.1f} MiB\n")
-    print(f"{'rows':>9}  {'format':6}  {'MB out':>7}  {'seconds':>7}  {'rows/s':>8}  "
-          f"{'peak RSS':>9}  {'over baseline':>13}")  # fmt: skip
+    print(
+        f"{'rows':>9}  {'format':6}  {'MB out':>7}  {'seconds':>7}  {'rows/s':>8}  "
+        f"{'peak RSS':>9}  {'over baseline':>13}"
+    )
     have = 0
     for rows in sorted(args.rows):
         started = time.perf_counter()
@@ -146,8 +165,11 @@ if __name__ == "__main__":
         sys.exit(0)
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
-        "--rows", type=int, nargs="+", default=[10_000, 100_000, 1_000_000],
+        "--rows",
+        type=int,
+        nargs="+",
+        default=[10_000, 100_000, 1_000_000],
         help="crawl sizes to export, smallest first (rows are added between sizes)",
-    )  # fmt: skip
+    )
     parser.add_argument("--keep", action="store_true", help="keep the temp dir")
     main(parser.parse_args())

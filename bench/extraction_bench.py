@@ -133,9 +133,10 @@ def show(label: str, work, site: list[Page], runs: int, also: psutil.Process | N
 
 def rule_processes() -> list[psutil.Process]:
     return [
-        child for child in psutil.Process().children()
+        child
+        for child in psutil.Process().children()
         if "crawls.engine.rule_process" in child.cmdline()
-    ]  # fmt: skip
+    ]
 
 
 if __name__ == "__main__":

@@ -122,15 +122,20 @@ class Stack:
     def spawn(self, *args: str) -> subprocess.Popen:
         log = open(self.tmp / f"{args[1] if len(args) > 1 else args[0]}.log", "a")  # noqa: SIM115
         proc = subprocess.Popen(
-            [sys.executable, *args], cwd=ROOT, env=self.env, stdout=log,
-            stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
+            [sys.executable, *args],
+            cwd=ROOT,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         self.procs.append(proc)
         return proc
 
     def start(self) -> None:
-        self.spawn("-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port),
-                   "crawlhub.asgi:application")  # fmt: skip
+        self.spawn(
+            "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), "crawlhub.asgi:application"
+        )
         self.spawn("manage.py", "rqworker", "control", "crawls", "default")
         self.spawn("manage.py", "rqworker", "control", "crawls", "default")
         self.spawn("manage.py", "rqcron", "crawlhub.cron")
@@ -165,8 +170,10 @@ class Stack:
 def percentiles(values: list[float]) -> str:
     values = sorted(values)
     p = lambda q: values[min(len(values) - 1, int(q * len(values)))]  # noqa: E731
-    return (f"n={len(values)} p50={p(0.5) * 1000:.0f} ms p95={p(0.95) * 1000:.0f} ms "
-            f"max={values[-1] * 1000:.0f} ms")  # fmt: skip
+    return (
+        f"n={len(values)} p50={p(0.5) * 1000:.0f} ms p95={p(0.95) * 1000:.0f} ms "
+        f"max={values[-1] * 1000:.0f} ms"
+    )
 
 
 # -- (a) latency ----------------------------------------------------------------------------
@@ -179,8 +186,13 @@ async def latency(stack: Stack, cookie: str, *, changes: int, every: float, forc
     from crawls.engine.frontier import Frontier
     from crawls.models import Crawl, CrawlState
 
-    crawl = Crawl.objects.create(name="latency", channel_id=_channel(), seeds=["x"],
-                                 state=CrawlState.RUNNING, created_by=_bench_user())  # fmt: skip
+    crawl = Crawl.objects.create(
+        name="latency",
+        channel_id=_channel(),
+        seeds=["x"],
+        state=CrawlState.RUNNING,
+        created_by=_bench_user(),
+    )
     frontier = Frontier(crawl.pk)
     # Running for the page, but with a request no worker may claim: the supervisor neither
     # finishes it (work pending) nor do slices fetch anything.
@@ -243,11 +255,19 @@ async def crawl_once(stack: Stack, cookie: str, origin: str, clients: int) -> tu
 
     user = await sync_to_async(_bench_user)()
     crawl = await sync_to_async(services.crawl_create)(
-        user=user, name=f"bench {clients} clients", seeds=[origin + "/"], obey_robots=False,
-        max_pages=1_000_000, max_depth=1000, threads=16, slices=2, max_retries=0,
-    )  # fmt: skip
-    sockets = [await Socket.open(stack.port, f"/ws/crawls/{crawl.pk}/", cookie)
-               for _ in range(clients)]  # fmt: skip
+        user=user,
+        name=f"bench {clients} clients",
+        seeds=[origin + "/"],
+        obey_robots=False,
+        max_pages=1_000_000,
+        max_depth=1000,
+        threads=16,
+        slices=2,
+        max_retries=0,
+    )
+    sockets = [
+        await Socket.open(stack.port, f"/ws/crawls/{crawl.pk}/", cookie) for _ in range(clients)
+    ]
     received = [0]
 
     async def read(ws: Socket) -> None:
@@ -270,11 +290,14 @@ async def crawl_once(stack: Stack, cookie: str, origin: str, clients: int) -> tu
 
 
 def serve_site(pages: int) -> tuple[subprocess.Popen, str]:
-    code = ("import sys, time\nfrom crawlhub.sample_site import SampleSite, serve\n"
-            "server, origin = serve(SampleSite(pages=int(sys.argv[1]), seed=11))\n"
-            "print(origin, flush=True)\ntime.sleep(1e9)\n")  # fmt: skip
-    proc = subprocess.Popen([sys.executable, "-c", code, str(pages)], cwd=ROOT,
-                            stdout=subprocess.PIPE, text=True)  # fmt: skip
+    code = (
+        "import sys, time\nfrom crawlhub.sample_site import SampleSite, serve\n"
+        "server, origin = serve(SampleSite(pages=int(sys.argv[1]), seed=11))\n"
+        "print(origin, flush=True)\ntime.sleep(1e9)\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, str(pages)], cwd=ROOT, stdout=subprocess.PIPE, text=True
+    )
     return proc, proc.stdout.readline().strip()
 
 
@@ -287,8 +310,10 @@ async def main(args) -> None:
             print(f"# {os.cpu_count()} CPUs; daphne + 2 rqworkers + cron + embedded Redis 6.2")
             if not args.skip_latency:
                 lat = await latency(stack, cookie, changes=args.changes, every=0.05, force=False)
-                print(f"(a) counter change -> open page, throttled publish as the slicer does "
-                      f"(a change every 50 ms): {percentiles(lat)}")  # fmt: skip
+                print(
+                    f"(a) counter change -> open page, throttled publish as the slicer does "
+                    f"(a change every 50 ms): {percentiles(lat)}"
+                )
                 lat = await latency(stack, cookie, changes=100, every=0.3, force=True)
                 print(f"(a) transport only (forced publish, 300 ms apart): {percentiles(lat)}")
             if not args.skip_crawl:
@@ -303,8 +328,7 @@ async def main(args) -> None:
                                 f"(b) {clients:3d} clients: {pages} pages in {seconds:.2f} s "
                                 f"({pages / seconds:.0f} pages/s), {msgs} messages received"
                             )
-                    base, loaded = (statistics.mean(runs[0]),
-                                    statistics.mean(runs[args.clients]))  # fmt: skip
+                    base, loaded = (statistics.mean(runs[0]), statistics.mean(runs[args.clients]))
                     print(
                         f"(b) slowdown with {args.clients} open pages: "
                         f"{(loaded / base - 1) * 100:+.1f} % "

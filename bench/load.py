@@ -118,8 +118,11 @@ def main() -> None:
 
     up = subprocess.Popen(
         [sys.executable, "manage.py", "up", "--port", str(port), "--workers", str(args.workers)],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         wait_up(base)
         session = log_in(base)
@@ -127,10 +130,24 @@ def main() -> None:
         crawl_ids = []
         for n, (_, url) in enumerate(sites):
             out = manage(
-                env, "crawl", "create", "--name", f"load {n}", "--seed", url + "/",
-                "--max-pages", "1000000", "--max-depth", "1000", "--no-robots",
-                "--threads", "4", "--slices", "1", "--start",
-            )  # fmt: skip
+                env,
+                "crawl",
+                "create",
+                "--name",
+                f"load {n}",
+                "--seed",
+                url + "/",
+                "--max-pages",
+                "1000000",
+                "--max-depth",
+                "1000",
+                "--no-robots",
+                "--threads",
+                "4",
+                "--slices",
+                "1",
+                "--start",
+            )
             crawl_ids.append(int(out.strip()))
         print(f"{args.crawls} crawls of {args.pages} pages each started on {args.workers} workers")
 

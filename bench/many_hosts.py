@@ -122,8 +122,19 @@ class Server:
         self.proc: subprocess.Popen | None = None
 
     def __enter__(self) -> Server:
-        cmd = [sys.executable, __file__, "--serve", "--hosts", str(self.args.hosts), "--pages",
-               str(self.args.pages), "--port", str(self.port), "--log", str(self.log)]  # fmt: skip
+        cmd = [
+            sys.executable,
+            __file__,
+            "--serve",
+            "--hosts",
+            str(self.args.hosts),
+            "--pages",
+            str(self.args.pages),
+            "--port",
+            str(self.port),
+            "--log",
+            str(self.log),
+        ]
         self.proc = spawn(cmd, stdout=subprocess.PIPE)
         if self.proc.stdout.readline().strip() != b"ready":
             raise SystemExit("the server did not start")
@@ -205,25 +216,39 @@ def run_crawlhub(server: Server, folder: Path, args) -> Result:
     data = folder / "crawlhub"
     data.mkdir(exist_ok=True)
     with EmbeddedRedis(folder / "redis", port=free_port()) as redis_server:
-        env = {**os.environ, "CRAWLHUB_DATA_DIR": str(data), "REDIS_URL": redis_server.url,
-               "CRAWLHUB_ADMIN_PASSWORD": secrets.token_urlsafe(16),
-               "CRAWLHUB_BLOCK_PRIVATE_NETWORKS": "0"}  # fmt: skip
+        env = {
+            **os.environ,
+            "CRAWLHUB_DATA_DIR": str(data),
+            "REDIS_URL": redis_server.url,
+            "CRAWLHUB_ADMIN_PASSWORD": secrets.token_urlsafe(16),
+            "CRAWLHUB_BLOCK_PRIVATE_NETWORKS": "0",
+        }
         manage = [sys.executable, str(ROOT / "manage.py")]
         client = redis.Redis.from_url(redis_server.url)
         log = open(folder / "crawlhub-up.log", "wb")  # noqa: SIM115
         up = spawn(
             [*manage, "up", "--workers", str(args.workers), "--port", str(free_port())],
-            env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+            env=env,
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
         try:
             wait_until(
                 lambda: client.scard("rq:workers") >= args.workers,
-                timeout=90, what=f"{args.workers} RQ workers (see {folder}/crawlhub-up.log)",
-            )  # fmt: skip
+                timeout=90,
+                what=f"{args.workers} RQ workers (see {folder}/crawlhub-up.log)",
+            )
 
             def manage_py(*words: str, timeout: float = 120) -> str:
-                done = subprocess.run([*manage, *words], env=env, cwd=ROOT, timeout=timeout,
-                                      capture_output=True, text=True)  # fmt: skip
+                done = subprocess.run(
+                    [*manage, *words],
+                    env=env,
+                    cwd=ROOT,
+                    timeout=timeout,
+                    capture_output=True,
+                    text=True,
+                )
                 if done.returncode:
                     raise SystemExit(f"manage.py {words[:2]}: {done.stderr or done.stdout}")
                 return done.stdout
@@ -232,12 +257,29 @@ def run_crawlhub(server: Server, folder: Path, args) -> Result:
             seeds = [word for root in server.roots() for word in ("--seed", root)]
             say(f"crawlhub: {args.workers} workers, {args.threads} threads x {args.slices} slices")
             crawl = manage_py(
-                "crawl", "create", "--name", "many-hosts", *seeds, "--max-pages", "1000000",
-                "--max-depth", "5", "--threads", str(args.threads), "--slices", str(args.slices),
-                "--host-delay", str(args.delay), "--no-robots", "--max-retries", "0", "--start",
-            ).split()[-1]  # fmt: skip
-            manage_py("crawl", "wait", crawl, "--timeout", str(args.timeout),
-                      timeout=args.timeout + 60)  # fmt: skip
+                "crawl",
+                "create",
+                "--name",
+                "many-hosts",
+                *seeds,
+                "--max-pages",
+                "1000000",
+                "--max-depth",
+                "5",
+                "--threads",
+                str(args.threads),
+                "--slices",
+                str(args.slices),
+                "--host-delay",
+                str(args.delay),
+                "--no-robots",
+                "--max-retries",
+                "0",
+                "--start",
+            ).split()[-1]
+            manage_py(
+                "crawl", "wait", crawl, "--timeout", str(args.timeout), timeout=args.timeout + 60
+            )
             status = json.loads(manage_py("crawl", "status", crawl, "--json"))
         finally:
             stop_process(up, timeout=60)
@@ -246,8 +288,10 @@ def run_crawlhub(server: Server, folder: Path, args) -> Result:
     time.sleep(0.5)  # the server's log is buffered: let it catch up
     rows = server.requests_seen()[before:]
     counters = status.get("counters", status)
-    note = (f"crawl {crawl}: responses {counters.get('responses')}, errors "
-            f"{counters.get('errors')}, start to end {status.get('seconds')} s")  # fmt: skip
+    note = (
+        f"crawl {crawl}: responses {counters.get('responses')}, errors "
+        f"{counters.get('errors')}, start to end {status.get('seconds')} s"
+    )
     return judge("crawlhub", rows, args.delay, note)
 
 

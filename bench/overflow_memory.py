@@ -102,8 +102,10 @@ def run(args: argparse.Namespace, folder: Path) -> None:
 
         def per(self, n: int) -> str:
             n = max(n, 1)
-            return (f"{self.wall / n * 1e6:.0f} us wall, {self.cpu / n * 1e6:.0f} us CPU here, "
-                    f"{self.redis / n * 1e6:.0f} us Redis CPU a request")  # fmt: skip
+            return (
+                f"{self.wall / n * 1e6:.0f} us wall, {self.cpu / n * 1e6:.0f} us CPU here, "
+                f"{self.redis / n * 1e6:.0f} us Redis CPU a request"
+            )
 
     before, spilling, chunk = used(), Clock(), 10_000
     started = time.perf_counter()
@@ -123,10 +125,13 @@ def run(args: argparse.Namespace, folder: Path) -> None:
     print(f"== {args.urls:,} seeds through add_seeds + balance, window {args.window:,}")
     print(f"time                          {elapsed:8.1f} s, spilling {spilling.wall:.1f} s")
     print(f"spilling                      {spilling.per(rows)}")
-    print(f"queued in Redis / spilled     {stats['queued']:,} / {stats['spilled']:,} "
-          f"({rows:,} rows)")  # fmt: skip
-    print(f"used_memory delta / URL       {delta / args.urls:8.2f} bytes "
-          "(dedup + what is queued in Redis, over every URL)")  # fmt: skip
+    print(
+        f"queued in Redis / spilled     {stats['queued']:,} / {stats['spilled']:,} ({rows:,} rows)"
+    )
+    print(
+        f"used_memory delta / URL       {delta / args.urls:8.2f} bytes "
+        "(dedup + what is queued in Redis, over every URL)"
+    )
     print(f"  of which the dedup sets     {seen / args.urls:8.2f} bytes")
     if connection.vendor == "sqlite":
         size = sum(p.stat().st_size for p in folder.glob("crawlhub.sqlite3*"))

@@ -63,8 +63,10 @@ def child(args) -> None:
     shape = pages_browser.row_template(crawl.pk)
     total = args.existing + args.rounds * 2 * args.rows
     first = args.existing
-    print(f"{connection.vendor}: {args.rows:,} rows a round in batches of {args.batch}, "
-          f"into a crawl of {args.existing:,}+")  # fmt: skip
+    print(
+        f"{connection.vendor}: {args.rows:,} rows a round in batches of {args.batch}, "
+        f"into a crawl of {args.existing:,}+"
+    )
     rates = {"with": [], "without": []}
     for round_ in range(args.rounds):
         for kind in ("with", "without"):
@@ -89,13 +91,17 @@ def child(args) -> None:
                         )
                     for _, create in made:
                         cur.execute(create)
-        print(f"round {round_ + 1}: with {rates['with'][-1]:,.0f} rows/s, "
-              f"without {rates['without'][-1]:,.0f} rows/s")  # fmt: skip
+        print(
+            f"round {round_ + 1}: with {rates['with'][-1]:,.0f} rows/s, "
+            f"without {rates['without'][-1]:,.0f} rows/s"
+        )
     ratios = [w / wo for w, wo in zip(rates["with"], rates["without"], strict=True)]
-    print(f"median: with the index {statistics.median(rates['with']):,.0f} rows/s, without "
-          f"{statistics.median(rates['without']):,.0f} rows/s; with/without "
-          f"{statistics.median(ratios):.2f} "
-          f"(min {min(ratios):.2f}, max {max(ratios):.2f})")  # fmt: skip
+    print(
+        f"median: with the index {statistics.median(rates['with']):,.0f} rows/s, without "
+        f"{statistics.median(rates['without']):,.0f} rows/s; with/without "
+        f"{statistics.median(ratios):.2f} "
+        f"(min {min(ratios):.2f}, max {max(ratios):.2f})"
+    )
 
 
 def main() -> None:
@@ -109,9 +115,19 @@ def main() -> None:
     args = parser.parse_args()
     if args.child:
         return child(args)
-    argv = [sys.executable, __file__, "--child", "--rows", str(args.rows),
-            "--batch", str(args.batch), "--rounds", str(args.rounds),
-            "--existing", str(args.existing)]  # fmt: skip
+    argv = [
+        sys.executable,
+        __file__,
+        "--child",
+        "--rows",
+        str(args.rows),
+        "--batch",
+        str(args.batch),
+        "--rounds",
+        str(args.rounds),
+        "--existing",
+        str(args.existing),
+    ]
     tmp = Path(tempfile.mkdtemp(prefix="crawlhub-inserts-bench-"))
     env = {**os.environ, "LOG_LEVEL": "WARNING", "CRAWLHUB_DATA_DIR": str(tmp)}
     try:

@@ -73,16 +73,32 @@ trip ultra urban value video vintage wall warm water white wild winter wood worl
 """.split()  # noqa: SIM905 - a list of words reads better as text
 # (section, weight, content type)
 KINDS = [
-    ("products", 30, "text/html; charset=utf-8"), ("blog", 15, "text/html; charset=utf-8"),
-    ("docs", 15, "text/html; charset=utf-8"), ("news", 10, "text/html; charset=utf-8"),
-    ("category", 10, "text/html; charset=utf-8"), ("help", 5, "text/html; charset=utf-8"),
-    ("files", 5, "application/pdf"), ("images", 5, "image/png"), ("api", 5, "application/json"),
-]  # fmt: skip
+    ("products", 30, "text/html; charset=utf-8"),
+    ("blog", 15, "text/html; charset=utf-8"),
+    ("docs", 15, "text/html; charset=utf-8"),
+    ("news", 10, "text/html; charset=utf-8"),
+    ("category", 10, "text/html; charset=utf-8"),
+    ("help", 5, "text/html; charset=utf-8"),
+    ("files", 5, "application/pdf"),
+    ("images", 5, "image/png"),
+    ("api", 5, "application/json"),
+]
 MEAN_LOG_BYTES = {"application/pdf": 13, "image/png": 11.5, "application/json": 8}
 STATUSES = [(200, 900), (301, 35), (302, 5), (404, 30), (403, 5), (500, 10), (503, 5), (None, 10)]
 CHANGES = [("unchanged", 60), ("new", 18), ("changed", 12), ("", 10)]
-DEPTHS = [(0, 0.1), (1, 3), (2, 8), (3, 14), (4, 17), (5, 16), (6, 13), (7, 10), (8, 8),
-          (9, 6), (10, 5)]  # fmt: skip
+DEPTHS = [
+    (0, 0.1),
+    (1, 3),
+    (2, 8),
+    (3, 14),
+    (4, 17),
+    (5, 16),
+    (6, 13),
+    (7, 10),
+    (8, 8),
+    (9, 6),
+    (10, 5),
+]
 ERRORS = ["Timed out after 30 s", "Connection refused", "TLS handshake failed", "DNS lookup failed"]
 SITES = [  # (host, name in titles)
     (f"{prefix}{name}.{tld}", name.replace("-", " ").title())
@@ -307,23 +323,37 @@ def setup(pages: int, other: int):
     connection.close()
     assert sorted(secondary_indexes()) == sorted(indexes)
     assert sorted(text_triggers()) == sorted(triggers)
-    print(f"wrote {pages:,} + {other:,} pages in {written - started:.0f} s "
-          f"({(pages + other) / (written - started):,.0f} rows/s), then made "
-          f"{len(indexes)} indexes in {time.perf_counter() - written:.0f} s")  # fmt: skip
+    print(
+        f"wrote {pages:,} + {other:,} pages in {written - started:.0f} s "
+        f"({(pages + other) / (written - started):,.0f} rows/s), then made "
+        f"{len(indexes)} indexes in {time.perf_counter() - written:.0f} s"
+    )
     return crawls[0]
 
 
 # -- the requests -------------------------------------------------------------------------------
 
-SORTED = ["url", "status", "title", "content_type", "bytes", "elapsed_ms", "depth", "fetched_at",
-          "change"]  # fmt: skip
+SORTED = [
+    "url",
+    "status",
+    "title",
+    "content_type",
+    "bytes",
+    "elapsed_ms",
+    "depth",
+    "fetched_at",
+    "change",
+]
 FOUR_XX_BYTES = {"status_class": "4xx", "sort": "bytes", "order": "desc"}
 # (label, query-string parameters, how it is reached: "" the first screen, ("next", 50) the 50th
 # screen by following `next`, ("previous", 50) back from it, ("row", k) the screen after row k)
 REQUESTS: list[tuple[str, dict, tuple]] = [
     ("first screen (sort=id)", {}, ()),
-    *[(f"sort={s}{' desc' if d else ''}", {"sort": s, **({"order": "desc"} if d else {})}, ())
-      for s in SORTED for d in (False, True)],
+    *[
+        (f"sort={s}{' desc' if d else ''}", {"sort": s, **({"order": "desc"} if d else {})}, ())
+        for s in SORTED
+        for d in (False, True)
+    ],
     ("status_class=4xx", {"status_class": "4xx"}, ()),
     ("status=404", {"status": "404"}, ()),
     ("content_type=application/pdf", {"content_type": "application/pdf"}, ()),
@@ -336,22 +366,44 @@ REQUESTS: list[tuple[str, dict, tuple]] = [
     ("q=error sort=bytes desc", {"q": "error", "sort": "bytes", "order": "desc"}, ()),
     (f"q={RARE} sort=url", {"q": RARE, "sort": "url"}, ()),
     ("status_class=4xx sort=bytes desc", FOUR_XX_BYTES, ()),
-    ("status_class=3xx sort=bytes desc", {"status_class": "3xx", "sort": "bytes", "order": "desc"},
-     ()),
+    (
+        "status_class=3xx sort=bytes desc",
+        {"status_class": "3xx", "sort": "bytes", "order": "desc"},
+        (),
+    ),
     ("status_class=none sort=elapsed_ms", {"status_class": "none", "sort": "elapsed_ms"}, ()),
-    ("depth 3-5 sort=bytes desc", {"depth_min": "3", "depth_max": "5", "sort": "bytes",
-                                   "order": "desc"}, ()),
-    ("2xx + text/html, sort=bytes desc",
-     {"status_class": "2xx", "content_type": "text/html", "sort": "bytes", "order": "desc"}, ()),
-    ("2xx + application/pdf, sort=bytes desc",
-     {"status_class": "2xx", "content_type": "application/pdf", "sort": "bytes", "order": "desc"},
-     ()),
-    ("change=changed depth 3-5, sort=url",
-     {"change": "changed", "depth_min": "3", "depth_max": "5", "sort": "url"}, ()),
+    (
+        "depth 3-5 sort=bytes desc",
+        {"depth_min": "3", "depth_max": "5", "sort": "bytes", "order": "desc"},
+        (),
+    ),
+    (
+        "2xx + text/html, sort=bytes desc",
+        {"status_class": "2xx", "content_type": "text/html", "sort": "bytes", "order": "desc"},
+        (),
+    ),
+    (
+        "2xx + application/pdf, sort=bytes desc",
+        {
+            "status_class": "2xx",
+            "content_type": "application/pdf",
+            "sort": "bytes",
+            "order": "desc",
+        },
+        (),
+    ),
+    (
+        "change=changed depth 3-5, sort=url",
+        {"change": "changed", "depth_min": "3", "depth_max": "5", "sort": "url"},
+        (),
+    ),
     # A field has no index: its sort is refused past 10,000 pages, taken on fewer.
     ("sort=field:price desc (all pages)", {"sort": "field:price", "order": "desc"}, ()),
-    ("status=503 sort=field:price desc", {"status": "503", "sort": "field:price",
-                                          "order": "desc"}, ()),
+    (
+        "status=503 sort=field:price desc",
+        {"status": "503", "sort": "field:price", "order": "desc"},
+        (),
+    ),
     ("50th screen (sort=id)", {}, ("next", 50)),
     ("50th screen (sort=url)", {"sort": "url"}, ("next", 50)),
     ("50th screen (sort=fetched_at desc)", {"sort": "fetched_at", "order": "desc"}, ("next", 50)),
@@ -361,11 +413,15 @@ REQUESTS: list[tuple[str, dict, tuple]] = [
     ("screen after row 500,000 (sort=id)", {}, ("row", 500_000)),
     ("screen after row 500,000 (sort=url)", {"sort": "url"}, ("row", 500_000)),
     ("screen after row 500,000 (sort=status)", {"sort": "status"}, ("row", 500_000)),
-]  # fmt: skip
+]
 # Plans printed whatever their time (and those of every request over SLOW_MS).
-PLANNED = ["sort=url", "status_class=4xx sort=bytes desc", "depth 3-5",
-           f"q={RARE} ({RARE_ROWS} pages)",
-           "screen after row 500,000 (sort=id)"]  # fmt: skip
+PLANNED = [
+    "sort=url",
+    "status_class=4xx sort=bytes desc",
+    "depth 3-5",
+    f"q={RARE} ({RARE_ROWS} pages)",
+    "screen after row 500,000 (sort=id)",
+]
 
 
 def cursors(crawl, params: dict, how: tuple) -> tuple[str, str]:
@@ -401,8 +457,17 @@ def measure(crawl, params: dict, how: tuple, runs: int) -> dict:
     try:
         call()  # warm-up
     except QueryError as exc:  # refused by design: said so in the table
-        return {"runs": 0, "p50": 0.0, "p95": 0.0, "max": 0.0, "rows": 0, "count": "refused",
-                "refused": str(exc), "after": after, "before": before}  # fmt: skip
+        return {
+            "runs": 0,
+            "p50": 0.0,
+            "p95": 0.0,
+            "max": 0.0,
+            "rows": 0,
+            "count": "refused",
+            "refused": str(exc),
+            "after": after,
+            "before": before,
+        }
     times, deadline = [], time.monotonic() + BUDGET_S
     for i in range(runs):
         started = time.perf_counter()
@@ -414,8 +479,16 @@ def measure(crawl, params: dict, how: tuple, runs: int) -> dict:
     count = f"{found.count:,}" + ("+" if found.count_capped else "")
     if found.searched:  # a partial screen: the matches among the pages read
         count = f"{found.count:,}/{found.searched // 1000}k"
-    return {"runs": len(times), "p50": statistics.median(times), "p95": p95, "max": max(times),
-            "rows": len(found.rows), "count": count, "after": after, "before": before}  # fmt: skip
+    return {
+        "runs": len(times),
+        "p50": statistics.median(times),
+        "p95": p95,
+        "max": max(times),
+        "rows": len(found.rows),
+        "count": count,
+        "after": after,
+        "before": before,
+    }
 
 
 # -- query plans --------------------------------------------------------------------------------
@@ -496,8 +569,11 @@ def child(args) -> None:
         except LookupError as exc:
             print(f"{name:<42} skipped: {exc}")
             continue
-        print(f"{name:<42} {r['runs']:>4} {r['p50']:>8.1f} {r['p95']:>8.1f} {r['max']:>8.1f} "
-              f"{r['rows']:>5} {r['count']:>8}", flush=True)  # fmt: skip
+        print(
+            f"{name:<42} {r['runs']:>4} {r['p50']:>8.1f} {r['p95']:>8.1f} {r['max']:>8.1f} "
+            f"{r['rows']:>5} {r['count']:>8}",
+            flush=True,
+        )
     slow = [n for n, r in results.items() if r["p95"] > SLOW_MS]
     print(f"\nover {SLOW_MS:.0f} ms p95: {', '.join(slow) or 'none'}")
     how = (
@@ -514,8 +590,17 @@ def child(args) -> None:
 
 
 def run_child(args, env: dict) -> None:
-    argv = [sys.executable, __file__, "--child", "--pages", str(args.pages), "--other",
-            str(args.other), "--runs", str(args.runs)]  # fmt: skip
+    argv = [
+        sys.executable,
+        __file__,
+        "--child",
+        "--pages",
+        str(args.pages),
+        "--other",
+        str(args.other),
+        "--runs",
+        str(args.runs),
+    ]
     argv += ["--reuse"] if args.reuse else []
     argv += [f"--match={m}" for m in args.match]
     result = subprocess.run(argv, cwd=ROOT, env={**os.environ, "LOG_LEVEL": "WARNING", **env})
@@ -563,13 +648,16 @@ def main() -> None:
     parser.add_argument("--only", choices=["sqlite", "postgres"], help="one backend only")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir and database")
     parser.add_argument(
-        "--reuse", action="store_true",
+        "--reuse",
+        action="store_true",
         help="measure the PostgreSQL database an earlier --keep run left (kept again)",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--match", action="append", default=[],
+        "--match",
+        action="append",
+        default=[],
         help="only the requests whose name contains this (repeatable)",
-    )  # fmt: skip
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     args.other = args.pages // 5 if args.other is None else args.other

@@ -146,10 +146,20 @@ def main() -> None:
     log_path = data_dir / "up.log"
     with open(log_path, "w") as log:
         up = subprocess.Popen(
-            [sys.executable, "manage.py", "up", "--port", str(port), "--workers",
-             str(args.workers)],
-            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "manage.py",
+                "up",
+                "--port",
+                str(port),
+                "--workers",
+                str(args.workers),
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     try:
         wait_up(base)
         session = log_in(base)
@@ -180,8 +190,10 @@ def main() -> None:
             counts = dict(zip(expected, map(int, found.groups()), strict=True))
             report = None
             imported = time.perf_counter() - started
-        print(f"import of {args.lines:,} lines: the page answered in {answered:.2f} s, "
-              f"the import ended after {imported:.1f} s")  # fmt: skip
+        print(
+            f"import of {args.lines:,} lines: the page answered in {answered:.2f} s, "
+            f"the import ended after {imported:.1f} s"
+        )
         print(f"  report: {counts} (expected {expected})")
         if report and report.get("errors"):
             first = report["errors"][0]
@@ -190,12 +202,23 @@ def main() -> None:
         ids = [
             int(i)
             for i in subprocess.run(
-                [sys.executable, "manage.py", "shell", "-v", "0", "-c",
-                 "from proxies.models import Proxy; "
-                 "print(*Proxy.objects.values_list('pk', flat=True))"],
-                cwd=ROOT, env=env, capture_output=True, text=True, check=True,
+                [
+                    sys.executable,
+                    "manage.py",
+                    "shell",
+                    "-v",
+                    "0",
+                    "-c",
+                    "from proxies.models import Proxy; "
+                    "print(*Proxy.objects.values_list('pk', flat=True))",
+                ],
+                cwd=ROOT,
+                env=env,
+                capture_output=True,
+                text=True,
+                check=True,
             ).stdout.split()
-        ]  # fmt: skip
+        ]
         started = time.perf_counter()
         answer = session.post(
             base + "/api/proxies/remove/", json={"ids": ids, "why": "bench"}, timeout=1800
@@ -208,14 +231,18 @@ def main() -> None:
             answer.raise_for_status()
             removed = len(answer.json()["removed"])
         removal = time.perf_counter() - started
-        print(f"removal of {len(ids):,} proxies: the API answered in {remove_answered:.2f} s "
-              f"({answer.status_code}), {removed:,} removed after {removal:.1f} s")  # fmt: skip
+        print(
+            f"removal of {len(ids):,} proxies: the API answered in {remove_answered:.2f} s "
+            f"({answer.status_code}), {removed:,} removed after {removal:.1f} s"
+        )
         starter.stop.set()
         starter.join(timeout=600)
         codes = [code for code, _ in starter.answers]
         slowest = max((t for _, t in starter.answers), default=0)
-        print(f"crawls created meanwhile: {len(codes)}, answers {sorted(set(codes))}, "
-              f"slowest {slowest:.2f} s")  # fmt: skip
+        print(
+            f"crawls created meanwhile: {len(codes)}, answers {sorted(set(codes))}, "
+            f"slowest {slowest:.2f} s"
+        )
     finally:
         up.send_signal(signal.SIGINT)
         try:

@@ -151,18 +151,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument(
-        "--threads", default="1,2,4,8",
+        "--threads",
+        default="1,2,4,8",
         help="threads per process, comma separated; 1 (the plain figure) is always run",
-    )  # fmt: skip
+    )
     parser.add_argument("--modes", default="pair", help="pair (the one mode)")
     parser.add_argument("--runs", type=int, default=3, help="runs per configuration")
     parser.add_argument("--seconds", type=float, default=10)
     parser.add_argument("--proxies", type=int, default=200)
     parser.add_argument("--channels", type=int, default=1)
     parser.add_argument(
-        "--tcp", action="store_true",
+        "--tcp",
+        action="store_true",
         help="Redis on a loopback TCP port instead of a unix socket (the embedded default).",
-    )  # fmt: skip
+    )
     args = parser.parse_args()
     threads_list = sorted({1, *(int(t) for t in args.threads.split(","))})
     modes = [m.strip() for m in args.modes.split(",")]

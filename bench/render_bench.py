@@ -102,27 +102,40 @@ def run(args) -> list[dict]:
     with tempfile.TemporaryDirectory(prefix="render-bench-") as tmp:
         folder = Path(tmp)
         with EmbeddedRedis(folder / "redis", port=free_port()) as redis_server:
-            env = {**os.environ, "CRAWLHUB_DATA_DIR": str(folder / "data"),
-                   "REDIS_URL": redis_server.url,
-                   "CRAWLHUB_ADMIN_PASSWORD": secrets.token_urlsafe(16),
-                   "CRAWLHUB_BLOCK_PRIVATE_NETWORKS": "0"}  # fmt: skip
+            env = {
+                **os.environ,
+                "CRAWLHUB_DATA_DIR": str(folder / "data"),
+                "REDIS_URL": redis_server.url,
+                "CRAWLHUB_ADMIN_PASSWORD": secrets.token_urlsafe(16),
+                "CRAWLHUB_BLOCK_PRIVATE_NETWORKS": "0",
+            }
             (folder / "data").mkdir()
             manage = [sys.executable, str(ROOT / "manage.py")]
             client = redis.Redis.from_url(redis_server.url)
             log = open(folder / "up.log", "wb")  # noqa: SIM115
             up = spawn(
                 [*manage, "up", "--workers", str(args.workers), "--port", str(free_port())],
-                env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-            )  # fmt: skip
+                env=env,
+                cwd=ROOT,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
             try:
                 wait_until(
                     lambda: client.scard("rq:workers") >= args.workers,
-                    timeout=120, what=f"{args.workers} RQ workers",
-                )  # fmt: skip
+                    timeout=120,
+                    what=f"{args.workers} RQ workers",
+                )
 
                 def manage_py(*words: str, timeout: float = 120) -> str:
-                    done = subprocess.run([*manage, *words], env=env, cwd=ROOT, timeout=timeout,
-                                          capture_output=True, text=True)  # fmt: skip
+                    done = subprocess.run(
+                        [*manage, *words],
+                        env=env,
+                        cwd=ROOT,
+                        timeout=timeout,
+                        capture_output=True,
+                        text=True,
+                    )
                     if done.returncode:
                         raise SystemExit(f"manage.py {words[:2]}: {done.stderr or done.stdout}")
                     return done.stdout
@@ -131,25 +144,52 @@ def run(args) -> list[dict]:
                     render = (
                         "--render-javascript" if mode == "rendered" else "--no-render-javascript"
                     )
-                    say(f"{mode}: {args.pages + 1} pages, {args.workers} workers, "
-                        f"{args.threads} threads x {args.slices} slices")  # fmt: skip
+                    say(
+                        f"{mode}: {args.pages + 1} pages, {args.workers} workers, "
+                        f"{args.threads} threads x {args.slices} slices"
+                    )
                     crawl = manage_py(
-                        "crawl", "create", "--name", f"render-bench-{mode}", "--seed", seed,
-                        "--max-pages", str(args.pages + 10), "--max-depth", "10",
-                        "--threads", str(args.threads), "--slices", str(args.slices),
-                        "--no-robots", "--max-retries", "2", render, "--start",
-                    ).split()[-1]  # fmt: skip
-                    manage_py("crawl", "wait", crawl, "--timeout", str(args.timeout),
-                              timeout=args.timeout + 60)  # fmt: skip
+                        "crawl",
+                        "create",
+                        "--name",
+                        f"render-bench-{mode}",
+                        "--seed",
+                        seed,
+                        "--max-pages",
+                        str(args.pages + 10),
+                        "--max-depth",
+                        "10",
+                        "--threads",
+                        str(args.threads),
+                        "--slices",
+                        str(args.slices),
+                        "--no-robots",
+                        "--max-retries",
+                        "2",
+                        render,
+                        "--start",
+                    ).split()[-1]
+                    manage_py(
+                        "crawl",
+                        "wait",
+                        crawl,
+                        "--timeout",
+                        str(args.timeout),
+                        timeout=args.timeout + 60,
+                    )
                     status = json.loads(manage_py("crawl", "status", crawl, "--json"))
                     counters = status.get("counters", status)
                     seconds = status.get("seconds") or 0.0
                     responses = counters.get("responses", 0)
-                    results.append({
-                        "mode": mode, "pages": responses, "errors": counters.get("errors", 0),
-                        "seconds": seconds,
-                        "pages_per_second": round(responses / seconds, 2) if seconds else 0.0,
-                    })  # fmt: skip
+                    results.append(
+                        {
+                            "mode": mode,
+                            "pages": responses,
+                            "errors": counters.get("errors", 0),
+                            "seconds": seconds,
+                            "pages_per_second": round(responses / seconds, 2) if seconds else 0.0,
+                        }
+                    )
             finally:
                 stop_process(up, timeout=60)
                 log.close()
@@ -169,8 +209,10 @@ def main() -> None:
     results = run(args)
     print(f"{'mode':<10}{'pages':>7}{'errors':>8}{'seconds':>10}{'pages/s':>10}")
     for r in results:
-        print(f"{r['mode']:<10}{r['pages']:>7}{r['errors']:>8}{r['seconds']:>10}"
-              f"{r['pages_per_second']:>10}")  # fmt: skip
+        print(
+            f"{r['mode']:<10}{r['pages']:>7}{r['errors']:>8}{r['seconds']:>10}"
+            f"{r['pages_per_second']:>10}"
+        )
     plain, rendered = results[0]["pages_per_second"], results[1]["pages_per_second"]
     if plain:
         print(f"rendered / plain: {rendered / plain:.3f}")

@@ -123,10 +123,19 @@ def main() -> None:
     def handed(url: str, html: str) -> FetchResult:
         body = html.encode()
         return FetchResult(
-            url=url, final_url=url, status=200, content_type="text/html", body=body,
-            nbytes=len(body), truncated=False, elapsed_ms=0, redirects=[], error="",
-            error_kind="", headers={"content-type": "text/html"},
-        )  # fmt: skip
+            url=url,
+            final_url=url,
+            status=200,
+            content_type="text/html",
+            body=body,
+            nbytes=len(body),
+            truncated=False,
+            elapsed_ms=0,
+            redirects=[],
+            error="",
+            error_kind="",
+            headers={"content-type": "text/html"},
+        )
 
     options = rendering.RenderOptions(
         timeout=120, max_bytes=args.max_bytes, wait_selector="body[data-done]"
@@ -136,8 +145,10 @@ def main() -> None:
         pool.render(handed("http://127.0.0.1:9/", "<p>warm</p>"), proxy=None, options=options)
         with TreeRss() as idle:
             time.sleep(1)
-        print(f"max_bytes {args.max_bytes / MB:g} MB; the tree with a browser, idle: "
-              f"{idle.peak_sum / MB:.0f} MB PSS")  # fmt: skip
+        print(
+            f"max_bytes {args.max_bytes / MB:g} MB; the tree with a browser, idle: "
+            f"{idle.peak_sum / MB:.0f} MB PSS"
+        )
         server, sent = serve(args.answer_mb * MB)
         with server, TreeRss() as tree:
             started = time.monotonic()

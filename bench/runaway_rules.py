@@ -41,9 +41,11 @@ sys.path.insert(0, str(ROOT))
 
 LEVEL = "[" + ",".join(["@"] * 10) + "][]"
 CUBIC_XPATH = "//p[count(//p[count(preceding::p) < 3]) > 0]"
-PARAGRAPHS = b"<html><head><title>Big</title></head><body><h1>Heading</h1>" + (
-    b"<p>x</p>" * 20_000
-) + b"</body></html>"  # fmt: skip
+PARAGRAPHS = (
+    b"<html><head><title>Big</title></head><body><h1>Heading</h1>"
+    + (b"<p>x</p>" * 20_000)
+    + b"</body></html>"
+)
 PAGES = {"/data.json": (b'{"a": 1}', "application/json"), "/big": (PARAGRAPHS, "text/html")}
 
 
@@ -99,11 +101,14 @@ class Stack:
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.env = {
-            **os.environ, "CRAWLHUB_DATA_DIR": str(tmp),
-            "DATABASE_URL": f"sqlite:///{tmp}/bench.sqlite3", "REDIS_URL": self.redis.url,
-            "CRAWLHUB_SLICE_SECONDS": "5", "CRAWLHUB_SUPERVISOR_SECONDS": "1",
+            **os.environ,
+            "CRAWLHUB_DATA_DIR": str(tmp),
+            "DATABASE_URL": f"sqlite:///{tmp}/bench.sqlite3",
+            "REDIS_URL": self.redis.url,
+            "CRAWLHUB_SLICE_SECONDS": "5",
+            "CRAWLHUB_SUPERVISOR_SECONDS": "1",
             "LOG_LEVEL": "WARNING",
-        }  # fmt: skip
+        }
         os.environ.update(self.env)
         os.environ["DJANGO_SETTINGS_MODULE"] = "crawlhub.settings"
         import django
@@ -117,15 +122,20 @@ class Stack:
     def spawn(self, *args: str) -> subprocess.Popen:
         log = open(self.tmp / f"{args[-1].replace('/', '_')}.log", "a")  # noqa: SIM115
         proc = subprocess.Popen(
-            [sys.executable, *args], cwd=ROOT, env=self.env, stdout=log,
-            stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
+            [sys.executable, *args],
+            cwd=ROOT,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         self.procs.append(proc)
         return proc
 
     def start_web(self) -> psutil.Process:
-        daphne = self.spawn("-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port),
-                            "crawlhub.asgi:application")  # fmt: skip
+        daphne = self.spawn(
+            "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), "crawlhub.asgi:application"
+        )
         deadline = time.monotonic() + 120
         while True:
             try:
@@ -167,19 +177,26 @@ def web(stack: Stack, depth: int, max_seconds: float) -> None:
     daphne = stack.start_web()
     _, token = user_and_token()
     expr = "|".join([LEVEL] * depth)
-    body = {"name": "tenfold", "seeds": ["http://127.0.0.1:9/"],
-            "extract_rules": [{"name": "tenfold", "kind": "json", "expr": expr}]}  # fmt: skip
+    body = {
+        "name": "tenfold",
+        "seeds": ["http://127.0.0.1:9/"],
+        "extract_rules": [{"name": "tenfold", "kind": "json", "expr": expr}],
+    }
     before, started = cpu(daphne), time.monotonic()
     try:
         answer = requests.post(
-            stack.base + "/api/crawls/", json=body, timeout=max_seconds,
+            stack.base + "/api/crawls/",
+            json=body,
+            timeout=max_seconds,
             headers={"Authorization": f"Bearer {token}"},
-        ).status_code  # fmt: skip
+        ).status_code
     except requests.ReadTimeout:
         answer = f"no answer within {max_seconds:.0f} s"
-    print(f"web, save ({depth} levels, {len(expr)} characters): {answer} after "
-          f"{time.monotonic() - started:.2f} s, daphne {cpu(daphne) - before:.2f} s CPU, "
-          f"peak {peak_mb(daphne.pid):.0f} MB")  # fmt: skip
+    print(
+        f"web, save ({depth} levels, {len(expr)} characters): {answer} after "
+        f"{time.monotonic() - started:.2f} s, daphne {cpu(daphne) - before:.2f} s CPU, "
+        f"peak {peak_mb(daphne.pid):.0f} MB"
+    )
     stack.stop_processes()
     preview(stack, max_seconds)
     stack.stop_processes()
@@ -190,24 +207,32 @@ def preview(stack: Stack, max_seconds: float) -> None:
     site = serve_site()
     session = requests.Session()
     session.get(stack.base + "/login/", timeout=60)
-    session.post(stack.base + "/login/", data={"username": "bench", "password": "bench-pass-123"},
-                 headers={"X-CSRFToken": session.cookies["csrftoken"]}, timeout=60)  # fmt: skip
+    session.post(
+        stack.base + "/login/",
+        data={"username": "bench", "password": "bench-pass-123"},
+        headers={"X-CSRFToken": session.cookies["csrftoken"]},
+        timeout=60,
+    )
     rules = [{"name": "cubic", "kind": "xpath", "expr": CUBIC_XPATH}]
     data = {"preview_url": site + "/big", "extract_rules": json.dumps(rules), "timeout": "10"}
     before, started = cpu(daphne), time.monotonic()
     try:
         answer = session.post(
-            stack.base + "/crawls/preview/", data=data, timeout=max_seconds,
+            stack.base + "/crawls/preview/",
+            data=data,
+            timeout=max_seconds,
             headers={"X-CSRFToken": session.cookies["csrftoken"], "Accept": "application/json"},
-        ).json()["field_errors"]  # fmt: skip
+        ).json()["field_errors"]
     except requests.ReadTimeout:
         answer = f"no answer within {max_seconds:.0f} s (the client gives up)"
     took, during = time.monotonic() - started, cpu(daphne) - before
     after = cpu(daphne)
     time.sleep(10)
-    print(f"web, preview (cubic XPath, 20,000 <p>): {answer} after {took:.1f} s; daphne "
-          f"{during:.2f} s CPU meanwhile, {cpu(daphne) - after:.2f} s in the 10 s after; peak "
-          f"{peak_mb(daphne.pid):.0f} MB")  # fmt: skip
+    print(
+        f"web, preview (cubic XPath, 20,000 <p>): {answer} after {took:.1f} s; daphne "
+        f"{during:.2f} s CPU meanwhile, {cpu(daphne) - after:.2f} s in the 10 s after; peak "
+        f"{peak_mb(daphne.pid):.0f} MB"
+    )
 
 
 def worker(stack: Stack, depth: int, max_seconds: float) -> None:
@@ -219,18 +244,29 @@ def worker(stack: Stack, depth: int, max_seconds: float) -> None:
     user = get_user_model().objects.get_or_create(username="bench")[0]
     site = serve_site()
     cases = [
-        (f"tenfold JMESPath, {depth} levels", "/data.json",
-         {"name": "tenfold", "kind": "json", "expr": "|".join([LEVEL] * depth)}),
-        ("p ~ p ~ p on 20,000 <p>", "/big", {"name": "siblings", "kind": "css",
-                                             "expr": "p ~ p ~ p", "many": True}),
-    ]  # fmt: skip
+        (
+            f"tenfold JMESPath, {depth} levels",
+            "/data.json",
+            {"name": "tenfold", "kind": "json", "expr": "|".join([LEVEL] * depth)},
+        ),
+        (
+            "p ~ p ~ p on 20,000 <p>",
+            "/big",
+            {"name": "siblings", "kind": "css", "expr": "p ~ p ~ p", "many": True},
+        ),
+    ]
     for label, path, rule in cases:
         worker = stack.start_worker()
         time.sleep(5)  # it registers
         crawl = services.crawl_create(
-            user=user, name=label, seeds=[site + path], obey_robots=False, threads=1,
-            max_retries=0, extract_rules=[rule],
-        )  # fmt: skip
+            user=user,
+            name=label,
+            seeds=[site + path],
+            obey_robots=False,
+            threads=1,
+            max_retries=0,
+            extract_rules=[rule],
+        )
         services.crawl_start(crawl=crawl, user=user)
         started, peaks = time.monotonic(), {"horse": 0.0, "rules": 0.0}
         while time.monotonic() - started < max_seconds:
@@ -248,8 +284,10 @@ def worker(stack: Stack, depth: int, max_seconds: float) -> None:
         page = crawl.pages.first()
         outcome = page.extract_errors if page else f"no page; {crawl.error or 'no error'}"
         state = crawl.state if crawl.state == "finished" else f"{crawl.state} (not finished)"
-        print(f"worker, {label}: {state} after {took:.1f} s; work horse peak {peaks['horse']:.0f}"
-              f" MB, rule process peak {peaks['rules']:.0f} MB; {outcome}")  # fmt: skip
+        print(
+            f"worker, {label}: {state} after {took:.1f} s; work horse peak {peaks['horse']:.0f}"
+            f" MB, rule process peak {peaks['rules']:.0f} MB; {outcome}"
+        )
         if crawl.state in ("running", "paused"):
             services.crawl_cancel(crawl=Crawl.objects.get(pk=crawl.pk), user=user)
         stack.stop_processes()

@@ -88,8 +88,11 @@ def log_check(log: Path, offset: int, expected: set[str]) -> tuple[str, int]:
 def run_bare(origin: str, threads: int, timeout: int) -> tuple[int, float, float]:
     done = subprocess.run(
         [sys.executable, str(BENCH / "bare_crawler.py"), origin + "/", "--threads", str(threads)],
-        capture_output=True, text=True, timeout=timeout, check=True,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=True,
+    )
     found = json.loads(done.stdout)
     return len(found["fetched"]), found["seconds"], found["cpu"]
 

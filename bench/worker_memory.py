@@ -71,10 +71,16 @@ def run(tmp: Path) -> None:
         for name, size, encoding in CASES:
             with RawServer(streaming(size, content_encoding=encoding), lifetime=120) as server:
                 crawl = services.crawl_create(
-                    user=None, name=name, seeds=[server.url + "/"], keep_bodies=True,
-                    max_bytes=MAX_BODY_BYTES, threads=1, max_retries=0, obey_robots=False,
+                    user=None,
+                    name=name,
+                    seeds=[server.url + "/"],
+                    keep_bodies=True,
+                    max_bytes=MAX_BODY_BYTES,
+                    threads=1,
+                    max_retries=0,
+                    obey_robots=False,
                     timeout=10,
-                )  # fmt: skip
+                )
                 services.crawl_start(crawl=crawl)
                 measured = slice_process.peak_rss(crawl.pk, env=dict(os.environ))
             page = crawl.pages.get()

@@ -72,13 +72,15 @@ class NewTokenSerializer(TokenSerializer):
         summary="Create a token (the response is the only time it is shown)",
         request=TokenSerializer,
         responses={201: NewTokenSerializer},
-    ),  # fmt: skip
+    ),
     destroy=extend_schema(summary="Revoke a token"),
 )
 class TokenViewSet(
-    mixins.ListModelMixin, mixins.CreateModelMixin, mixins.DestroyModelMixin,
+    mixins.ListModelMixin,
+    mixins.CreateModelMixin,
+    mixins.DestroyModelMixin,
     viewsets.GenericViewSet,
-):  # fmt: skip
+):
     serializer_class = TokenSerializer
     lookup_value_regex = r"\d+"
 
@@ -113,11 +115,19 @@ def token_page(request: HttpRequest) -> HttpResponse:
             request.session[NEW_TOKEN_KEY] = {"id": token.pk, "token": raw}
             return redirect("api_tokens")
     new = request.session.pop(NEW_TOKEN_KEY, None) if request.method == "GET" else None
-    return render(request, "crawlhub/tokens.html", {
-        "nav": "tokens", "tokens": ApiToken.objects.filter(user=request.user),
-        "new_token": new["token"] if new else None, "new_token_id": new["id"] if new else None,
-        "errors": errors, "name": request.POST.get("name", ""),
-    }, status=400 if errors else 200)  # fmt: skip
+    return render(
+        request,
+        "crawlhub/tokens.html",
+        {
+            "nav": "tokens",
+            "tokens": ApiToken.objects.filter(user=request.user),
+            "new_token": new["token"] if new else None,
+            "new_token_id": new["id"] if new else None,
+            "errors": errors,
+            "name": request.POST.get("name", ""),
+        },
+        status=400 if errors else 200,
+    )
 
 
 @require_POST
@@ -155,8 +165,11 @@ class SchemaView(JSONErrors, SpectacularAPIView):
     # YAML by default, as clients expect; ?format=json as application/json, which a browser
     # shows rather than downloads (the docs page links to it).
     renderer_classes = [
-        OpenApiYamlRenderer, OpenApiYamlRenderer2, OpenApiJsonRenderer2, OpenApiJsonRenderer
-    ]  # fmt: skip
+        OpenApiYamlRenderer,
+        OpenApiYamlRenderer2,
+        OpenApiJsonRenderer2,
+        OpenApiJsonRenderer,
+    ]
 
 
 def api_docs_page(request: HttpRequest) -> HttpResponse:

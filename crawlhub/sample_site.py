@@ -179,10 +179,14 @@ class SampleSite:
             f"<title>{escape(title)}</title></head>\n<body>\n"
             f'<h1 id="top">{escape(title)}</h1>\n<nav><a href="#top">top</a> '
             f'<a href="mailto:p{n}@example.com">mail</a> <a href="javascript:history.back()">'
-            "back</a></nav>\n" + "\n".join(paragraphs[: len(paragraphs) // 2]) + "\n<ul>\n"
-            + "\n".join(items) + "\n</ul>\n" + "\n".join(paragraphs[len(paragraphs) // 2 :])
+            "back</a></nav>\n"
+            + "\n".join(paragraphs[: len(paragraphs) // 2])
+            + "\n<ul>\n"
+            + "\n".join(items)
+            + "\n</ul>\n"
+            + "\n".join(paragraphs[len(paragraphs) // 2 :])
             + "\n</body></html>\n"
-        )  # fmt: skip
+        )
         return html.encode()
 
     def render(

@@ -47,9 +47,10 @@ def workers_page(request: HttpRequest) -> HttpResponse:
     # Where the workers meet, for staff: address, TLS, user and db; never the password.
     redis_where = redis_config.where(settings.REDIS_URL) if request.user.is_staff else ""
     return render(
-        request, "crawlhub/workers.html",
+        request,
+        "crawlhub/workers.html",
         {"nav": "workers", "failed_count": failed_count, "redis_where": redis_where, **overview},
-    )  # fmt: skip
+    )
 
 
 @login_not_required

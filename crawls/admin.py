@@ -25,9 +25,16 @@ class ChannelAdminForm(forms.ModelForm):
     class Meta:
         model = Channel
         fields = [
-            "slug", "name", "description", "proxy_use", "proxy_strategy", "host_delay",
-            "host_concurrency", "user_agent_mode", "extract_rules",
-        ]  # fmt: skip
+            "slug",
+            "name",
+            "description",
+            "proxy_use",
+            "proxy_strategy",
+            "host_delay",
+            "host_concurrency",
+            "user_agent_mode",
+            "extract_rules",
+        ]
 
     def clean_extract_rules(self) -> list[dict]:
         """The channel's default rules, checked as a crawl's are."""
@@ -86,9 +93,11 @@ class CrawlAdminForm(forms.ModelForm):
         fields = {k: data[k] for k in CRAWL_OPTIONS if k in data}
         try:
             services.crawl_clean(
-                name=data.get("name", ""), seeds=data.get("seeds") or [],
-                channel=data.get("channel"), **fields,
-            )  # fmt: skip
+                name=data.get("name", ""),
+                seeds=data.get("seeds") or [],
+                channel=data.get("channel"),
+                **fields,
+            )
         except ValidationError as exc:
             for field, errors in exc.message_dict.items():
                 for error in errors:
@@ -175,10 +184,24 @@ class CrawlScheduleAdmin(admin.ModelAdmin):
     list_select_related = ["template", "created_by"]
     list_filter = ["enabled"]
     search_fields = ["template__name", "cron"]
-    fields = ["template", "cron", "enabled", "next_run_at", "last_run_at", "last_error",
-              "created_by", "created_at"]  # fmt: skip
-    readonly_fields = ["template", "next_run_at", "last_run_at", "last_error", "created_by",
-                       "created_at"]  # fmt: skip
+    fields = [
+        "template",
+        "cron",
+        "enabled",
+        "next_run_at",
+        "last_run_at",
+        "last_error",
+        "created_by",
+        "created_at",
+    ]
+    readonly_fields = [
+        "template",
+        "next_run_at",
+        "last_run_at",
+        "last_error",
+        "created_by",
+        "created_at",
+    ]
 
     def has_add_permission(self, request) -> bool:
         return False
@@ -198,10 +221,25 @@ class WebhookAdmin(admin.ModelAdmin):
     list_filter = ["active", "channel"]
     search_fields = ["url"]
     list_select_related = ["channel", "crawl", "created_by"]
-    fields = ["channel", "crawl", "url", "events", "active", "created_by", "created_at",
-              "deliveries"]  # fmt: skip
-    readonly_fields = ["channel", "crawl", "url", "events", "created_by", "created_at",
-                       "deliveries"]  # fmt: skip
+    fields = [
+        "channel",
+        "crawl",
+        "url",
+        "events",
+        "active",
+        "created_by",
+        "created_at",
+        "deliveries",
+    ]
+    readonly_fields = [
+        "channel",
+        "crawl",
+        "url",
+        "events",
+        "created_by",
+        "created_at",
+        "deliveries",
+    ]
 
     @admin.display(description="Deliveries")
     def deliveries(self, obj: Webhook) -> str:
@@ -224,8 +262,17 @@ class WebhookAdmin(admin.ModelAdmin):
 class WebhookDeliveryAdmin(admin.ModelAdmin):
     """A record of what was sent and how it went: read only."""
 
-    list_display = ["id", "webhook", "event", "crawl", "status", "attempts", "response_status",
-                    "created_at", "delivered_at"]  # fmt: skip
+    list_display = [
+        "id",
+        "webhook",
+        "event",
+        "crawl",
+        "status",
+        "attempts",
+        "response_status",
+        "created_at",
+        "delivered_at",
+    ]
     list_filter = ["status", "event", "webhook"]
     search_fields = ["webhook__url"]
     list_select_related = ["webhook", "crawl"]
@@ -245,10 +292,27 @@ class AlertRuleAdmin(admin.ModelAdmin):
     list_display = ["id", "kind", "percent", "minutes", "channel", "crawl", "active", "created_by"]
     list_filter = ["active", "kind", "channel"]
     list_select_related = ["channel", "crawl", "created_by"]
-    fields = ["channel", "crawl", "kind", "percent", "minutes", "emails", "active",
-              "created_by", "created_at"]  # fmt: skip
-    readonly_fields = ["channel", "crawl", "kind", "percent", "minutes", "emails", "created_by",
-                       "created_at"]  # fmt: skip
+    fields = [
+        "channel",
+        "crawl",
+        "kind",
+        "percent",
+        "minutes",
+        "emails",
+        "active",
+        "created_by",
+        "created_at",
+    ]
+    readonly_fields = [
+        "channel",
+        "crawl",
+        "kind",
+        "percent",
+        "minutes",
+        "emails",
+        "created_by",
+        "created_at",
+    ]
 
     def has_add_permission(self, request) -> bool:
         return False

@@ -84,9 +84,11 @@ def check_alerts(*, now: datetime | None = None) -> dict:
     )
     live = [CrawlState.RUNNING, CrawlState.PAUSING, CrawlState.PAUSED]
     ended = [CrawlState.CANCELLED, CrawlState.FAILED]
-    crawls = list(Crawl.objects.filter(watched).filter(
-        Q(state__in=live) | Q(state__in=ended, finished_at__gte=now - ENDED_LOOKBACK)
-    ).select_related("schedule", "channel"))  # fmt: skip
+    crawls = list(
+        Crawl.objects.filter(watched)
+        .filter(Q(state__in=live) | Q(state__in=ended, finished_at__gte=now - ENDED_LOOKBACK))
+        .select_related("schedule", "channel")
+    )
 
     def rules_of(crawl: Crawl) -> list[AlertRule]:
         template = crawl.schedule.template_id if crawl.schedule_id else None
@@ -167,13 +169,22 @@ def _findings(rule: AlertRule, crawl: Crawl, view: dict, now: datetime) -> tuple
         rate = round(100 * errors / done, 1)
         if rate < rule.percent:
             return {}, {""}
-        figures = {"rate": rate, "errors": errors, "done": done, "percent": rule.percent,
-                   "minutes": rule.minutes, "since": _since(start)}  # fmt: skip
-        return {"": (
-            f"Error rate {rate:g}% on {name}: {errors:,} of {done:,} requests done since "
-            f"{figures['since']} got no answer (the rule: {rule.percent}% in {rule.minutes} min).",
-            figures,
-        )}, set()  # fmt: skip
+        figures = {
+            "rate": rate,
+            "errors": errors,
+            "done": done,
+            "percent": rule.percent,
+            "minutes": rule.minutes,
+            "since": _since(start),
+        }
+        return {
+            "": (
+                f"Error rate {rate:g}% on {name}: {errors:,} of {done:,} requests done since "
+                f"{figures['since']} got no answer "
+                f"(the rule: {rule.percent}% in {rule.minutes} min).",
+                figures,
+            )
+        }, set()
     if rule.kind == AlertKind.NO_PROGRESS:
         start = _window(samples, rule.minutes * 60)
         if start is None:
@@ -183,13 +194,20 @@ def _findings(rule: AlertRule, crawl: Crawl, view: dict, now: datetime) -> tuple
             return {}, {""}
         stats = view["stats"]
         waiting, flying = stats["queued"] + stats["delayed"], stats["in_flight"]
-        figures = {"done": done, "minutes": rule.minutes, "since": _since(start),
-                   "queued": waiting, "in_flight": flying}  # fmt: skip
-        return {"": (
-            f"No progress on {name} for {rule.minutes} min: {done:,} requests done since "
-            f"{figures['since']}, {waiting:,} waiting, {flying:,} in flight.",
-            figures,
-        )}, set()  # fmt: skip
+        figures = {
+            "done": done,
+            "minutes": rule.minutes,
+            "since": _since(start),
+            "queued": waiting,
+            "in_flight": flying,
+        }
+        return {
+            "": (
+                f"No progress on {name} for {rule.minutes} min: {done:,} requests done since "
+                f"{figures['since']}, {waiting:,} waiting, {flying:,} in flight.",
+                figures,
+            )
+        }, set()
     if rule.kind == AlertKind.HOST_PARKED:
         holding = {
             host: (f"Host {host} parked on {name}: {why}.", {"host": host, "why": why})
@@ -204,19 +222,24 @@ def _findings(rule: AlertRule, crawl: Crawl, view: dict, now: datetime) -> tuple
     if start is None or samples[-1][1:] != start[1:]:
         return {}, set()
     waiting = stats["queued"] + stats["delayed"]
-    return {"stalled": (
-        f"Crawl #{crawl.pk} “{crawl.name}” stalled: {waiting:,} requests wait and no worker has "
-        f"fetched one since {_since(start)}.",
-        {"waiting": waiting, "since": _since(start)},
-    )}, set()  # fmt: skip
+    return {
+        "stalled": (
+            f"Crawl #{crawl.pk} “{crawl.name}” stalled: {waiting:,} requests wait and no "
+            f"worker has fetched one since {_since(start)}.",
+            {"waiting": waiting, "since": _since(start)},
+        )
+    }, set()
 
 
 def _ended(crawl: Crawl) -> Finding:
     return (
         f"Crawl #{crawl.pk} “{crawl.name}” ended abnormally: {crawl.end_line}",
-        {"end_reason": crawl.end_reason, "finished_at": machine(crawl.finished_at),
-         "stats": {k: crawl.stats.get(k, 0) for k in ("requests", "responses", "errors")}},
-    )  # fmt: skip
+        {
+            "end_reason": crawl.end_reason,
+            "finished_at": machine(crawl.finished_at),
+            "stats": {k: crawl.stats.get(k, 0) for k in ("requests", "responses", "errors")},
+        },
+    )
 
 
 # --- Episodes ---------------------------------------------------------------------------------
@@ -242,9 +265,14 @@ def _settle(
         try:
             with transaction.atomic():
                 alert = Alert.objects.create(
-                    rule=rule, crawl=crawl, kind=rule.kind, subject=subject, line=line[:500],
-                    figures=figures, fired_at=now,
-                )  # fmt: skip
+                    rule=rule,
+                    crawl=crawl,
+                    kind=rule.kind,
+                    subject=subject,
+                    line=line[:500],
+                    figures=figures,
+                    fired_at=now,
+                )
                 _notify(alert, FIRED)
         except IntegrityError:
             continue  # another pass fired it meanwhile
@@ -320,20 +348,24 @@ def payload_for(alert: Alert, notice: str, delivery_id: int | None = None) -> di
             "resolved_at": machine(alert.resolved_at),
         },
         "crawl": {
-            "id": crawl.pk, "name": crawl.name, "state": crawl.state,
-            "channel": crawl.channel.slug, "page": crawl.get_absolute_url(),
+            "id": crawl.pk,
+            "name": crawl.name,
+            "state": crawl.state,
+            "channel": crawl.channel.slug,
+            "page": crawl.get_absolute_url(),
             "api": f"/api/crawls/{crawl.pk}/",
         },
-    }  # fmt: skip
+    }
 
 
 def _notify(alert: Alert, notice: str) -> None:
     """Inside the transaction that fired or resolved it: a delivery to each webhook that wants
     alerts, and an e-mail to the rule's addresses, both sent once it commits."""
     webhooks.send_event(
-        alert.crawl, DeliveryEvent.ALERT,
+        alert.crawl,
+        DeliveryEvent.ALERT,
         lambda delivery_id: payload_for(alert, notice, delivery_id),
-    )  # fmt: skip
+    )
     if alert.rule is not None and alert.rule.emails:
         mail = AlertMail.objects.create(alert=alert, notice=notice, next_attempt_at=timezone.now())
         transaction.on_commit(lambda: enqueue_mail(mail.pk))
@@ -376,9 +408,14 @@ def send_mail(mail_id: int, *, now: datetime | None = None) -> str:
     MAX_ATTEMPTS, never two attempts at once); each attempt is also logged on the alert.
     Returns the e-mail's status after the attempt, or "skipped"."""
     return deliveries.attempt(
-        AlertMail, mail_id, _send, job=send_mail_job, what=f"alert e-mail {mail_id}", now=now,
+        AlertMail,
+        mail_id,
+        _send,
+        job=send_mail_job,
+        what=f"alert e-mail {mail_id}",
+        now=now,
         after=_log_attempt,
-    )  # fmt: skip
+    )
 
 
 def _send(mail: AlertMail) -> deliveries.Sent:

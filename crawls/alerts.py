@@ -85,22 +85,36 @@ def _checked(errors: dict[str, list[str]], clean, *args, **kwargs):
 def _clean_figures(errors: dict, kind: str | None, percent, minutes) -> tuple:
     """(percent, minutes) as the kind wants them; None for the figures it has not."""
     if kind in WITH_PERCENT:
-        percent = _checked(errors, _clean_number, "percent", percent, low=1, high=100,
-                           name="N (the error rate, in percent)")  # fmt: skip
+        percent = _checked(
+            errors,
+            _clean_number,
+            "percent",
+            percent,
+            low=1,
+            high=100,
+            name="N (the error rate, in percent)",
+        )
     else:
         percent = None
     if kind in WITH_MINUTES:
-        minutes = _checked(errors, _clean_number, "minutes", minutes, low=1, high=MAX_MINUTES,
-                           name="M (minutes)")  # fmt: skip
+        minutes = _checked(
+            errors, _clean_number, "minutes", minutes, low=1, high=MAX_MINUTES, name="M (minutes)"
+        )
     else:
         minutes = None
     return percent, minutes
 
 
 def rule_create(
-    *, user, kind: str, percent: int | str | None = None, minutes: int | str | None = None,
-    emails: list[str] | tuple = (), channel: Channel | None = None, crawl: Crawl | None = None,
-) -> AlertRule:  # fmt: skip
+    *,
+    user,
+    kind: str,
+    percent: int | str | None = None,
+    minutes: int | str | None = None,
+    emails: list[str] | tuple = (),
+    channel: Channel | None = None,
+    crawl: Crawl | None = None,
+) -> AlertRule:
     """A rule on a channel (staff) or on one crawl (its owner, or staff). Every field is
     checked, and every problem reported at once."""
     errors: dict[str, list[str]] = {}
@@ -118,24 +132,34 @@ def rule_create(
     if errors:
         raise ValidationError(errors)
     return AlertRule.objects.create(
-        channel=channel, crawl=crawl, kind=kind, percent=percent, minutes=minutes,
-        emails=emails, created_by=user,
-    )  # fmt: skip
+        channel=channel,
+        crawl=crawl,
+        kind=kind,
+        percent=percent,
+        minutes=minutes,
+        emails=emails,
+        created_by=user,
+    )
 
 
 def rule_update(
-    *, rule: AlertRule, percent: int | None = None, minutes: int | None = None,
-    emails: list[str] | None = None, active: bool | None = None,
-) -> AlertRule:  # fmt: skip
+    *,
+    rule: AlertRule,
+    percent: int | None = None,
+    minutes: int | None = None,
+    emails: list[str] | None = None,
+    active: bool | None = None,
+) -> AlertRule:
     """Change the figures, the addresses or whether it is on; the kind and target stay. Its
     open episodes stay open: a rule changed does not fire again for what it already said."""
     errors: dict[str, list[str]] = {}
     if percent is not None or minutes is not None:
         new_percent, new_minutes = _clean_figures(
-            errors, rule.kind,
+            errors,
+            rule.kind,
             rule.percent if percent is None else percent,
             rule.minutes if minutes is None else minutes,
-        )  # fmt: skip
+        )
     else:
         new_percent, new_minutes = rule.percent, rule.minutes
     if emails is not None:

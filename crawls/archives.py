@@ -61,9 +61,19 @@ ORIGINAL = "X-Orig-"
 CODINGS = frozenset({"content-encoding", "transfer-encoding"})
 EMPTY_DIGEST = hashlib.sha256(b"").hexdigest()
 COLUMNS = (
-    "id", "url", "final_url", "status", "fetched_at", "truncated", "body", "digest", "fp",
-    "heads", "headers", "request_headers",
-)  # fmt: skip
+    "id",
+    "url",
+    "final_url",
+    "status",
+    "fetched_at",
+    "truncated",
+    "body",
+    "digest",
+    "fp",
+    "heads",
+    "headers",
+    "request_headers",
+)
 
 
 def warc_date(moment: datetime) -> str:
@@ -138,9 +148,14 @@ def _heads(row: dict) -> tuple[str, str]:
     headers = row["headers"] if isinstance(row["headers"], dict) else {}
     sent = row["request_headers"] if isinstance(row["request_headers"], dict) else {}
     rebuilt = wire.Exchange(
-        method="GET", url=row["final_url"] or row["url"], sent=sent, version="HTTP/1.1",
-        status=status, reason=reason, received=tuple(headers.items()),
-    )  # fmt: skip
+        method="GET",
+        url=row["final_url"] or row["url"],
+        sent=sent,
+        version="HTTP/1.1",
+        status=status,
+        reason=reason,
+        received=tuple(headers.items()),
+    )
     return rebuilt.request_head(), rebuilt.response_head()
 
 
@@ -188,12 +203,16 @@ class WarcWriter:
         text = "".join(f"{name}: {' '.join(value.split())}\r\n" for name, value in fields.items())
         block = text.encode()
         record = self.writer.create_warc_record(
-            "", "warcinfo", payload=BytesIO(block), length=len(block),
+            "",
+            "warcinfo",
+            payload=BytesIO(block),
+            length=len(block),
             warc_headers_dict={
-                "WARC-Filename": self.filename, "WARC-Date": warc_date(timezone.now()),
+                "WARC-Filename": self.filename,
+                "WARC-Date": warc_date(timezone.now()),
                 "WARC-Block-Digest": sha256_label(hashlib.sha256(block).hexdigest()),
             },
-        )  # fmt: skip
+        )
         self.warcinfo_id = record.rec_headers.get_header("WARC-Record-ID")
         self.writer.write_record(record)
 
@@ -240,11 +259,18 @@ class WarcWriter:
         digest = sha256_label(hashlib.sha256(body).hexdigest())
         if earlier is not None:
             head = _wire_bytes(response_head)
-            response = self._revisit(uri, head, common, profile=NOT_MODIFIED, original=_Capture(
-                record_id="", uri=earlier["final_url"] or earlier["url"],
-                date=warc_date(earlier["fetched_at"]),
-                digest=sha256_label(earlier["digest"]) if earlier["digest"] else "",
-            ))  # fmt: skip
+            response = self._revisit(
+                uri,
+                head,
+                common,
+                profile=NOT_MODIFIED,
+                original=_Capture(
+                    record_id="",
+                    uri=earlier["final_url"] or earlier["url"],
+                    date=warc_date(earlier["fetched_at"]),
+                    digest=sha256_label(earlier["digest"]) if earlier["digest"] else "",
+                ),
+            )
         elif (original := self._original(row, digest)) is not None:
             # Its headers go with the original's payload, decoded as this page's was.
             head = _wire_bytes(_payload_head(response_head, len(body)))
@@ -261,9 +287,13 @@ class WarcWriter:
             if row["truncated"]:
                 headers["WARC-Truncated"] = "length"  # WARC 1.1, 5.13: cut at a length limit
             response = self.writer.create_warc_record(
-                uri, "response", payload=BytesIO(body), length=len(body),
-                http_headers=_Head(head), warc_headers_dict=headers,
-            )  # fmt: skip
+                uri,
+                "response",
+                payload=BytesIO(body),
+                length=len(body),
+                http_headers=_Head(head),
+                warc_headers_dict=headers,
+            )
             if row["digest"] in self.candidates and not row["truncated"] and body:
                 record_id = response.rec_headers.get_header("WARC-Record-ID")
                 self.originals.setdefault(digest, _Capture(record_id, uri, date, digest))
@@ -300,9 +330,13 @@ class WarcWriter:
             "WARC-Payload-Digest": sha256_label(EMPTY_DIGEST),
         }
         return self.writer.create_warc_record(
-            uri, "request", payload=BytesIO(b""), length=0, http_headers=_Head(head),
+            uri,
+            "request",
+            payload=BytesIO(b""),
+            length=0,
+            http_headers=_Head(head),
             warc_headers_dict=headers,
-        )  # fmt: skip
+        )
 
 
 # --- WACZ ---------------------------------------------------------------------------------------
@@ -333,10 +367,20 @@ def write_wacz(crawl: Crawl, target: Path, *, warc_name: str) -> int:
         pages = Path(folder) / "pages.jsonl"
         _write_page_list(crawl, pages)
         command = [
-            sys.executable, "-m", "wacz", "create", str(warc), "--output", str(target),
-            "--pages", str(pages), "--title", f"crawl {crawl.pk}: {crawl.name}",
-            "--desc", "crawlhub crawl of " + " ".join(crawl.seeds),
-        ]  # fmt: skip
+            sys.executable,
+            "-m",
+            "wacz",
+            "create",
+            str(warc),
+            "--output",
+            str(target),
+            "--pages",
+            str(pages),
+            "--title",
+            f"crawl {crawl.pk}: {crawl.name}",
+            "--desc",
+            "crawlhub crawl of " + " ".join(crawl.seeds),
+        ]
         done = subprocess.run(command, capture_output=True, text=True, check=False)
         if done.returncode != 0:
             said = " ".join((done.stdout + done.stderr).split())[-500:]

@@ -68,7 +68,7 @@ def inlinks(page: Page, *, limit: int) -> InLinks:
                 page=sources.get(link.source_fp),
             )
             for link in shown
-        ],  # fmt: skip
+        ],
     )
 
 

@@ -54,8 +54,12 @@ def enqueue(job: Callable[[int], object], row_id: int, *, delay: float = 0, what
     """Run job(row_id) on the control queue, now or after `delay` seconds. `what` names it in
     RQ's job list ("webhook delivery 12")."""
     queue = django_rq.get_queue("control")
-    options = {"job_timeout": TIMEOUT * 3, "result_ttl": 600, "failure_ttl": 7 * 24 * 3600,
-               "description": what}  # fmt: skip
+    options = {
+        "job_timeout": TIMEOUT * 3,
+        "result_ttl": 600,
+        "failure_ttl": 7 * 24 * 3600,
+        "description": what,
+    }
     try:
         if delay:
             queue.enqueue_in(timedelta(seconds=delay), job, row_id, **options)
@@ -76,10 +80,16 @@ def _claim(model: type[Delivery], row_id: int, now: datetime) -> bool:
 
 
 def attempt(
-    model: type[Delivery], row_id: int, send: Callable[[Delivery], Sent], *,
-    job: Callable[[int], object], what: str, now: datetime | None = None, retry: bool = True,
+    model: type[Delivery],
+    row_id: int,
+    send: Callable[[Delivery], Sent],
+    *,
+    job: Callable[[int], object],
+    what: str,
+    now: datetime | None = None,
+    retry: bool = True,
     after: Callable[[Delivery, Sent], None] | None = None,
-) -> str:  # fmt: skip
+) -> str:
     """One attempt of the row if it is due: send(row), logged on the row; the next try
     scheduled (job(row_id), after BACKOFF) when it failed and tries are left, unless `retry`
     is False or the send said trying again cannot help. `after(row, sent)` runs once the row
@@ -104,9 +114,16 @@ def attempt(
     else:
         delay = BACKOFF[row.attempts - 1]
         row.next_attempt_at = finished + timedelta(seconds=delay)
-    row.save(update_fields=[
-        "log", "error", "status", "delivered_at", "next_attempt_at", *sent.fields,
-    ])  # fmt: skip
+    row.save(
+        update_fields=[
+            "log",
+            "error",
+            "status",
+            "delivered_at",
+            "next_attempt_at",
+            *sent.fields,
+        ]
+    )
     if after is not None:
         after(row, sent)
     if delay is not None:
@@ -115,15 +132,19 @@ def attempt(
 
 
 def overdue(
-    model: type[Delivery], job: Callable[[int], object], *, what: str,
+    model: type[Delivery],
+    job: Callable[[int], object],
+    *,
+    what: str,
     now: datetime | None = None,
-) -> int:  # fmt: skip
+) -> int:
     """The sweep: enqueue again the pending rows well past their time. Returns how many."""
     now = now or timezone.now()
     ids = list(
-        model.objects.filter(status=Status.PENDING, next_attempt_at__lte=now - OVERDUE)
-        .values_list("pk", flat=True)[:500]
-    )  # fmt: skip
+        model.objects.filter(status=Status.PENDING, next_attempt_at__lte=now - OVERDUE).values_list(
+            "pk", flat=True
+        )[:500]
+    )
     for row_id in ids:
         enqueue(job, row_id, what=f"{what} {row_id}")
     return len(ids)

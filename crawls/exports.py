@@ -38,10 +38,26 @@ ARCHIVES = ("warc", "wacz")
 # decoded). A request that used up its retries (a 500 each time) is no page: it is in the
 # failure queue and its export (FAILURE_COLUMNS).
 COLUMNS = (
-    "id", "url", "final_url", "status", "counted_as", "content_type", "bytes", "elapsed_ms",
-    "depth", "referrer", "fetched_at", "title", "error", "note", "redirects", "redirect_to",
-    "source", "digest", "change",
-)  # fmt: skip
+    "id",
+    "url",
+    "final_url",
+    "status",
+    "counted_as",
+    "content_type",
+    "bytes",
+    "elapsed_ms",
+    "depth",
+    "referrer",
+    "fetched_at",
+    "title",
+    "error",
+    "note",
+    "redirects",
+    "redirect_to",
+    "source",
+    "digest",
+    "change",
+)
 # The columns of COLUMNS read as they are stored; the others are made from `status` and `error`.
 STORED = tuple(c for c in COLUMNS if c not in ("counted_as", "note"))
 # Read with the columns: the extracted fields (JSONL "fields"; a CSV column per rule) and the
@@ -52,8 +68,15 @@ EXTRA = ("extracted", "structured_data")
 # that status class and in failed_http. `last_error` is what the last attempt got ("HTTP 500",
 # "timed out ..."), as the failure queue shows it.
 FAILURE_COLUMNS = (
-    "id", "url", "depth", "referrer", "attempts", "last_status", "last_error", "failed_at",
-)  # fmt: skip
+    "id",
+    "url",
+    "depth",
+    "referrer",
+    "attempts",
+    "last_status",
+    "last_error",
+    "failed_at",
+)
 NO_RESPONSE = "no response"
 # What a spreadsheet takes as the start of a formula (OWASP's list, tab and CR included).
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")

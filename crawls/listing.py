@@ -55,8 +55,13 @@ class ListQuery:
 
     def params(self, **changes: str) -> dict[str, str]:
         """The non-default values as URL parameters (a link to the same list, changed)."""
-        values = {"q": self.q, "state": self.state, "channel": self.channel, "sort": self.sort,
-                  **changes}  # fmt: skip
+        values = {
+            "q": self.q,
+            "state": self.state,
+            "channel": self.channel,
+            "sort": self.sort,
+            **changes,
+        }
         if values["sort"] == "newest":
             values["sort"] = ""
         return {key: value for key, value in values.items() if value}

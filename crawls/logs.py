@@ -30,12 +30,16 @@ LEVELS = {"": (), "warning": (Level.WARNING, Level.ERROR), "error": (Level.ERROR
 KIND_GROUPS: dict[str, tuple[str, frozenset[str]]] = {
     "actions": ("User actions", frozenset()),  # any line with a user, and the crawl's end
     "slices": ("Slices", frozenset({Kind.SLICE, Kind.STOPPED})),
-    "hosts": ("Hosts", frozenset({Kind.SLOWED, Kind.PARKED, Kind.HOST_HELD,
-                                  Kind.HOST_RELEASED, Kind.HOST_DROPPED})),
+    "hosts": (
+        "Hosts",
+        frozenset(
+            {Kind.SLOWED, Kind.PARKED, Kind.HOST_HELD, Kind.HOST_RELEASED, Kind.HOST_DROPPED}
+        ),
+    ),
     "logins": ("Logins", frozenset({Kind.LOGIN})),
     "errors": ("Errors and retries given up", frozenset({Kind.ERROR, Kind.GAVE_UP})),
     "sitemaps": ("Sitemaps", frozenset({Kind.SITEMAP})),
-}  # fmt: skip
+}
 _MAX_QUERY = 200
 
 
@@ -113,9 +117,13 @@ def _key(value: str | int | None, name: str) -> int | None:
 
 
 def log_page(
-    crawl: Crawl, flt: LogFilter, *, before: str | int | None = None,
-    after: str | int | None = None, size: int = PAGE_SIZE,
-) -> LogPage:  # fmt: skip
+    crawl: Crawl,
+    flt: LogFilter,
+    *,
+    before: str | int | None = None,
+    after: str | int | None = None,
+    size: int = PAGE_SIZE,
+) -> LogPage:
     """A screen of the crawl's log, newest first: the lines before `before` (an id), or those
     after `after` (what came since a live page's newest line: at most `size`, the newest)."""
     before, after = _key(before, "before"), _key(after, "after")
@@ -128,9 +136,11 @@ def log_page(
     found = list(lines.order_by("-id")[: size + 1])
     older = found[size - 1].pk if len(found) > size and after is None else None
     return LogPage(
-        lines=found[:size], older=older, removed=crawl.log_removed,
+        lines=found[:size],
+        older=older,
+        removed=crawl.log_removed,
         kept=settings.CRAWLHUB_LOG_LINES,
-    )  # fmt: skip
+    )
 
 
 def log_since(crawl: Crawl, flt: LogFilter, *, after: int, size: int = MAX_PAGE_SIZE) -> list:

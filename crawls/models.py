@@ -81,16 +81,18 @@ class Channel(models.Model):
         help_text="Default seconds between two requests to one host.",
     )
     host_concurrency = models.PositiveIntegerField(
-        default=8, validators=[MinValueValidator(1), MaxValueValidator(256)],
+        default=8,
+        validators=[MinValueValidator(1), MaxValueValidator(256)],
         help_text="Default requests in flight to one host.",
-    )  # fmt: skip
+    )
     user_agent_mode = models.CharField(
         max_length=10, choices=UserAgentMode, default=UserAgentMode.RANDOM
     )
     extract_rules = RulesField(
-        default=list, blank=True,
+        default=list,
+        blank=True,
         help_text="Default extraction rules of this channel's crawls (a crawl's own replace them).",
-    )  # fmt: skip
+    )
     render_javascript = models.BooleanField(
         default=False,
         help_text="Crawls of this channel render pages in headless Chromium unless they say no.",
@@ -133,9 +135,18 @@ OVER_STATES = (CrawlState.FINISHED, CrawlState.CANCELLED, CrawlState.FAILED)
 
 # Counters kept in Redis while a crawl runs and copied here when it ends.
 COUNTERS = (
-    "requests", "responses", "repeats", "errors", "retries", "failed", "bytes",
-    "status_2xx", "status_3xx", "status_4xx", "status_5xx",
-)  # fmt: skip
+    "requests",
+    "responses",
+    "repeats",
+    "errors",
+    "retries",
+    "failed",
+    "bytes",
+    "status_2xx",
+    "status_3xx",
+    "status_4xx",
+    "status_5xx",
+)
 
 
 class CrawlOptions(models.Model):
@@ -148,62 +159,76 @@ class CrawlOptions(models.Model):
     """
 
     allowed_domains = LinesField(
-        default=list, blank=True,
+        default=list,
+        blank=True,
         help_text="Hosts the crawl may visit, subdomains included; empty: the seeds' hosts.",
-    )  # fmt: skip
+    )
     include_patterns = LinesField(
-        default=list, blank=True,
+        default=list,
+        blank=True,
         help_text="Regular expressions; when given, a URL must match one.",
-    )  # fmt: skip
+    )
     exclude_patterns = LinesField(
         default=list, blank=True, help_text="Regular expressions; a URL matching one is skipped."
     )
     max_depth = models.PositiveIntegerField(
-        default=3, validators=[MaxValueValidator(4000)],
+        default=3,
+        validators=[MaxValueValidator(4000)],
         help_text="Links followed away from a seed; 0: the seeds only.",
-    )  # fmt: skip
+    )
     max_pages = models.PositiveIntegerField(
-        default=1000, validators=[MinValueValidator(1), MaxValueValidator(100_000_000)],
+        default=1000,
+        validators=[MinValueValidator(1), MaxValueValidator(100_000_000)],
         help_text="URLs the crawl schedules at most, seeds included.",
-    )  # fmt: skip
+    )
     priority = models.IntegerField(
-        default=0, validators=[MinValueValidator(-100), MaxValueValidator(100)],
+        default=0,
+        validators=[MinValueValidator(-100), MaxValueValidator(100)],
         help_text="From -100 to 100; above 0 its slices go to the front of the workers' queue, "
         "ahead of other crawls' waiting slices.",
-    )  # fmt: skip
+    )
     threads = models.PositiveIntegerField(
-        default=8, validators=[MinValueValidator(1), MaxValueValidator(128)],
+        default=8,
+        validators=[MinValueValidator(1), MaxValueValidator(128)],
         help_text="Concurrent fetches in one slice.",
-    )  # fmt: skip
+    )
     slices = models.PositiveIntegerField(
-        default=2, validators=[MinValueValidator(1), MaxValueValidator(64)],
+        default=2,
+        validators=[MinValueValidator(1), MaxValueValidator(64)],
         help_text="Slices (RQ jobs) in flight at once.",
-    )  # fmt: skip
+    )
     host_delay = models.FloatField(
-        null=True, blank=True, validators=[MinValueValidator(0.0), MaxValueValidator(3600.0)],
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(0.0), MaxValueValidator(3600.0)],
         help_text="Seconds between two requests to one host; empty: the channel's.",
-    )  # fmt: skip
+    )
     host_concurrency = models.PositiveIntegerField(
-        default=0, validators=[MaxValueValidator(128)],
+        default=0,
+        validators=[MaxValueValidator(128)],
         help_text="Requests one host is asked at once, over all workers; 0: no cap. With a "
         "host delay, a host is asked one request at a time.",
-    )  # fmt: skip
+    )
     obey_robots = models.BooleanField(
         default=True,
         help_text="Skip the URLs a site's robots.txt disallows, and honour its Crawl-delay.",
     )
     user_agent_mode = models.CharField(
-        max_length=10, choices=UserAgentMode, blank=True,
+        max_length=10,
+        choices=UserAgentMode,
+        blank=True,
         help_text="One fixed User-Agent, or a random browser's per request; empty: the channel's.",
-    )  # fmt: skip
+    )
     user_agent = models.CharField(
-        max_length=500, blank=True,
+        max_length=500,
+        blank=True,
         help_text="Sent in fixed mode and matched in robots.txt; empty: crawlhub's own.",
-    )  # fmt: skip
+    )
     timeout = models.FloatField(
-        default=15.0, validators=[MinValueValidator(0.1), MaxValueValidator(600.0)],
+        default=15.0,
+        validators=[MinValueValidator(0.1), MaxValueValidator(600.0)],
         help_text="Seconds a connect or a read may wait; a whole fetch gets three times this.",
-    )  # fmt: skip
+    )
     max_bytes = models.PositiveIntegerField(
         default=5 * MB,
         validators=[
@@ -214,20 +239,22 @@ class CrawlOptions(models.Model):
         "threads x max bytes at most 256 MB.",
     )
     max_retries = models.PositiveIntegerField(
-        default=2, validators=[MaxValueValidator(20)],
+        default=2,
+        validators=[MaxValueValidator(20)],
         help_text="Retries of a request that timed out, could not connect or got a 5xx or 429, "
         "before it goes to the failure queue.",
-    )  # fmt: skip
+    )
     keep_bodies = models.BooleanField(
         default=False,
         help_text="Keep each response's body in the database (to read it on the page's detail "
         "and for WARC export).",
     )
     extract_rules = RulesField(
-        default=list, blank=True,
+        default=list,
+        blank=True,
         help_text="Fields to pull out of every page: each a CSS selector, XPath, regular "
         "expression or JMESPath (JSON); empty: the channel's rules.",
-    )  # fmt: skip
+    )
     keep_structured_data = models.BooleanField(
         default=False,
         help_text="Keep the structured data pages declare: JSON-LD, microdata and OpenGraph.",
@@ -238,15 +265,19 @@ class CrawlOptions(models.Model):
         "lines of robots.txt, and /sitemap.xml), within the crawl's scope.",
     )
     render_javascript = models.BooleanField(
-        null=True, blank=True, verbose_name="render JavaScript",
+        null=True,
+        blank=True,
+        verbose_name="render JavaScript",
         help_text="Load each HTML page in headless Chromium and take its links and fields from "
         "the DOM its scripts built; empty: the channel's.",
-    )  # fmt: skip
+    )
     render_wait_selector = models.CharField(
-        max_length=500, blank=True, verbose_name="rendered when this CSS selector is there",
+        max_length=500,
+        blank=True,
+        verbose_name="rendered when this CSS selector is there",
         help_text="Rendering waits for it (up to the timeout) rather than for the network to "
         "settle.",
-    )  # fmt: skip
+    )
 
     class Meta:
         abstract = True
@@ -258,11 +289,13 @@ class CrawlOptions(models.Model):
         if not (isinstance(threads, int) and isinstance(max_bytes, int)):
             return  # the field's own error says what is wrong
         if 0 < max_bytes <= MAX_BODY_BYTES and threads * max_bytes > MAX_SLICE_BODY_BYTES:
-            raise ValidationError({
-                "max_bytes": f"Threads x max bytes is at most {MAX_SLICE_BODY_BYTES // MB} MB, "
-                f"the memory one slice may hold in bodies: {threads} x {max_bytes} bytes is "
-                f"{threads * max_bytes / MB:.0f} MB. Lower one of them.",
-            })  # fmt: skip
+            raise ValidationError(
+                {
+                    "max_bytes": f"Threads x max bytes is at most {MAX_SLICE_BODY_BYTES // MB} MB, "
+                    f"the memory one slice may hold in bodies: {threads} x {max_bytes} bytes is "
+                    f"{threads * max_bytes / MB:.0f} MB. Lower one of them.",
+                }
+            )
 
 
 # What a caller may set on a new crawl besides name, channel and seeds, in the model's order.
@@ -286,15 +319,18 @@ class Crawl(CrawlOptions):
     # Why it ended, set where it ends (crawls.engine.lifecycle): the reason and the one line
     # that says it (by whom, how much was left) on its page, in the list, the API and webhooks.
     end_reason = models.CharField(
-        max_length=10, choices=EndReason, blank=True,
+        max_length=10,
+        choices=EndReason,
+        blank=True,
         help_text="Why it ended: finished (every URL it scheduled was done), max_pages (done, "
         "with links the cap refused), cancelled, failed; empty while it has not ended.",
-    )  # fmt: skip
+    )
     end_line = models.CharField(
-        max_length=500, blank=True,
+        max_length=500,
+        blank=True,
         help_text="Why it ended, in one line: who cancelled it and how much was left, why it "
         "failed, how many links max pages refused.",
-    )  # fmt: skip
+    )
     # Final counters (copied from Redis when the crawl ends).
     stats = models.JSONField(default=dict, blank=True)
     # Lines of its log removed to keep it bounded (crawls.engine.crawl_log.trim).

@@ -49,8 +49,12 @@ COVERED_WALK_LIMIT = 2_000
 SEARCH_LIMIT = 10_000
 COVERED = frozenset({"id", "status", "depth", "bytes", "elapsed_ms", "fetched_at"})
 STATUS_CLASSES = {
-    "2xx": (200, 299), "3xx": (300, 399), "4xx": (400, 499), "5xx": (500, 599), "none": None,
-}  # fmt: skip
+    "2xx": (200, 299),
+    "3xx": (300, 399),
+    "4xx": (400, 499),
+    "5xx": (500, 599),
+    "none": None,
+}
 # What a column sorts by (each on an index of the crawl's pages, with id after it).
 SORTS = {
     "id": F("id"),
@@ -141,10 +145,12 @@ class PageFilter:
         """pages with this filter's conditions (not its order). unindexed: the columns are
         tested row by row, their indexes left alone (page_slice says when)."""
         if unindexed:
-            pages = pages.annotate(**{
-                f"{name}_unindexed": Unindexed(F(name), kind=kind)
-                for name, kind in FILTERED.items()
-            })  # fmt: skip
+            pages = pages.annotate(
+                **{
+                    f"{name}_unindexed": Unindexed(F(name), kind=kind)
+                    for name, kind in FILTERED.items()
+                }
+            )
 
         def column(name: str) -> str:
             return f"{name}_unindexed" if unindexed else name
@@ -155,13 +161,17 @@ class PageFilter:
             pages = pages.filter(status__isnull=True)
         elif self.status_class:
             low, high = STATUS_CLASSES[self.status_class]
-            pages = pages.filter(**{f"{column('status')}__gte": low,
-                                    f"{column('status')}__lte": high})  # fmt: skip
+            pages = pages.filter(
+                **{f"{column('status')}__gte": low, f"{column('status')}__lte": high}
+            )
         conditions = {
-            "status": self.status, "content_type__startswith": self.content_type or None,
-            "depth__gte": self.depth_min, "depth__lte": self.depth_max,
-            "change": self.change or None, "source": self.source or None,
-        }  # fmt: skip
+            "status": self.status,
+            "content_type__startswith": self.content_type or None,
+            "depth__gte": self.depth_min,
+            "depth__lte": self.depth_max,
+            "change": self.change or None,
+            "source": self.source or None,
+        }
         for lookup, value in conditions.items():
             if value is not None:
                 name, _, rest = lookup.partition("__")
@@ -171,9 +181,12 @@ class PageFilter:
 
 # The filtered columns, and how each is written past its index (Unindexed).
 FILTERED = {
-    "status": "number", "depth": "number", "content_type": "text", "change": "text",
+    "status": "number",
+    "depth": "number",
+    "content_type": "text",
+    "change": "text",
     "source": "text",
-}  # fmt: skip
+}
 
 
 def _one_of(choices, what: str):
@@ -310,9 +323,13 @@ def sort_expression(sort: str):
 
 
 def page_slice(
-    crawl: Crawl, flt: PageFilter, *, after: str = "", before: str = "",
+    crawl: Crawl,
+    flt: PageFilter,
+    *,
+    after: str = "",
+    before: str = "",
     queryset: QuerySet[Page] | None = None,
-) -> PageSlice:  # fmt: skip
+) -> PageSlice:
     """The screen of the crawl's pages that `flt` selects, after (or before) a cursor.
 
     Which index does the work is chosen here, not left to the planners, which guess wrong
@@ -424,8 +441,9 @@ def _count(pages: QuerySet[Page], limit: int) -> int:
     return pages.order_by().values("id")[: limit + 1].count()
 
 
-def _short_count(base: QuerySet[Page], flt: PageFilter, rows: list, *, more: bool,
-                 first: bool) -> tuple[int, bool]:  # fmt: skip
+def _short_count(
+    base: QuerySet[Page], flt: PageFilter, rows: list, *, more: bool, first: bool
+) -> tuple[int, bool]:
     """(count, capped) of a short search alone (no index finds it), whose screen was found
     within the window: exact on a crawl of at most WALK_LIMIT pages (tested on each); on a
     bigger one, the screen's rows and whether more follow (counting would read it all)."""

@@ -14,9 +14,11 @@ from crawls.models import Crawl
 PAGE_SIZES = (25, 50, 100, 200)
 DEFAULT_SIZE = 50
 VIA_WORDS = {
-    VIA_SITEMAP: "a sitemap file", VIA_SITEMAP_ROOT: "the site's sitemap",
-    VIA_LISTED: "listed by a sitemap", VIA_REDIRECT: "a redirect's target",
-}  # fmt: skip
+    VIA_SITEMAP: "a sitemap file",
+    VIA_SITEMAP_ROOT: "the site's sitemap",
+    VIA_LISTED: "listed by a sitemap",
+    VIA_REDIRECT: "a redirect's target",
+}
 
 
 class CursorError(ValueError):
@@ -52,20 +54,30 @@ def crawl_queue(crawl: Crawl, *, after: str = "", size: int = DEFAULT_SIZE) -> Q
             "This cursor is not one of the crawl's queue: start again from the head."
         ) from None
     return QueueScreen(
-        queued=counts["queued"], on_disk=counts["spilled"], retrying=counts["retrying"],
-        hosts=list(counts["hosts"].items()), depths=list(counts["depths"].items()),
-        depths_partial=counts["depths_partial"], rows=[row(r) for r in requests],
-        next=cursor, first=not after,
-    )  # fmt: skip
+        queued=counts["queued"],
+        on_disk=counts["spilled"],
+        retrying=counts["retrying"],
+        hosts=list(counts["hosts"].items()),
+        depths=list(counts["depths"].items()),
+        depths_partial=counts["depths_partial"],
+        rows=[row(r) for r in requests],
+        next=cursor,
+        first=not after,
+    )
 
 
 def row(request: Request) -> dict:
     """A queued request as the view, the API and the CLI show it."""
     return {
-        "url": request.url, "host": request.host, "depth": request.depth,
-        "priority": request.priority, "via": _how_found(request),
-        "referrer": request.referrer, "attempts": request.attempts, "crashes": request.crashes,
-    }  # fmt: skip
+        "url": request.url,
+        "host": request.host,
+        "depth": request.depth,
+        "priority": request.priority,
+        "via": _how_found(request),
+        "referrer": request.referrer,
+        "attempts": request.attempts,
+        "crashes": request.crashes,
+    }
 
 
 def _how_found(request: Request) -> str:

@@ -39,27 +39,35 @@ def clean_cron(expression: str) -> str:
         raise ValidationError({"cron": ["Give the cron expression as text, e.g. '0 3 * * *'."]})
     expression = " ".join(expression.split())
     if len(expression) > CRON_MAX_LENGTH:
-        raise ValidationError({"cron": [
-            f"At most {CRON_MAX_LENGTH} characters (this one has {len(expression)})."
-        ]})  # fmt: skip
+        raise ValidationError(
+            {"cron": [f"At most {CRON_MAX_LENGTH} characters (this one has {len(expression)})."]}
+        )
     fields = expression.split(" ")
     if expression.startswith("@"):
         ok = croniter.is_valid(expression)
     else:
         ok = len(fields) == 5 and croniter.is_valid(expression)
     if not ok:
-        raise ValidationError({"cron": [
-            f"{expression!r} is not a cron expression: give five fields, minute hour "
-            "day-of-month month day-of-week (e.g. '0 3 * * *' for 03:00 every day), or "
-            "@hourly, @daily, @weekly, @monthly."
-        ]})  # fmt: skip
+        raise ValidationError(
+            {
+                "cron": [
+                    f"{expression!r} is not a cron expression: give five fields, minute hour "
+                    "day-of-month month day-of-week (e.g. '0 3 * * *' for 03:00 every day), or "
+                    "@hourly, @daily, @weekly, @monthly."
+                ]
+            }
+        )
     try:
         next_run(expression, timezone.now())
     except CroniterError:  # valid fields that no date has, such as the 31st of February
-        raise ValidationError({"cron": [
-            f"{expression!r} never runs: no date has that day in that month (e.g. '0 0 30 2 *', "
-            "the 30th of February)."
-        ]}) from None  # fmt: skip
+        raise ValidationError(
+            {
+                "cron": [
+                    f"{expression!r} never runs: no date has that day in that month "
+                    "(e.g. '0 0 30 2 *', the 30th of February)."
+                ]
+            }
+        ) from None
     return expression
 
 
@@ -122,15 +130,21 @@ def schedule_create(
     cron = clean_cron(cron)
     now = now or timezone.now()
     return CrawlSchedule.objects.create(
-        template=template, cron=cron, enabled=enabled, created_by=user,
+        template=template,
+        cron=cron,
+        enabled=enabled,
+        created_by=user,
         next_run_at=next_run(cron, now) if enabled else None,
-    )  # fmt: skip
+    )
 
 
 def schedule_update(
-    *, schedule: CrawlSchedule, cron: str | None = None, enabled: bool | None = None,
+    *,
+    schedule: CrawlSchedule,
+    cron: str | None = None,
+    enabled: bool | None = None,
     now: datetime | None = None,
-) -> CrawlSchedule:  # fmt: skip
+) -> CrawlSchedule:
     now = now or timezone.now()
     if cron is not None:
         schedule.cron = clean_cron(cron)
@@ -156,16 +170,21 @@ def schedule_run(*, schedule: CrawlSchedule, now: datetime | None = None, user=N
     options = {name: getattr(template, name) for name in CRAWL_OPTIONS}
     with transaction.atomic():
         crawl = services.crawl_create(
-            user=schedule.created_by, name=f"{template.name[:180]} {stamp}",
-            seeds=template.seeds, channel=template.channel, **options,
-        )  # fmt: skip
+            user=schedule.created_by,
+            name=f"{template.name[:180]} {stamp}",
+            seeds=template.seeds,
+            channel=template.channel,
+            **options,
+        )
         # The run is the schedule maker's: the template's credentials only if that is its owner.
         note = services.crawl_copy_credentials(
             source=template, crawl=crawl, user=schedule.created_by
         )
-        crawl.events.filter(kind=CrawlEvent.Kind.CREATED).update(detail=", ".join(
-            [f"a run of schedule #{schedule.pk} of #{template.pk}", *filter(None, [note])]
-        ))  # fmt: skip
+        crawl.events.filter(kind=CrawlEvent.Kind.CREATED).update(
+            detail=", ".join(
+                [f"a run of schedule #{schedule.pk} of #{template.pk}", *filter(None, [note])]
+            )
+        )
         crawl.schedule = schedule
         # Compared with the run before it: its pages say what changed since, and their
         # validators make this run's requests conditional.

@@ -109,9 +109,13 @@ def _checked(errors: dict[str, list[str]], clean, value):
 
 
 def webhook_create(
-    *, user, url: str, events: list[str], channel: Channel | None = None,
+    *,
+    user,
+    url: str,
+    events: list[str],
+    channel: Channel | None = None,
     crawl: Crawl | None = None,
-) -> tuple[Webhook, str]:  # fmt: skip
+) -> tuple[Webhook, str]:
     """A webhook on a channel (staff) or on one crawl. Returns it and its secret."""
     errors: dict[str, list[str]] = {}
     if channel is not None and crawl is not None:
@@ -163,9 +167,12 @@ def check_can_change(user, webhook: Webhook) -> None:
 
 
 def webhook_update(
-    *, webhook: Webhook, url: str | None = None, events: list[str] | None = None,
+    *,
+    webhook: Webhook,
+    url: str | None = None,
+    events: list[str] | None = None,
     active: bool | None = None,
-) -> Webhook:  # fmt: skip
+) -> Webhook:
     """Change what was given, checked as at creation; the secret and the target stay."""
     errors: dict[str, list[str]] = {}
     if url is not None:
@@ -230,9 +237,11 @@ def crawl_ended(crawl_id: int, event: str) -> list[int]:
     hooks = hooks_for(crawl, event)
     changes = change_counts(crawl) if hooks else None
     return send_event(
-        crawl, event, lambda delivery_id: payload_for(crawl, event, delivery_id, changes),
+        crawl,
+        event,
+        lambda delivery_id: payload_for(crawl, event, delivery_id, changes),
         hooks=hooks,
-    )  # fmt: skip
+    )
 
 
 def hooks_for(crawl: Crawl, event: str) -> list[Webhook]:
@@ -246,9 +255,12 @@ def hooks_for(crawl: Crawl, event: str) -> list[Webhook]:
 
 
 def send_event(
-    crawl: Crawl, event: str, payload: Callable[[int], dict], *,
+    crawl: Crawl,
+    event: str,
+    payload: Callable[[int], dict],
+    *,
     hooks: list[Webhook] | None = None,
-) -> list[int]:  # fmt: skip
+) -> list[int]:
     """One delivery of `event` to each of `hooks` (by default hooks_for(crawl, event)), its
     payload made from its id; sent once the caller's transaction commits. Returns their ids."""
     hooks = hooks_for(crawl, event) if hooks is None else hooks
@@ -256,9 +268,12 @@ def send_event(
     with transaction.atomic():
         for hook in hooks:
             delivery = WebhookDelivery.objects.create(
-                webhook=hook, crawl=crawl, event=event, payload={},
+                webhook=hook,
+                crawl=crawl,
+                event=event,
+                payload={},
                 next_attempt_at=timezone.now(),
-            )  # fmt: skip
+            )
             delivery.payload = payload(delivery.pk)
             delivery.save(update_fields=["payload"])
             ids.append(delivery.pk)
@@ -326,9 +341,13 @@ def _post(webhook: Webhook, delivery: WebhookDelivery) -> tuple[int | None, str,
     # The client checks the URL against the private-network guard again: the setting may
     # have been turned on, or the name may resolve elsewhere, since the webhook was made.
     with Fetcher(
-        timeout=TIMEOUT, total_timeout=2 * TIMEOUT, max_bytes=SNIPPET_BYTES,
-        user_agent_mode="fixed", user_agent=USER_AGENT, pool_size=1,
-    ) as client:  # fmt: skip
+        timeout=TIMEOUT,
+        total_timeout=2 * TIMEOUT,
+        max_bytes=SNIPPET_BYTES,
+        user_agent_mode="fixed",
+        user_agent=USER_AGENT,
+        pool_size=1,
+    ) as client:
         result = client.post(webhook.url, body=body, headers=headers)
     if result.status is None:
         return None, "", _failure(result)
@@ -339,9 +358,13 @@ def _post(webhook: Webhook, delivery: WebhookDelivery) -> tuple[int | None, str,
 # A failed attempt is logged under the name requests gave such failures before the shared
 # client ("ConnectionError: connection refused"), so old and new delivery logs read alike.
 _FAILURE_NAMES = {
-    "refused": "ConnectionError", "dns": "ConnectionError", "connection": "ConnectionError",
-    "timeout": "Timeout", "invalid": "InvalidURL", "blocked": "BlockedAddress",
-}  # fmt: skip
+    "refused": "ConnectionError",
+    "dns": "ConnectionError",
+    "connection": "ConnectionError",
+    "timeout": "Timeout",
+    "invalid": "InvalidURL",
+    "blocked": "BlockedAddress",
+}
 
 
 def _failure(result: FetchResult) -> str:
@@ -352,9 +375,10 @@ def _failure(result: FetchResult) -> str:
 def _send(delivery: WebhookDelivery) -> deliveries.Sent:
     status_code, snippet, error = _post(delivery.webhook, delivery)
     return deliveries.Sent(
-        error=error, entry={"status_code": status_code},
+        error=error,
+        entry={"status_code": status_code},
         fields={"response_status": status_code, "response_snippet": snippet},
-    )  # fmt: skip
+    )
 
 
 def deliver(delivery_id: int, *, now: datetime | None = None, retry: bool = True) -> str:
@@ -362,9 +386,14 @@ def deliver(delivery_id: int, *, now: datetime | None = None, retry: bool = True
     `retry` is False: then a failed attempt is the last). Returns the delivery's status after
     the attempt, or "skipped"."""
     return deliveries.attempt(
-        WebhookDelivery, delivery_id, _send, job=deliver_job,
-        what=f"webhook delivery {delivery_id}", now=now, retry=retry,
-    )  # fmt: skip
+        WebhookDelivery,
+        delivery_id,
+        _send,
+        job=deliver_job,
+        what=f"webhook delivery {delivery_id}",
+        now=now,
+        retry=retry,
+    )
 
 
 def deliver_overdue(now: datetime | None = None) -> int:

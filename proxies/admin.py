@@ -59,17 +59,40 @@ class ProxyEventInline(admin.TabularInline):
 
 @admin.register(Proxy)
 class ProxyAdmin(admin.ModelAdmin):
-    list_display = ("masked_url", "state", "score", "latency_ms", "last_validated_at",
-                    "successes", "failures", "anonymity", "source")  # fmt: skip
+    list_display = (
+        "masked_url",
+        "state",
+        "score",
+        "latency_ms",
+        "last_validated_at",
+        "successes",
+        "failures",
+        "anonymity",
+        "source",
+    )
     list_filter = ("state", ChannelFilter, ScoreFilter, "anonymity", "source")
     search_fields = ("host", "source")
     ordering = ("-score",)
     sortable_by = ("score", "latency_ms", "last_validated_at", "failures", "successes", "state")
     actions = ("remove_selected", "disable_selected", "enable_selected", "validate_selected")
     # Credentials are never shown: the password is left out of every view.
-    readonly_fields = ("masked_url", "state", "score", "latency_ms", "last_validated_at",
-                       "successes", "failures", "last_error", "anonymity", "source", "added_at",
-                       "added_by", "removed_at", "removed_by", "removed_why")  # fmt: skip
+    readonly_fields = (
+        "masked_url",
+        "state",
+        "score",
+        "latency_ms",
+        "last_validated_at",
+        "successes",
+        "failures",
+        "last_error",
+        "anonymity",
+        "source",
+        "added_at",
+        "added_by",
+        "removed_at",
+        "removed_by",
+        "removed_why",
+    )
     fields = readonly_fields
     inlines = [ProxyEventInline]
     list_per_page = 100
@@ -93,11 +116,17 @@ class ProxyAdmin(admin.ModelAdmin):
         if request.POST.get("apply") and why:
             self.act(request, "remove", queryset, why=why)
             return None
-        return TemplateResponse(request, "proxies/admin_remove.html", {
-            **self.admin_site.each_context(request), "proxies": list(queryset[:1000]),
-            "count": queryset.count(),
-            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME, "opts": self.model._meta,
-        })  # fmt: skip
+        return TemplateResponse(
+            request,
+            "proxies/admin_remove.html",
+            {
+                **self.admin_site.each_context(request),
+                "proxies": list(queryset[:1000]),
+                "count": queryset.count(),
+                "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+                "opts": self.model._meta,
+            },
+        )
 
     @admin.action(permissions=["change"], description="Disable selected proxies")
     def disable_selected(self, request, queryset):
@@ -122,12 +151,12 @@ class ProxyAdmin(admin.ModelAdmin):
         if result.job is None:
             self.message_user(request, f"{past} {result.changed} proxies.", messages.SUCCESS)
             return
-        link = format_html(
-            '<a href="{}">follow it</a>', result.job.get_absolute_url()
-        )  # fmt: skip
-        self.message_user(request, format_html(
-            "{} {} proxies in the background: {}.", past, f"{result.selected:,}", link
-        ), messages.INFO)  # fmt: skip
+        link = format_html('<a href="{}">follow it</a>', result.job.get_absolute_url())
+        self.message_user(
+            request,
+            format_html("{} {} proxies in the background: {}.", past, f"{result.selected:,}", link),
+            messages.INFO,
+        )
 
 
 @admin.register(ProxyEvent)

@@ -20,17 +20,33 @@ from proxies.models import Proxy, ProxyJob
 
 class ProxySerializer(api_fields.ModelSerializer):
     url = serializers.CharField(
-        source="masked_url", read_only=True,
+        source="masked_url",
+        read_only=True,
         help_text="Credentials masked; the password is never shown.",
-    )  # fmt: skip
+    )
 
     class Meta:
         model = Proxy
         fields = [
-            "id", "url", "scheme", "host", "port", "username", "state", "score", "latency_ms",
-            "last_validated_at", "successes", "failures", "last_error", "anonymity", "source",
-            "added_at", "removed_at", "removed_why",
-        ]  # fmt: skip
+            "id",
+            "url",
+            "scheme",
+            "host",
+            "port",
+            "username",
+            "state",
+            "score",
+            "latency_ms",
+            "last_validated_at",
+            "successes",
+            "failures",
+            "last_error",
+            "anonymity",
+            "source",
+            "added_at",
+            "removed_at",
+            "removed_why",
+        ]
         read_only_fields = fields
 
 
@@ -83,8 +99,12 @@ class JobSerializer(serializers.Serializer):
 
 class RemoveSerializer(serializers.Serializer):
     ids = serializers.ListField(child=serializers.IntegerField(), required=False, default=list)
-    addresses = serializers.ListField(child=serializers.CharField(), required=False, default=list,
-                                      help_text="host:port or scheme://host:port")  # fmt: skip
+    addresses = serializers.ListField(
+        child=serializers.CharField(),
+        required=False,
+        default=list,
+        help_text="host:port or scheme://host:port",
+    )
     why = serializers.CharField(help_text="Goes in the audit log.")
 
     def validate(self, attrs: dict) -> dict:
@@ -104,9 +124,10 @@ class RemoveLaterSerializer(JobSerializer):
 
 class ValidateSerializer(serializers.Serializer):
     ids = serializers.ListField(
-        child=serializers.IntegerField(), required=False,
+        child=serializers.IntegerField(),
+        required=False,
         help_text="Proxies to validate now; a full validation pass when left out.",
-    )  # fmt: skip
+    )
 
 
 class ValidateResultSerializer(serializers.Serializer):
@@ -142,11 +163,12 @@ class ProxyViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
         return Proxy.objects.all()
 
     @extend_schema(
-        summary="Import a list (staff)", request=ImportSerializer,
+        summary="Import a list (staff)",
+        request=ImportSerializer,
         responses={202: JobSerializer},
         description="The list is imported in the background: the answer is the job, and its "
         "status_url gives the progress, then the report (every bad line and duplicate).",
-    )  # fmt: skip
+    )
     @action(detail=False, methods=["post"], url_path="import")
     def import_list(self, request: Request) -> Response:
         body = ImportSerializer(data=request.data)
@@ -162,11 +184,12 @@ class ProxyViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
         return Response(job_answer(request, job), status=status.HTTP_202_ACCEPTED)
 
     @extend_schema(
-        summary="Remove proxies from every pool (staff)", request=RemoveSerializer,
+        summary="Remove proxies from every pool (staff)",
+        request=RemoveSerializer,
         responses={200: RemoveResultSerializer, 202: RemoveLaterSerializer},
         description=f"Up to {services.INLINE_LIMIT} proxies are removed before the answer "
         "(200); more are removed in the background (202, with the job to follow).",
-    )  # fmt: skip
+    )
     @action(detail=False, methods=["post"])
     def remove(self, request: Request) -> Response:
         body = RemoveSerializer(data=request.data)
@@ -183,8 +206,11 @@ class ProxyViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
             return Response(answer, status=status.HTTP_202_ACCEPTED)
         return Response({"removed": [p.masked_url for p in result.done], "unknown": unknown})
 
-    @extend_schema(summary="Validate proxies now (staff)", request=ValidateSerializer,
-                   responses={202: ValidateResultSerializer})  # fmt: skip
+    @extend_schema(
+        summary="Validate proxies now (staff)",
+        request=ValidateSerializer,
+        responses={202: ValidateResultSerializer},
+    )
     @action(detail=False, methods=["post"])
     def validate(self, request: Request) -> Response:
         body = ValidateSerializer(data=request.data)

@@ -17,8 +17,14 @@ from crawlhub.http import Fetcher, FetchResult
 from proxies.models import Anonymity
 
 # Headers by which a proxy gives itself (or its client) away to the target.
-PROXY_HEADERS = ("Via", "X-Forwarded-For", "Forwarded", "X-Real-IP", "Proxy-Connection",
-                 "Client-IP")  # fmt: skip
+PROXY_HEADERS = (
+    "Via",
+    "X-Forwarded-For",
+    "Forwarded",
+    "X-Real-IP",
+    "Proxy-Connection",
+    "Client-IP",
+)
 _LOWER_HEADERS = {h.lower() for h in PROXY_HEADERS}
 _TOKENS = re.compile(r"[\s,;=\"\[\]]+")
 USER_AGENT = "crawlhub-proxy-check/1"
@@ -85,9 +91,14 @@ def _client(timeout: float) -> Fetcher:
     # The whole check, connecting included, takes at most `timeout` (PROXY_CHECK_TIMEOUT is
     # "seconds per check"): a validation pass knows how long a batch of checks can take.
     return Fetcher(
-        timeout=timeout, total_timeout=timeout, max_bytes=MAX_ANSWER_BYTES,
-        user_agent_mode="fixed", user_agent=USER_AGENT, pool_size=1, max_redirects=0,
-    )  # fmt: skip
+        timeout=timeout,
+        total_timeout=timeout,
+        max_bytes=MAX_ANSWER_BYTES,
+        user_agent_mode="fixed",
+        user_agent=USER_AGENT,
+        pool_size=1,
+        max_redirects=0,
+    )
 
 
 def _failed(result: FetchResult, latency: float, timeout: float) -> CheckResult:

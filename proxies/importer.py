@@ -123,9 +123,10 @@ def parse_line(text: str, line: int = 1) -> Parsed | LineError:
             return LineError(line, shown, "credentials need a scheme: scheme://user:pass@host:port")
         if raw.count(":") == 3 and not raw.startswith("["):
             return LineError(
-                line, shown,
+                line,
+                shown,
                 "looks like host:port:user:password; write it as http://user:password@host:port",
-            )  # fmt: skip
+            )
         raw = "http://" + raw
     try:
         parts = urlsplit(raw)

@@ -54,12 +54,21 @@ def add_proxies(
                 fresh.append(item)
         Proxy.objects.bulk_create(
             [
-                Proxy(scheme=item.scheme, host=item.host, port=item.port, username=item.username,
-                      password=item.password, source=source[:500], added_by=user, import_job=job)
+                Proxy(
+                    scheme=item.scheme,
+                    host=item.host,
+                    port=item.port,
+                    username=item.username,
+                    password=item.password,
+                    source=source[:500],
+                    added_by=user,
+                    import_job=job,
+                )
                 for item in fresh
             ],
-            batch_size=CHUNK, ignore_conflicts=True,
-        )  # fmt: skip
+            batch_size=CHUNK,
+            ignore_conflicts=True,
+        )
         stored = existing(fresh)
         added = []
         for item in fresh:
@@ -83,8 +92,12 @@ def remove_proxies(
     with transaction.atomic():
         done = [proxy for proxy in _lock(proxies) if proxy.can_remove()]
         pool.remove_many(proxies=[proxy.key for proxy in done])
-        changes = {"state": ProxyState.REMOVED, "removed_at": timezone.now(),
-                   "removed_by": user, "removed_why": why}  # fmt: skip
+        changes = {
+            "state": ProxyState.REMOVED,
+            "removed_at": timezone.now(),
+            "removed_by": user,
+            "removed_why": why,
+        }
         _update(done, changes)
         ProxyEvent.record(done, ProxyEvent.Kind.REMOVED, user=user, actor=actor, detail=why)
         announce(force=publish)
@@ -105,16 +118,24 @@ def disable_proxies(
 
 
 def enable_proxies(
-    *, proxies: Iterable[Proxy], user=None, actor: str = "", validate: bool = True,
+    *,
+    proxies: Iterable[Proxy],
+    user=None,
+    actor: str = "",
+    validate: bool = True,
     publish: bool = True,
-) -> list[Proxy]:  # fmt: skip
+) -> list[Proxy]:
     """Back to new: validated again, then it enters the pools. A removed proxy starts over.
     validate=False leaves asking for the validation to the caller (a job asks once, at its end).
     """
     with transaction.atomic():
         done = [proxy for proxy in _lock(proxies) if proxy.can_enable()]
-        cleared = {"state": ProxyState.NEW, "removed_at": None, "removed_by": None,
-                   "removed_why": ""}  # fmt: skip
+        cleared = {
+            "state": ProxyState.NEW,
+            "removed_at": None,
+            "removed_by": None,
+            "removed_why": "",
+        }
         removed = [p for p in done if p.state == ProxyState.REMOVED]
         others = [p for p in done if p.state != ProxyState.REMOVED]
         _update(removed, {**cleared, "score": pool.INITIAL_SCORE})

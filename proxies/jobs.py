@@ -163,8 +163,12 @@ def run(
     except Exception as exc:
         log.exception("proxy job %s failed", job_id)
         kept = f"; the {job.done:,} proxies before it were dealt with" if job.done else ""
-        _end(job, token, state=State.FAILED,
-             error=f"stopped by an unexpected error ({type(exc).__name__}){kept}")  # fmt: skip
+        _end(
+            job,
+            token,
+            state=State.FAILED,
+            error=f"stopped by an unexpected error ({type(exc).__name__}){kept}",
+        )
         raise
 
 
@@ -279,8 +283,11 @@ def _record_rejects(job: ProxyJob, token: str, parsed: importer.ParseResult) -> 
             for kind in (ProxyJobLine.Kind.ERROR, ProxyJobLine.Kind.REPEAT):
                 _lines(job, kind, [row for k, row in chunk if k == kind])
             _advance(job, token)
-    counts = {"total": len(parsed.proxies), "errors": len(parsed.errors),
-              "duplicates": len(parsed.repeats)}  # fmt: skip
+    counts = {
+        "total": len(parsed.proxies),
+        "errors": len(parsed.errors),
+        "duplicates": len(parsed.repeats),
+    }
     if not ProxyJob.objects.filter(pk=job.pk, runner=token).update(**counts):
         raise TakenOver
     for name, n in counts.items():
@@ -289,10 +296,13 @@ def _record_rejects(job: ProxyJob, token: str, parsed: importer.ParseResult) -> 
 
 def _lines(job: ProxyJob, kind: str, rows: list[tuple[int, str, str]]) -> None:
     ProxyJobLine.objects.bulk_create(
-        [ProxyJobLine(job=job, line=line, kind=kind, text=text.replace(_NUL, "\\x00"), why=why)
-         for line, text, why in rows],
-        batch_size=BATCH, ignore_conflicts=True,
-    )  # fmt: skip
+        [
+            ProxyJobLine(job=job, line=line, kind=kind, text=text.replace(_NUL, "\\x00"), why=why)
+            for line, text, why in rows
+        ],
+        batch_size=BATCH,
+        ignore_conflicts=True,
+    )
 
 
 def _run_action(job: ProxyJob, token: str, until: float | None, progress) -> bool:
@@ -353,9 +363,11 @@ def import_report(job: ProxyJob, *, limit: int | None = None) -> ImportReport:
         errors, repeats, known, added = errors[:limit], repeats[:limit], known[:limit], []
     duplicates = [Duplicate(r.line, r.text, r.why) for r in [*repeats, *known]]
     return ImportReport(
-        source=job.source, added=list(added), duplicates=duplicates[: limit or None],
+        source=job.source,
+        added=list(added),
+        duplicates=duplicates[: limit or None],
         errors=[importer.LineError(r.line, r.text, r.why) for r in errors],
-    )  # fmt: skip
+    )
 
 
 def status(job: ProxyJob, *, report: bool = False) -> dict:
@@ -364,14 +376,24 @@ def status(job: ProxyJob, *, report: bool = False) -> dict:
     if job.kind == Kind.IMPORT:
         counts = {"added": job.changed, "duplicates": job.duplicates, "errors": job.errors}
     else:
-        counts = {"selected": job.total or 0, f"{job.kind}d": job.changed,
-                  "unchanged": job.done - job.changed}  # fmt: skip
+        counts = {
+            "selected": job.total or 0,
+            f"{job.kind}d": job.changed,
+            "unchanged": job.done - job.changed,
+        }
     shown = {
-        "id": job.pk, "kind": job.kind, "state": job.state, "source": job.source,
-        "total": job.total, "done": job.done, "percent": job.percent, "counts": counts,
-        "error": job.error, "created_at": machine(job.created_at),
+        "id": job.pk,
+        "kind": job.kind,
+        "state": job.state,
+        "source": job.source,
+        "total": job.total,
+        "done": job.done,
+        "percent": job.percent,
+        "counts": counts,
+        "error": job.error,
+        "created_at": machine(job.created_at),
         "finished_at": machine(job.finished_at),
-    }  # fmt: skip
+    }
     if report and job.kind == Kind.IMPORT and job.ended:
         shown["report"] = import_report(job).as_dict()
     return shown

@@ -40,9 +40,13 @@ def fetch_list(*, url: str) -> str:
     shown = shown_url(url)
     check_url(url)
     with Fetcher(
-        timeout=FETCH_TIMEOUT, total_timeout=FETCH_DEADLINE, max_bytes=MAX_LIST_BYTES,
-        user_agent_mode="fixed", pool_size=1, max_redirects=MAX_REDIRECTS,
-    ) as client:  # fmt: skip
+        timeout=FETCH_TIMEOUT,
+        total_timeout=FETCH_DEADLINE,
+        max_bytes=MAX_LIST_BYTES,
+        user_agent_mode="fixed",
+        pool_size=1,
+        max_redirects=MAX_REDIRECTS,
+    ) as client:
         result = client.get(url)
     if result.error_kind == "blocked":
         hop = f" (redirected to {shown_url(result.redirects[-1])})" if result.redirects else ""

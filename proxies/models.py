@@ -60,19 +60,29 @@ class Proxy(models.Model):
     anonymity = models.CharField(max_length=12, choices=Anonymity, blank=True)
     added_at = models.DateTimeField(auto_now_add=True)
     added_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
         related_name="+",
-    )  # fmt: skip
+    )
     removed_at = models.DateTimeField(null=True, blank=True)
     removed_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
         related_name="+",
-    )  # fmt: skip
+    )
     removed_why = models.TextField(blank=True)
     import_job = models.ForeignKey(
-        "ProxyJob", on_delete=models.SET_NULL, null=True, blank=True, related_name="added",
+        "ProxyJob",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="added",
         help_text="The import that added it.",
-    )  # fmt: skip
+    )
 
     class Meta:
         ordering = ["-score", "id"]
@@ -184,9 +194,12 @@ class ProxyJob(models.Model):
     kind = models.CharField(max_length=10, choices=Kind)
     state = models.CharField(max_length=10, choices=State, default=State.QUEUED, db_index=True)
     user = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
         related_name="+",
-    )  # fmt: skip
+    )
     actor = models.CharField(max_length=50, blank=True)  # "cli", "api"... when no user acted
     source = models.CharField(max_length=500, blank=True, help_text="An import's source.")
     why = models.TextField(blank=True, help_text="A removal's or disabling's reason.")

@@ -142,14 +142,23 @@ def _acquire_args(channel: str, lease_seconds: float, strategy: str, token: str)
 
 def _release_args(lease: Lease, latency_ms: float, ok: bool, record: bool = True) -> list:
     outcome = ("1" if record else "2") if ok else "0"
-    return [lease.proxy, lease.token, int(latency_ms), outcome, int(settings.PROXY_GREEDY_MS),
-            INITIAL_SCORE]  # fmt: skip
+    return [
+        lease.proxy,
+        lease.token,
+        int(latency_ms),
+        outcome,
+        int(settings.PROXY_GREEDY_MS),
+        INITIAL_SCORE,
+    ]
 
 
 def acquire(
-    *, channel: str, lease_seconds: float = 60, strategy: str = "least_used",
+    *,
+    channel: str,
+    lease_seconds: float = 60,
+    strategy: str = "least_used",
     exclude: Collection[str] = (),
-) -> Lease | None:  # fmt: skip
+) -> Lease | None:
     """Take a proxy from the channel's pool for `lease_seconds`, or None when there is none.
 
     No two holders get one proxy in a channel; an expired lease returns the proxy to the pool.
@@ -161,9 +170,12 @@ def acquire(
 
 
 def acquire_or_count(
-    *, channel: str, lease_seconds: float = 60, strategy: str = "least_used",
+    *,
+    channel: str,
+    lease_seconds: float = 60,
+    strategy: str = "least_used",
     exclude: Collection[str] = (),
-) -> tuple[Lease | None, int]:  # fmt: skip
+) -> tuple[Lease | None, int]:
     """acquire(), and when it found none, how many of the channel's proxies other holders
     have leased at that moment (0 with a lease). Counted in the same script, so a caller
     deciding whether to wait for a proxy to come back never misses a release in between."""
@@ -197,10 +209,18 @@ def keep(*, lease: Lease, latency_ms: float | None, lease_seconds: float) -> boo
     """
     found = _script("keep")(
         keys=channel_keys(lease.channel)[1:3],
-        args=[PREFIX, lease.channel, lease.proxy, lease.token, int(lease_seconds * 1000),
-              -1 if latency_ms is None else int(latency_ms), INITIAL_SCORE, *_rule()],
+        args=[
+            PREFIX,
+            lease.channel,
+            lease.proxy,
+            lease.token,
+            int(lease_seconds * 1000),
+            -1 if latency_ms is None else int(latency_ms),
+            INITIAL_SCORE,
+            *_rule(),
+        ],
         client=_redis(),
-    )  # fmt: skip
+    )
     return found == 1
 
 
@@ -214,10 +234,17 @@ def fail(*, lease: Lease, reason: str) -> str:
         raise ValueError(f"reason must be one of {REASONS}, got {reason!r}")
     result = _script("fail")(
         keys=channel_keys(lease.channel),
-        args=[PREFIX, lease.proxy, lease.token, reason, int(settings.PROXY_BAN_SECONDS * 1000),
-              lease.channel, INITIAL_SCORE],
+        args=[
+            PREFIX,
+            lease.proxy,
+            lease.token,
+            reason,
+            int(settings.PROXY_BAN_SECONDS * 1000),
+            lease.channel,
+            INITIAL_SCORE,
+        ],
         client=_redis(),
-    )  # fmt: skip
+    )
     return result.decode()
 
 
@@ -252,9 +279,15 @@ def allow_many(*, proxies: list[str]) -> None:
 
 
 def record_check(
-    *, proxy: str, url: str, ok: bool, reason: str = "", latency_ms: float = 0,
-    initial_score: float = INITIAL_SCORE, admit: bool = True,
-) -> tuple[float, str]:  # fmt: skip
+    *,
+    proxy: str,
+    url: str,
+    ok: bool,
+    reason: str = "",
+    latency_ms: float = 0,
+    initial_score: float = INITIAL_SCORE,
+    admit: bool = True,
+) -> tuple[float, str]:
     """Apply one validation outcome atomically. A success raises the score, records latency and
     the validation time, and (when `admit`) puts a proxy that is not yet pooled in the global
     pool. A refused connection or a score of 0 removes it.
@@ -263,10 +296,18 @@ def record_check(
     """
     score, status = _script("record_check")(
         keys=[],
-        args=[PREFIX, proxy, url, "1" if ok else "0", reason, int(latency_ms), initial_score,
-              "1" if admit else "0"],
+        args=[
+            PREFIX,
+            proxy,
+            url,
+            "1" if ok else "0",
+            reason,
+            int(latency_ms),
+            initial_score,
+            "1" if admit else "0",
+        ],
         client=_redis(),
-    )  # fmt: skip
+    )
     return float(score), status.decode()
 
 
@@ -280,11 +321,18 @@ def record_checks(*, checks: list[dict]) -> list[tuple[float, str]]:
         for c in checks:
             script(
                 keys=[],
-                args=[PREFIX, c["proxy"], c["url"], "1" if c["ok"] else "0", c.get("reason", ""),
-                      int(c.get("latency_ms", 0)), c.get("initial_score", INITIAL_SCORE),
-                      "1" if c.get("admit", True) else "0"],
+                args=[
+                    PREFIX,
+                    c["proxy"],
+                    c["url"],
+                    "1" if c["ok"] else "0",
+                    c.get("reason", ""),
+                    int(c.get("latency_ms", 0)),
+                    c.get("initial_score", INITIAL_SCORE),
+                    "1" if c.get("admit", True) else "0",
+                ],
                 client=pipe,
-            )  # fmt: skip
+            )
         answers = pipe.execute()
     return [(float(score), status.decode()) for score, status in answers]
 

@@ -26,27 +26,42 @@ from proxies.lists import (
     decode_list,
     fetch_list,
     shown_url,
-)  # fmt: skip
+)
 from proxies.models import Anonymity, Proxy, ProxyJob, ProxyState
 
 __all__ = [
-    "FETCH_DEADLINE", "FETCH_TIMEOUT", "MAX_LIST_BYTES", "MAX_REDIRECTS", "Duplicate",
-    "ImportFailed", "ImportReport", "decode_list", "disable_proxies", "enable_proxies",
-    "fetch_list", "remove_proxies", "shown_url",
-]  # fmt: skip
+    "FETCH_DEADLINE",
+    "FETCH_TIMEOUT",
+    "MAX_LIST_BYTES",
+    "MAX_REDIRECTS",
+    "Duplicate",
+    "ImportFailed",
+    "ImportReport",
+    "decode_list",
+    "disable_proxies",
+    "enable_proxies",
+    "fetch_list",
+    "remove_proxies",
+    "shown_url",
+]
 
 log = logging.getLogger(__name__)
 
 # Never-measured and never-validated proxies go last on every database (SQLite and PostgreSQL
 # disagree on where NULL sorts).
 SORTS = {
-    "score": F("score").desc(), "latency": F("latency_ms").asc(nulls_last=True),
-    "validated": F("last_validated_at").desc(nulls_last=True), "failures": F("failures").desc(),
+    "score": F("score").desc(),
+    "latency": F("latency_ms").asc(nulls_last=True),
+    "validated": F("last_validated_at").desc(nulls_last=True),
+    "failures": F("failures").desc(),
     "added": F("added_at").desc(),
-}  # fmt: skip
+}
 SCORE_RANGES = {
-    "0-5": (0, 5), "5-6": (5, 6), "6-10": (6, 10), "10+": (10, None),
-}  # fmt: skip
+    "0-5": (0, 5),
+    "5-6": (5, 6),
+    "6-10": (6, 10),
+    "10+": (10, None),
+}
 
 # A selection up to this size is changed before the answer (one batch); a larger one by a job.
 INLINE_LIMIT = jobs.BATCH
@@ -80,9 +95,13 @@ def start_import_from_url(*, url: str, user=None, actor: str = "") -> ProxyJob:
 
 
 def import_proxies(
-    *, text: str, source: str, user=None, actor: str = "",
+    *,
+    text: str,
+    source: str,
+    user=None,
+    actor: str = "",
     progress: Callable[[ProxyJob], None] | None = None,
-) -> ImportReport:  # fmt: skip
+) -> ImportReport:
     """Import a list here and now, in the jobs' batches (the CLI): its report. New proxies are
     validated (by a job, after commit) before they enter the pools."""
     check_size(text)
@@ -129,9 +148,14 @@ class BulkResult:
 
 
 def bulk_action(
-    *, action: str, proxies: Iterable[Proxy] | QuerySet = (), ids: Iterable[int] = (),
-    why: str = "", user=None, actor: str = "",
-) -> BulkResult:  # fmt: skip
+    *,
+    action: str,
+    proxies: Iterable[Proxy] | QuerySet = (),
+    ids: Iterable[int] = (),
+    why: str = "",
+    user=None,
+    actor: str = "",
+) -> BulkResult:
     """Remove, disable, enable or validate a selection of proxies (given as rows, a query, or
     ids). Up to INLINE_LIMIT are changed at once; more by a background job (result.job).
     Validation is always a job."""

@@ -59,9 +59,12 @@ def due(*, everything: bool = False):
 
 
 def run_pass(
-    *, proxy_ids: list[int] | None = None, everything: bool = False, wait: float = 0,
+    *,
+    proxy_ids: list[int] | None = None,
+    everything: bool = False,
+    wait: float = 0,
     deadline: float | None = None,
-) -> PassReport | None:  # fmt: skip
+) -> PassReport | None:
     """One validation pass (or just `proxy_ids`), holding the pass lock; None when another pass
     holds it and `wait` seconds were not enough.
 
@@ -96,7 +99,7 @@ def run_pass(
                             proxy_url=p.url, check_url=check_url, timeout=timeout, own_ip=own_ip
                         ),
                         proxies,
-                    )  # fmt: skip
+                    )
                 )
             recorded = record_batch(outcomes=list(zip(proxies, results, strict=True)))
             for proxy, after, result in zip(proxies, recorded, results, strict=True):
@@ -151,12 +154,20 @@ def record_batch(*, outcomes: list[tuple[Proxy, CheckResult]]) -> list[Proxy]:
         rows = Proxy.objects.select_for_update().filter(pk__in=list(results)).order_by("pk")
         stored = {proxy.pk: proxy for proxy in rows}
         live = [proxy for proxy in stored.values() if proxy.state != ProxyState.REMOVED]
-        checks = pool.record_checks(checks=[
-            {"proxy": p.key, "url": p.url, "ok": results[p.pk].ok, "reason": results[p.pk].reason,
-             "latency_ms": results[p.pk].latency_ms, "initial_score": p.score,
-             "admit": p.state in (ProxyState.NEW, ProxyState.ACTIVE)}
-            for p in live
-        ])  # fmt: skip
+        checks = pool.record_checks(
+            checks=[
+                {
+                    "proxy": p.key,
+                    "url": p.url,
+                    "ok": results[p.pk].ok,
+                    "reason": results[p.pk].reason,
+                    "latency_ms": results[p.pk].latency_ms,
+                    "initial_score": p.score,
+                    "admit": p.state in (ProxyState.NEW, ProxyState.ACTIVE),
+                }
+                for p in live
+            ]
+        )
         events, removed = [], []
         for proxy, (score, status) in zip(live, checks, strict=True):
             result = results[proxy.pk]
@@ -166,8 +177,9 @@ def record_batch(*, outcomes: list[tuple[Proxy, CheckResult]]) -> list[Proxy]:
             if proxy.state == ProxyState.REMOVED:
                 removed.append(proxy.key)
             if event := _validation_event(proxy, result, was=was, recovered=recovered):
-                events.append(ProxyEvent(proxy=proxy, kind=event[0], actor="validator",
-                                         detail=event[1]))  # fmt: skip
+                events.append(
+                    ProxyEvent(proxy=proxy, kind=event[0], actor="validator", detail=event[1])
+                )
         pool.remove_many(proxies=removed)
         ProxyEvent.objects.bulk_create(events, batch_size=CHUNK)
         # Many per validation pass: throttled; the page also refreshes every few seconds.
@@ -260,14 +272,22 @@ def sync_from_pool() -> dict:
         with transaction.atomic():
             pool.remove_many(proxies=list(dropped))
             Proxy.objects.bulk_update(
-                dropped.values(), ["state", "removed_why", "score", "removed_at"],
+                dropped.values(),
+                ["state", "removed_why", "score", "removed_at"],
                 batch_size=CHUNK,
-            )  # fmt: skip
+            )
             ProxyEvent.objects.bulk_create(
-                [ProxyEvent(proxy=proxy, kind=ProxyEvent.Kind.REMOVED, actor="pool",
-                            detail=proxy.removed_why) for proxy in dropped.values()],
+                [
+                    ProxyEvent(
+                        proxy=proxy,
+                        kind=ProxyEvent.Kind.REMOVED,
+                        actor="pool",
+                        detail=proxy.removed_why,
+                    )
+                    for proxy in dropped.values()
+                ],
                 batch_size=CHUNK,
-            )  # fmt: skip
+            )
             announce()
     return {"counted": len(keys), "scored": len(changed), "dropped": len(dropped)}
 
@@ -295,9 +315,11 @@ def validate_proxies(proxy_ids: list[int] | None = None, everything: bool = Fals
     reach wait for the next pass (a periodic pass takes the longest unchecked first; the rest
     of a targeted one is queued again as a new targeted pass)."""
     report = run_pass(
-        proxy_ids=proxy_ids, everything=everything, wait=0 if proxy_ids is None else 120,
+        proxy_ids=proxy_ids,
+        everything=everything,
+        wait=0 if proxy_ids is None else 120,
         deadline=_job_deadline(),
-    )  # fmt: skip
+    )
     if report is None:
         return {"skipped": "another validation pass is running"}
     if proxy_ids is not None and report.left:

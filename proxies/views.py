@@ -41,7 +41,7 @@ class ActionForm(forms.Form):
             ("disable", "Disable"),
             ("enable", "Enable"),
             ("validate", "Validate now"),
-        ]  # fmt: skip
+        ]
     )
     ids = forms.ModelMultipleChoiceField(
         queryset=Proxy.objects.all(),
@@ -58,10 +58,12 @@ class ActionForm(forms.Form):
 
 class ImportForm(forms.Form):
     text = forms.CharField(
-        required=False, widget=forms.Textarea(attrs={"rows": 6}), label="Paste a list",
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 6}),
+        label="Paste a list",
         help_text="One per line: host:port, scheme://host:port or scheme://user:pass@host:port; "
         "the schemes are http, https, socks5 and socks5h",
-    )  # fmt: skip
+    )
     file = forms.FileField(required=False, label="or upload a file")
     url = forms.URLField(
         required=False, label="or fetch a plain-text list from a URL", assume_scheme="https"
@@ -79,13 +81,24 @@ class ImportForm(forms.Form):
 def proxy_list(request: HttpRequest) -> HttpResponse:
     query = services.filter_proxies(request.GET)
     page = Paginator(query, PAGE_SIZE).get_page(request.GET.get("page"))
-    return render(request, "proxies/proxy_list.html", {
-        "nav": "proxies", "page": page, "params": request.GET, "health": pool.health(),
-        "states": ProxyState.choices, "anonymities": Anonymity.choices[1:],
-        "score_ranges": list(services.SCORE_RANGES), "channels": pool.channels(),
-        "sorts": list(services.SORTS), "import_form": ImportForm(),
-        "removed_hidden": services.removed_left_out(request.GET), "selection": _selection(),
-    })  # fmt: skip
+    return render(
+        request,
+        "proxies/proxy_list.html",
+        {
+            "nav": "proxies",
+            "page": page,
+            "params": request.GET,
+            "health": pool.health(),
+            "states": ProxyState.choices,
+            "anonymities": Anonymity.choices[1:],
+            "score_ranges": list(services.SCORE_RANGES),
+            "channels": pool.channels(),
+            "sorts": list(services.SORTS),
+            "import_form": ImportForm(),
+            "removed_hidden": services.removed_left_out(request.GET),
+            "selection": _selection(),
+        },
+    )
 
 
 def _selection() -> dict:
@@ -112,9 +125,11 @@ def proxy_action(request: HttpRequest) -> HttpResponse:
         return redirect(back)
     action = form.cleaned_data["action"]
     result = services.bulk_action(
-        action=action, proxies=form.cleaned_data["ids"], why=form.cleaned_data["why"],
+        action=action,
+        proxies=form.cleaned_data["ids"],
+        why=form.cleaned_data["why"],
         user=request.user,
-    )  # fmt: skip
+    )
     label = dict(form.fields["action"].choices)[action]
     if result.job is not None:
         messages.info(request, f"{label}: {result.selected:,} proxies, in the background.")
@@ -139,9 +154,10 @@ def proxy_import(request: HttpRequest) -> HttpResponse:
                 if upload.size > services.MAX_LIST_BYTES:
                     raise services.ImportFailed("the file is larger than 5 MB")
                 job = services.start_import(
-                    text=services.decode_list(upload.read()), source=f"upload: {upload.name}",
+                    text=services.decode_list(upload.read()),
+                    source=f"upload: {upload.name}",
                     user=request.user,
-                )  # fmt: skip
+                )
             else:
                 job = services.start_import(
                     text=form.cleaned_data["text"], source="paste", user=request.user
@@ -149,9 +165,15 @@ def proxy_import(request: HttpRequest) -> HttpResponse:
             return redirect(job)
         except services.ImportFailed as exc:
             form.add_error(None, str(exc))
-    return render(request, "proxies/proxy_import.html", {
-        "nav": "proxies", "form": form, "jobs": ProxyJob.objects.select_related("user")[:10],
-    })  # fmt: skip
+    return render(
+        request,
+        "proxies/proxy_import.html",
+        {
+            "nav": "proxies",
+            "form": form,
+            "jobs": ProxyJob.objects.select_related("user")[:10],
+        },
+    )
 
 
 @staff_required
@@ -162,9 +184,16 @@ def proxy_job(request: HttpRequest, pk: int) -> HttpResponse:
     report = None
     if job.kind == ProxyJob.Kind.IMPORT and job.state == ProxyJob.State.DONE:
         report = services.import_report(job, limit=services.SHOWN_LINES)
-    return render(request, "proxies/proxy_job.html", {
-        "nav": "proxies", "job": job, "report": report, "shown_lines": services.SHOWN_LINES,
-    })  # fmt: skip
+    return render(
+        request,
+        "proxies/proxy_job.html",
+        {
+            "nav": "proxies",
+            "job": job,
+            "report": report,
+            "shown_lines": services.SHOWN_LINES,
+        },
+    )
 
 
 @staff_required
@@ -190,8 +219,14 @@ def _channels(proxy: Proxy) -> dict[str, dict]:
 @staff_required
 def proxy_detail(request: HttpRequest, pk: int) -> HttpResponse:
     proxy = get_object_or_404(Proxy, pk=pk)
-    return render(request, "proxies/proxy_detail.html", {
-        "nav": "proxies", "proxy": proxy, "events": proxy.events.select_related("user")[:50],
-        "channels": _channels(proxy),
-        "live": pool.members().get(proxy.key),
-    })  # fmt: skip
+    return render(
+        request,
+        "proxies/proxy_detail.html",
+        {
+            "nav": "proxies",
+            "proxy": proxy,
+            "events": proxy.events.select_related("user")[:50],
+            "channels": _channels(proxy),
+            "live": pool.members().get(proxy.key),
+        },
+    )

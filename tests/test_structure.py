@@ -88,3 +88,19 @@ def test_no_import_of_our_own_modules_hides_in_a_function():
                 if (relative, function) not in ALLOWED_IN_FUNCTIONS:
                     hidden.append(f"{relative}:{line} imports {name} inside {function}()")
     assert hidden == []
+
+
+# The formatter's layout is the tree's (pyproject.toml [tool.ruff.format]); a table that reads
+# better aligned may keep its own, a handful in all.
+MAX_FORMAT_SKIPS = 20
+
+
+def test_the_formatter_is_fought_in_a_handful_of_places_at_most():
+    skips = [
+        f"{path.relative_to(ROOT)}:{number}"
+        for top in (*PACKAGES, "tests", "bench")
+        for path in sorted((ROOT / top).rglob("*.py"))
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if line.rstrip().endswith("# fmt: skip") or "# fmt: off" in line
+    ]
+    assert len(skips) <= MAX_FORMAT_SKIPS, skips

@@ -49,9 +49,12 @@ def wire_limit(max_bytes: int) -> int:
 
 
 def read(
-    raw: urllib3.response.HTTPResponse, *, max_bytes: int, content_encoding: str,
+    raw: urllib3.response.HTTPResponse,
+    *,
+    max_bytes: int,
+    content_encoding: str,
     before_read: Callable[[], None],
-) -> Body:  # fmt: skip
+) -> Body:
     """Up to max_bytes of `raw`'s body, decoded. `before_read` runs before every network read:
     it sets the socket timeout, or raises when the fetch's deadline has passed. What stopped
     the body early is its error: what before_read raised, DecodeError for a body that does not

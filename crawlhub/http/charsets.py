@@ -15,9 +15,16 @@ from __future__ import annotations
 import codecs
 
 # Text codecs of Python's that are no charset a page may name.
-NOT_CHARSETS = frozenset({
-    "idna", "punycode", "undefined", "unicode-escape", "raw-unicode-escape", "utf-7",
-})  # fmt: skip
+NOT_CHARSETS = frozenset(
+    {
+        "idna",
+        "punycode",
+        "undefined",
+        "unicode-escape",
+        "raw-unicode-escape",
+        "utf-7",
+    }
+)
 MAX_LABEL = 64
 
 

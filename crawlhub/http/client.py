@@ -211,9 +211,13 @@ class Fetcher:
         total_timeout: float | None = None,
     ) -> None:
         self.check_options(
-            timeout=timeout, max_bytes=max_bytes, user_agent_mode=user_agent_mode,
-            user_agent=user_agent, pool_size=pool_size, max_redirects=max_redirects,
-        )  # fmt: skip
+            timeout=timeout,
+            max_bytes=max_bytes,
+            user_agent_mode=user_agent_mode,
+            user_agent=user_agent,
+            pool_size=pool_size,
+            max_redirects=max_redirects,
+        )
         self.timeout = timeout
         self.max_bytes = max_bytes
         self.user_agent_mode = user_agent_mode
@@ -257,9 +261,14 @@ class Fetcher:
             )
 
     def fetch(
-        self, url: str, *, proxy: str | None = None, headers: Mapping[str, str] | None = None,
-        follow_redirects: bool = True, secret_headers: frozenset[str] = frozenset(),
-    ) -> FetchResult:  # fmt: skip
+        self,
+        url: str,
+        *,
+        proxy: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        follow_redirects: bool = True,
+        secret_headers: frozenset[str] = frozenset(),
+    ) -> FetchResult:
         """A page for a crawl: GET `url` (through `proxy` if given), following redirects, with
         its title and links when it is complete HTML. `headers` are sent as well (a
         conditional request's If-None-Match, say); the values of those named in
@@ -278,23 +287,32 @@ class Fetcher:
         return self._fetch(url, proxy=proxy, max_bytes=self.max_bytes, parse=True, call=call)
 
     def fetch_text(
-        self, url: str, *, limit: int = 512 * 1024, proxy: str | None = None,
+        self,
+        url: str,
+        *,
+        limit: int = 512 * 1024,
+        proxy: str | None = None,
         headers_for: Callable[[str], Mapping[str, str]] | None = None,
-    ) -> tuple[int | None, str]:  # fmt: skip
+    ) -> tuple[int | None, str]:
         """(status, text) for robots.txt; status None when the server could not be read.
         `headers_for(url)`: more headers for each hop (see get()).
 
         A redirect that could not be followed keeps its 3xx status (RFC 9309 treats that like
         an unavailable file); any other error reads as "no response".
         """
-        status, text, _result = self.read_text(url, limit=limit, proxy=proxy,
-                                               headers_for=headers_for)  # fmt: skip
+        status, text, _result = self.read_text(
+            url, limit=limit, proxy=proxy, headers_for=headers_for
+        )
         return status, text
 
     def read_text(
-        self, url: str, *, limit: int = 512 * 1024, proxy: str | None = None,
+        self,
+        url: str,
+        *,
+        limit: int = 512 * 1024,
+        proxy: str | None = None,
         headers_for: Callable[[str], Mapping[str, str]] | None = None,
-    ) -> tuple[int | None, str, FetchResult]:  # fmt: skip
+    ) -> tuple[int | None, str, FetchResult]:
         """fetch_text, and the fetch itself: what went wrong when no response came."""
         call = _Call(headers_for=headers_for) if headers_for else _GET
         result = self._fetch(url, proxy=proxy, max_bytes=limit, parse=False, call=call)
@@ -305,11 +323,15 @@ class Fetcher:
         return result.status, result.body.decode("utf-8", "replace").lstrip("\ufeff"), result
 
     def get(
-        self, url: str, *, proxy: str | None = None, operator_url: bool = False,
+        self,
+        url: str,
+        *,
+        proxy: str | None = None,
+        operator_url: bool = False,
         max_bytes: int | None = None,
         headers_for: Callable[[str], Mapping[str, str]] | None = None,
         secret_headers: frozenset[str] = frozenset(),
-    ) -> FetchResult:  # fmt: skip
+    ) -> FetchResult:
         """GET `url` as fetch() does, without looking for links: a proxy list, a check URL's
         JSON (FetchResult.json()), a sitemap (with its own max_bytes).
 
@@ -338,9 +360,14 @@ class Fetcher:
         return self._fetch(url, proxy=None, max_bytes=self.max_bytes, parse=False, call=call)
 
     def send(
-        self, url: str, *, method: str, body: bytes | None = None,
-        headers: Mapping[str, str] | None = None, proxy: str | None = None,
-    ) -> FetchResult:  # fmt: skip
+        self,
+        url: str,
+        *,
+        method: str,
+        body: bytes | None = None,
+        headers: Mapping[str, str] | None = None,
+        proxy: str | None = None,
+    ) -> FetchResult:
         """One request of any method (a rendered page's script asks for it: render_routing.py),
         through `proxy`, its redirect not followed (the answer says where it points), its body
         read up to max_bytes; by the same path as every fetch: the guard, the deadline."""
@@ -362,9 +389,18 @@ class Fetcher:
         started = time.monotonic()
         deadline = started + self.total_timeout
         result = FetchResult(
-            url=url, final_url=url, status=None, content_type="", body=b"", nbytes=0,
-            truncated=False, elapsed_ms=0, redirects=[], error="", error_kind="",
-        )  # fmt: skip
+            url=url,
+            final_url=url,
+            status=None,
+            content_type="",
+            body=b"",
+            nbytes=0,
+            truncated=False,
+            elapsed_ms=0,
+            redirects=[],
+            error="",
+            error_kind="",
+        )
         try:
             response = self._follow(url, result, proxy, deadline, call)
             body = self._read_body(response, max_bytes, deadline)
@@ -451,9 +487,13 @@ class Fetcher:
             jar = session.cookies
             if next(iter(jar), None) is not None:
                 prepared.prepare(
-                    method=call.method, url=url, headers=headers, data=call.body, cookies=jar,
+                    method=call.method,
+                    url=url,
+                    headers=headers,
+                    data=call.body,
+                    cookies=jar,
                     hooks={},
-                )  # fmt: skip
+                )
             else:
                 _prepare_without_cookies(prepared, call.method, url, headers, call.body)
             arm(deadline)
@@ -504,9 +544,11 @@ class Fetcher:
             set_socket_timeout(raw, timeout)
 
         read = bodies.read(
-            raw, max_bytes=max_bytes, before_read=before_read,
+            raw,
+            max_bytes=max_bytes,
+            before_read=before_read,
             content_encoding=response.headers.get("Content-Encoding", ""),
-        )  # fmt: skip
+        )
         body.data, body.truncated, body.wire_bytes = read.data, read.truncated, read.wire_bytes
         try:
             if read.error is not None:
@@ -529,9 +571,12 @@ class Fetcher:
 
 
 def _prepare_without_cookies(
-    prepared: requests.PreparedRequest, method: str, url: str, headers: Mapping[str, str],
+    prepared: requests.PreparedRequest,
+    method: str,
+    url: str,
+    headers: Mapping[str, str],
     body: bytes | None,
-) -> None:  # fmt: skip
+) -> None:
     """PreparedRequest.prepare's steps but its cookies', for a session whose jar is empty:
     asking an empty jar for a Cookie header takes its lock and its policy's clock, per page.
     `url` is in normal form (urls.normalize: _follow sends nothing else), which requests
@@ -564,11 +609,14 @@ def _exchange(
     # too); urllib3's own headers group repeated names.
     message = getattr(getattr(raw, "_original_response", None), "msg", None)
     return Exchange(
-        method=sent.method or "GET", url=sent.url or "", sent=recorded,
-        version=getattr(raw, "version_string", "HTTP/1.1"), status=response.status_code,
+        method=sent.method or "GET",
+        url=sent.url or "",
+        sent=recorded,
+        version=getattr(raw, "version_string", "HTTP/1.1"),
+        status=response.status_code,
         reason=response.reason or "",
         received=tuple(message.raw_items() if message is not None else raw.headers.iteritems()),
-    )  # fmt: skip
+    )
 
 
 def _located(response: requests.Response, current: str, location: str) -> str:

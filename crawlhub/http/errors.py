@@ -131,8 +131,9 @@ def _socks_error(exc: socks.ProxyError, chain: list[BaseException], url: str) ->
         if "authentication failed" not in exc.msg:  # no method offered was acceptable
             return FetchError(
                 "proxy turned down every login method offered (SOCKS5): does it need a user "
-                "name and password?", "proxy",
-            )  # fmt: skip
+                "name and password?",
+                "proxy",
+            )
         return FetchError(PROXY_AUTH_REFUSED, "proxy")
     if isinstance(exc, socks.SOCKS5Error):
         code = exc.msg.split(":", 1)[0]

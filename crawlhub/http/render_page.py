@@ -20,12 +20,25 @@ from dataclasses import dataclass
 from typing import Any
 
 _WEBRTC = (
-    "RTCPeerConnection", "webkitRTCPeerConnection", "RTCDataChannel", "RTCIceCandidate",
-    "RTCSessionDescription", "RTCRtpSender", "RTCRtpReceiver", "RTCRtpTransceiver",
-    "RTCIceTransport", "RTCDtlsTransport", "RTCSctpTransport", "RTCCertificate",
-    "RTCDTMFSender", "RTCPeerConnectionIceEvent", "RTCPeerConnectionIceErrorEvent",
-    "RTCTrackEvent", "RTCDataChannelEvent", "RTCStatsReport",
-)  # fmt: skip
+    "RTCPeerConnection",
+    "webkitRTCPeerConnection",
+    "RTCDataChannel",
+    "RTCIceCandidate",
+    "RTCSessionDescription",
+    "RTCRtpSender",
+    "RTCRtpReceiver",
+    "RTCRtpTransceiver",
+    "RTCIceTransport",
+    "RTCDtlsTransport",
+    "RTCSctpTransport",
+    "RTCCertificate",
+    "RTCDTMFSender",
+    "RTCPeerConnectionIceEvent",
+    "RTCPeerConnectionIceErrorEvent",
+    "RTCTrackEvent",
+    "RTCDataChannelEvent",
+    "RTCStatsReport",
+)
 
 NO_WEBRTC = (
     "(() => { for (const name of "

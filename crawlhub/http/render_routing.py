@@ -33,10 +33,22 @@ _WIRE_HEADERS = frozenset({"content-encoding", "content-length", "transfer-encod
 _NOT_HANDED = _WIRE_HEADERS | {"set-cookie"}
 # Request headers the client sets itself (cookie: the context's; accept-encoding: only what
 # the client decodes in bounded steps), or that describe one connection.
-_NOT_SENT = frozenset({
-    "cookie", "accept-encoding", "host", "content-length", "connection", "keep-alive",
-    "proxy-authorization", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade",
-})  # fmt: skip
+_NOT_SENT = frozenset(
+    {
+        "cookie",
+        "accept-encoding",
+        "host",
+        "content-length",
+        "connection",
+        "keep-alive",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+    }
+)
 # How a request the client could not make fails in the page (Playwright's error codes).
 _ABORTS = {"blocked": "blockedbyclient", "timeout": "timedout", "refused": "connectionrefused"}
 
@@ -68,9 +80,14 @@ class Router:
     """Every request of one page: the document handed over, the rest fetched by the rules."""
 
     def __init__(
-        self, document: FetchResult, options: RenderOptions, deadline: float, *,
-        proxy: str | None, context: Any,
-    ) -> None:  # fmt: skip
+        self,
+        document: FetchResult,
+        options: RenderOptions,
+        deadline: float,
+        *,
+        proxy: str | None,
+        context: Any,
+    ) -> None:
         self.document = document
         self.options = options
         self.deadline = deadline
@@ -137,9 +154,13 @@ class Router:
             return
 
     def _send(
-        self, url: str, method: str, body: bytes | None, headers: dict[str, str],
+        self,
+        url: str,
+        method: str,
+        body: bytes | None,
+        headers: dict[str, str],
         remaining: float,
-    ) -> tuple[FetchResult, list[Cookie]]:  # fmt: skip
+    ) -> tuple[FetchResult, list[Cookie]]:
         """One hop, in a thread: the client's answer (at most max_bytes of its body read; over
         that, truncated) and the cookies it set. A Fetcher of its own for each request: its
         deadline is the page's, and its jar holds this answer's cookies only."""
@@ -147,9 +168,11 @@ class Router:
         if own:
             headers = _with_own(headers, own)
         with client.Fetcher(
-            timeout=remaining, total_timeout=remaining, max_bytes=self.options.max_bytes,
+            timeout=remaining,
+            total_timeout=remaining,
+            max_bytes=self.options.max_bytes,
             pool_size=1,
-        ) as fetcher:  # fmt: skip
+        ) as fetcher:
             answer = fetcher.send(url, method=method, body=body, headers=headers, proxy=self.proxy)
             return answer, list(fetcher.session.cookies)
 
@@ -189,10 +212,13 @@ def _browser_cookie(cookie: Cookie) -> dict[str, Any]:
     a dot is the domain's and its subdomains', any other the host's only (as the jar keeps
     them)."""
     found: dict[str, Any] = {
-        "name": cookie.name, "value": cookie.value or "", "domain": cookie.domain,
-        "path": cookie.path or "/", "secure": bool(cookie.secure),
+        "name": cookie.name,
+        "value": cookie.value or "",
+        "domain": cookie.domain,
+        "path": cookie.path or "/",
+        "secure": bool(cookie.secure),
         "httpOnly": any(cookie.has_nonstandard_attr(n) for n in ("HttpOnly", "httponly")),
-    }  # fmt: skip
+    }
     if cookie.expires is not None:
         found["expires"] = float(cookie.expires)
     for spelling in ("SameSite", "samesite"):

@@ -49,21 +49,34 @@ from crawlhub.http.guard_proxy import GuardProxy
 from crawlhub.http.render_routing import RenderOptions, Router, guard_web_socket, proxy_settings
 
 __all__ = [
-    "BrowserPool", "RenderOptions", "RenderingStopped", "RenderingUnavailable", "close_pool",
+    "BrowserPool",
+    "RenderOptions",
+    "RenderingStopped",
+    "RenderingUnavailable",
+    "close_pool",
     "proxy_settings",
-    "renders", "selector_problem", "shared_pool",
-]  # fmt: skip
+    "renders",
+    "selector_problem",
+    "shared_pool",
+]
 
 log = logging.getLogger(__name__)
 
 CHROMIUM_ARGS = (
-    "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic",
-    "--no-first-run", "--disable-background-networking", "--disable-component-update",
-    "--disable-sync", "--disable-extensions", "--mute-audio",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-extensions",
+    "--mute-audio",
     # WebRTC's sockets are the browser's own, past the guard: no UDP (render_page.py takes
     # the API away from pages too).
     "--webrtc-ip-handling-policy=disable_non_proxied_udp",
-)  # fmt: skip
+)
 REQUEST_THREADS_PER_PAGE = 6
 LAUNCH_SECONDS = 60.0
 GIVE_UP_SECONDS = 0.1  # how soon a page being rendered is left once it is to be given up
@@ -94,17 +107,24 @@ def selector_problem(selector: str) -> str:
 def renders(document: FetchResult) -> bool:
     """Worth rendering: a complete 2xx HTML answer (anything else is kept as fetched)."""
     return (
-        document.status is not None and 200 <= document.status < 300
-        and not document.error and not document.truncated
+        document.status is not None
+        and 200 <= document.status < 300
+        and not document.error
+        and not document.truncated
         and links.is_html(document.content_type)
-    )  # fmt: skip
+    )
 
 
 def _failed(document: FetchResult, message: str, kind: str, started: float) -> FetchResult:
     return dataclasses.replace(
-        document, error=message, error_kind=kind, title="", links=[], link_texts=[],
+        document,
+        error=message,
+        error_kind=kind,
+        title="",
+        links=[],
+        link_texts=[],
         elapsed_ms=document.elapsed_ms + int((time.monotonic() - started) * 1000),
-    )  # fmt: skip
+    )
 
 
 @dataclass(eq=False)
@@ -188,9 +208,13 @@ class BrowserPool:
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
 
     def render(
-        self, document: FetchResult, *, proxy: str | None, options: RenderOptions,
+        self,
+        document: FetchResult,
+        *,
+        proxy: str | None,
+        options: RenderOptions,
         give_up: threading.Event | None = None,
-    ) -> FetchResult:  # fmt: skip
+    ) -> FetchResult:
         """`document` as the browser renders it (see renders() for which are worth it); a
         FetchResult with error and error_kind when rendering failed ("browser": retry it).
 
@@ -217,9 +241,11 @@ class BrowserPool:
     async def _browser_for_page(self) -> Any:
         async with self._launching:
             current = self._browser
-            if current is None or not current.is_connected() or (
-                self._rendered >= self.recycle_after
-            ):  # fmt: skip
+            if (
+                current is None
+                or not current.is_connected()
+                or (self._rendered >= self.recycle_after)
+            ):
                 if current is not None:
                     self._retire(current)
                 self._browser = await self._launch()
@@ -235,10 +261,14 @@ class BrowserPool:
             self._playwright = await async_playwright().start()
         before = chromium.browser_processes()
         browser = await self._playwright.chromium.launch(
-            executable_path=self.executable, args=list(CHROMIUM_ARGS), headless=True,
-            handle_sigint=False, handle_sigterm=False, handle_sighup=False,
+            executable_path=self.executable,
+            args=list(CHROMIUM_ARGS),
+            headless=True,
+            handle_sigint=False,
+            handle_sigterm=False,
+            handle_sighup=False,
             timeout=LAUNCH_SECONDS * 1000,
-        )  # fmt: skip
+        )
         self._pids[browser] = sorted(chromium.browser_processes() - before)
         self.launches += 1
         return browser
@@ -288,18 +318,22 @@ class BrowserPool:
                 if not browser.is_connected() or _closed(exc):
                     log.warning("the browser went away rendering %s: %s", document.url, exc)
                     return _failed(
-                        document, "the browser closed while rendering the page",
-                        "browser", started,
-                    )  # fmt: skip
+                        document,
+                        "the browser closed while rendering the page",
+                        "browser",
+                        started,
+                    )
                 # Out of time (the page's scripts and styles, through its proxy, say) reads as a
                 # fetch's timeout: retried, and counted against the proxy.
                 kind = "timeout" if isinstance(exc, PlaywrightTimeout) else "render"
                 return _failed(document, f"rendering failed: {_first_line(exc)}", kind, started)
             except TimeoutError:  # its DOM was not read in its time: its scripts hold it
                 return _failed(
-                    document, "rendering failed: the page did not give its DOM within "
-                    f"{options.timeout:g} s", "timeout", started,
-                )  # fmt: skip
+                    document,
+                    f"rendering failed: the page did not give its DOM within {options.timeout:g} s",
+                    "timeout",
+                    started,
+                )
             finally:
                 if tab is not None:
                     await tab.close()
@@ -359,9 +393,13 @@ class BrowserPool:
             asyncio.ensure_future(self._idle.pop(0).close())
 
     async def _render_in(
-        self, tab: _Tab, document: FetchResult, options: RenderOptions, deadline: float,
+        self,
+        tab: _Tab,
+        document: FetchResult,
+        options: RenderOptions,
+        deadline: float,
         started: float,
-    ) -> FetchResult:  # fmt: skip
+    ) -> FetchResult:
         router = tab.router = Router(
             document, options, deadline, proxy=tab.proxy or None, context=tab.context
         )
@@ -376,10 +414,12 @@ class BrowserPool:
         )
         if dom.html is None:
             result = _failed(
-                document, f"the rendered page is over the size limit: its DOM is more than "
+                document,
+                f"the rendered page is over the size limit: its DOM is more than "
                 f"{options.max_bytes:,} bytes (at least {dom.size:,}), and was not read",
-                "render", started,
-            )  # fmt: skip
+                "render",
+                started,
+            )
             result.truncated = True
             return result
         return _rendered(document, dom.html, router.navigations, options, started)
@@ -431,17 +471,25 @@ async def _settle(page: Any, options: RenderOptions, deadline: float) -> None:
 
 
 def _rendered(
-    document: FetchResult, html: str, navigations: list[str], options: RenderOptions,
+    document: FetchResult,
+    html: str,
+    navigations: list[str],
+    options: RenderOptions,
     started: float,
-) -> FetchResult:  # fmt: skip
+) -> FetchResult:
     body = html.encode("utf-8")
     result = dataclasses.replace(
-        document, body=body[: options.max_bytes], content_type=RENDERED_TYPE,
-        truncated=len(body) > options.max_bytes, title="", links=[], link_texts=[],
+        document,
+        body=body[: options.max_bytes],
+        content_type=RENDERED_TYPE,
+        truncated=len(body) > options.max_bytes,
+        title="",
+        links=[],
+        link_texts=[],
         elapsed_ms=document.elapsed_ms + int((time.monotonic() - started) * 1000),
         headers={**document.headers, "content-type": RENDERED_TYPE},
         exchange=None,  # the body is the browser's DOM, not the one that came with those heads
-    )  # fmt: skip
+    )
     result.headers.pop("content-encoding", None)
     result.headers.pop("content-length", None)
     if not result.truncated:
@@ -493,9 +541,10 @@ def shared_pool() -> BrowserPool:
             if not found:
                 raise RenderingUnavailable(found.problem)
             _pool = BrowserPool(
-                found.path, pages=settings.CRAWLHUB_BROWSER_PAGES,
+                found.path,
+                pages=settings.CRAWLHUB_BROWSER_PAGES,
                 recycle_after=settings.CRAWLHUB_BROWSER_RECYCLE_PAGES,
-            )  # fmt: skip
+            )
         return _pool
 
 

@@ -131,9 +131,13 @@ class EmbeddedRedis:
     """A redis-server for one data dir: on a unix socket, or on a loopback port if given one."""
 
     def __init__(
-        self, data_dir: Path, *, port: int | None = None, binary: str | None = None,
+        self,
+        data_dir: Path,
+        *,
+        port: int | None = None,
+        binary: str | None = None,
         maxmemory_mb: int = 0,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.data_dir = Path(data_dir).resolve()
         self.port = port
         self.binary = binary
@@ -201,16 +205,25 @@ class EmbeddedRedis:
         return [
             binary,
             *listen,
-            "--dir", str(folder),
-            "--appendonly", "yes",
-            "--appendfsync", "everysec",
-            "--save", "",
-            "--daemonize", "no",
-            "--logfile", str(folder / "redis.log"),
-            "--pidfile", str(folder / "redis.pid"),
-            "--maxmemory", f"{self.maxmemory_mb}mb",
-            "--maxmemory-policy", "noeviction",
-        ]  # fmt: skip
+            "--dir",
+            str(folder),
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            "everysec",
+            "--save",
+            "",
+            "--daemonize",
+            "no",
+            "--logfile",
+            str(folder / "redis.log"),
+            "--pidfile",
+            str(folder / "redis.pid"),
+            "--maxmemory",
+            f"{self.maxmemory_mb}mb",
+            "--maxmemory-policy",
+            "noeviction",
+        ]
 
     def _wait_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout

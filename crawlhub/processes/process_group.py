@@ -183,8 +183,12 @@ class ProcessGroup:
             self._due[name] = now + self._delay(deaths)
             log.warning(
                 "%s (pid %d) %s after %.0f s; starting it again in %g s",
-                name, proc.pid, how_it_ended(proc.returncode), ran, self._delay(deaths),
-            )  # fmt: skip
+                name,
+                proc.pid,
+                how_it_ended(proc.returncode),
+                ran,
+                self._delay(deaths),
+            )
         if now >= self._next_sweep:
             self._next_sweep = now + self.SWEEP_SECONDS
             self.end_orphans()
@@ -211,8 +215,10 @@ class ProcessGroup:
             self._redis_due = 0.0
             log.warning(
                 "redis-server %s; starting it again at %s with its data (%s)",
-                how_it_ended(code), self.redis.url, redis_dir(self.redis.data_dir),
-            )  # fmt: skip
+                how_it_ended(code),
+                self.redis.url,
+                redis_dir(self.redis.data_dir),
+            )
         if time.monotonic() < self._redis_due:
             return False
         self._redis_attempts += 1
@@ -226,8 +232,10 @@ class ProcessGroup:
         pid = self.redis.process.pid if self.redis.process else "not ours"
         log.warning(
             "redis-server is back at %s (pid %s), restarted in %.1f s",
-            self.redis.url, pid, time.monotonic() - self._redis_down_since,
-        )  # fmt: skip
+            self.redis.url,
+            pid,
+            time.monotonic() - self._redis_down_since,
+        )
         self._redis_down_since = None
         return True
 
@@ -250,8 +258,10 @@ class ProcessGroup:
                 left_by = self._sessions.get(session, "a process below this one")
                 log.warning(
                     "stopping pid %d (%s), left running by %s, which died",
-                    pid, command_line(pid)[:120], left_by,
-                )  # fmt: skip
+                    pid,
+                    command_line(pid)[:120],
+                    left_by,
+                )
                 with suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
             with suppress(ChildProcessError):

@@ -33,7 +33,11 @@ def next_path(request: HttpRequest, fallback: str) -> str:
     throughout: a tab, newline or bidi control inside it is refused, not sent on in a header.
     """
     url = (request.POST.get("next") or request.GET.get("next") or "").strip()
-    safe = url.startswith("/") and url.isprintable() and url_has_allowed_host_and_scheme(
-        url, allowed_hosts={request.get_host()}, require_https=request.is_secure()
-    )  # fmt: skip
+    safe = (
+        url.startswith("/")
+        and url.isprintable()
+        and url_has_allowed_host_and_scheme(
+            url, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+        )
+    )
     return url if safe else fallback

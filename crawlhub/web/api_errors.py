@@ -28,8 +28,9 @@ def exception_handler(exc: Exception, context: dict) -> Response | None:
     """Service errors as JSON: ValidationError -> 400 {field: [messages]}, a refused crawl
     action -> 409 {detail}, Redis away -> 503 {detail}."""
     if isinstance(exc, DjangoValidationError):
-        detail = exc.message_dict if hasattr(exc, "error_dict") else {
-            "non_field_errors": exc.messages}  # fmt: skip
+        detail = (
+            exc.message_dict if hasattr(exc, "error_dict") else {"non_field_errors": exc.messages}
+        )
         exc = exceptions.ValidationError(detail)
     elif isinstance(exc, ActionRefused):
         exc = Conflict(str(exc))

@@ -34,14 +34,23 @@ def bad_request(request: HttpRequest, exception: Exception | None = None) -> Htt
     (a host not in ALLOWED_HOSTS must stay a plain page, since no message can be trusted)."""
     if isinstance(exception, RequestDataTooBig):
         limit = f"{settings.DATA_UPLOAD_MAX_MEMORY_SIZE / MB:g} MB"
-        return refusal(request, f"The request is larger than {limit} (uploaded files aside), "
-                       "the most crawlhub reads.", status=413)  # fmt: skip
+        return refusal(
+            request,
+            f"The request is larger than {limit} (uploaded files aside), the most crawlhub reads.",
+            status=413,
+        )
     if isinstance(exception, TooManyFieldsSent):
-        return refusal(request, f"The form has more than {settings.DATA_UPLOAD_MAX_NUMBER_FIELDS} "
-                       "fields, the most crawlhub reads.")  # fmt: skip
+        return refusal(
+            request,
+            f"The form has more than {settings.DATA_UPLOAD_MAX_NUMBER_FIELDS} "
+            "fields, the most crawlhub reads.",
+        )
     if isinstance(exception, TooManyFilesSent):
-        return refusal(request, f"More than {settings.DATA_UPLOAD_MAX_NUMBER_FILES} files were "
-                       "sent at once, the most crawlhub reads.")  # fmt: skip
+        return refusal(
+            request,
+            f"More than {settings.DATA_UPLOAD_MAX_NUMBER_FILES} files were "
+            "sent at once, the most crawlhub reads.",
+        )
     if isinstance(exception, MultiPartParserError):
         return refusal(request, f"The form's data could not be read: {exception}.")
     return defaults.bad_request(request, exception)
@@ -50,8 +59,9 @@ def bad_request(request: HttpRequest, exception: Exception | None = None) -> Htt
 def _has_nul(request: HttpRequest) -> bool:
     if "\x00" in request.path_info:
         return True
-    return any("\x00" in key or any("\x00" in v for v in values)
-               for key, values in request.GET.lists())  # fmt: skip
+    return any(
+        "\x00" in key or any("\x00" in v for v in values) for key, values in request.GET.lists()
+    )
 
 
 class RefuseNulMiddleware:

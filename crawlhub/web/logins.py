@@ -33,11 +33,16 @@ def lockout_response(request: HttpRequest, *_) -> HttpResponse:
         f"minute{'s' if minutes != 1 else ''}, after"
     )
     response = render(
-        request, "registration/login.html",
-        {"form": AuthenticationForm(request), "locked_out": message, "locked_until": until,
-         "next": request.POST.get("next", "")},
+        request,
+        "registration/login.html",
+        {
+            "form": AuthenticationForm(request),
+            "locked_out": message,
+            "locked_until": until,
+            "next": request.POST.get("next", ""),
+        },
         status=429,
-    )  # fmt: skip
+    )
     response["Retry-After"] = str(seconds)
     return response
 

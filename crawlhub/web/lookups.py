@@ -42,10 +42,11 @@ class IntegerFieldIn(In):
                 self.lhs.output_field.get_internal_type()
             )
             self.rhs = [
-                value for value in self.rhs
+                value
+                for value in self.rhs
                 if not isinstance(value, int)
                 or ((low is None or value >= low) and (high is None or value <= high))
-            ]  # fmt: skip
+            ]
         # With nothing left, In raises EmptyResultSet: the query matches no row.
         return super().process_rhs(compiler, connection)
 
@@ -75,9 +76,15 @@ class NoNulIn(In):
 CharField.register_lookup(NoNulIn)
 TextField.register_lookup(NoNulIn)
 _TEXT_LOOKUPS = [
-    lookups.Exact, lookups.IExact, lookups.Contains, lookups.IContains,
-    lookups.StartsWith, lookups.IStartsWith, lookups.EndsWith, lookups.IEndsWith,
-]  # fmt: skip
+    lookups.Exact,
+    lookups.IExact,
+    lookups.Contains,
+    lookups.IContains,
+    lookups.StartsWith,
+    lookups.IStartsWith,
+    lookups.EndsWith,
+    lookups.IEndsWith,
+]
 for _lookup in _TEXT_LOOKUPS:
     _no_nul = type(f"NoNul{_lookup.__name__}", (_NoNul, _lookup), {})
     CharField.register_lookup(_no_nul)

@@ -26,9 +26,18 @@ class AlertRuleSerializer(api_fields.ModelSerializer):
     class Meta:
         model = AlertRule
         fields = [
-            "id", "channel", "crawl", "kind", "percent", "minutes", "condition", "emails",
-            "active", "created_by", "created_at",
-        ]  # fmt: skip
+            "id",
+            "channel",
+            "crawl",
+            "kind",
+            "percent",
+            "minutes",
+            "condition",
+            "emails",
+            "active",
+            "created_by",
+            "created_at",
+        ]
         read_only_fields = fields
 
 
@@ -36,9 +45,18 @@ class AlertSerializer(api_fields.ModelSerializer):
     class Meta:
         model = Alert
         fields = [
-            "id", "rule", "crawl", "kind", "subject", "line", "figures", "fired_at",
-            "resolved_at", "resolved_line", "mail_log",
-        ]  # fmt: skip
+            "id",
+            "rule",
+            "crawl",
+            "kind",
+            "subject",
+            "line",
+            "figures",
+            "fired_at",
+            "resolved_at",
+            "resolved_line",
+            "mail_log",
+        ]
         read_only_fields = fields
 
 
@@ -51,13 +69,19 @@ class AlertRuleCreateSerializer(serializers.Serializer):
     same errors as the pages')."""
 
     channel = serializers.SlugRelatedField(
-        slug_field="slug", queryset=Channel.objects.all(), required=False, allow_null=True,
+        slug_field="slug",
+        queryset=Channel.objects.all(),
+        required=False,
+        allow_null=True,
         help_text="Channel slug (staff): every crawl of the channel.",
-    )  # fmt: skip
+    )
     crawl = CrawlField(
-        visible_crawls, required=False, allow_null=True, help_text="Crawl id.",
+        visible_crawls,
+        required=False,
+        allow_null=True,
+        help_text="Crawl id.",
         error_messages={"does_not_exist": "No crawl {pk_value} of yours."},
-    )  # fmt: skip
+    )
     kind = serializers.ChoiceField(choices=AlertKind.choices)
     percent = _figure(help_text="N, for error_rate: 1 to 100.")
     minutes = _figure(help_text=f"M, for error_rate and no_progress: 1 to {alerts.MAX_MINUTES}.")
@@ -76,14 +100,23 @@ class AlertRuleUpdateSerializer(serializers.Serializer):
 @extend_schema_view(
     list=extend_schema(summary="Alert rules of your crawls, and every channel's (staff: all)"),
     retrieve=extend_schema(summary="An alert rule"),
-    create=extend_schema(summary="Add an alert rule to a crawl or (staff) a channel",
-                         request=AlertRuleCreateSerializer, responses={201: AlertRuleSerializer}),
-    update=extend_schema(summary="Change a rule's figures, addresses and active",
-                         request=AlertRuleUpdateSerializer, responses=AlertRuleSerializer),
-    partial_update=extend_schema(summary="Change a rule's figures, addresses or active",
-                                 request=AlertRuleUpdateSerializer, responses=AlertRuleSerializer),
+    create=extend_schema(
+        summary="Add an alert rule to a crawl or (staff) a channel",
+        request=AlertRuleCreateSerializer,
+        responses={201: AlertRuleSerializer},
+    ),
+    update=extend_schema(
+        summary="Change a rule's figures, addresses and active",
+        request=AlertRuleUpdateSerializer,
+        responses=AlertRuleSerializer,
+    ),
+    partial_update=extend_schema(
+        summary="Change a rule's figures, addresses or active",
+        request=AlertRuleUpdateSerializer,
+        responses=AlertRuleSerializer,
+    ),
     destroy=extend_schema(summary="Delete an alert rule (its alerts stay in the history)"),
-)  # fmt: skip
+)
 class AlertRuleViewSet(viewsets.ModelViewSet):
     """Users see their crawls' rules and every channel's; channel rules are staff's to change
     (403), like on the pages."""
@@ -119,7 +152,7 @@ class AlertRuleViewSet(viewsets.ModelViewSet):
         parameters=[OpenApiParameter("crawl", OpenApiTypes.INT, description="One crawl's.")],
     ),
     retrieve=extend_schema(summary="An alert: what fired, the figures, when, when resolved"),
-)  # fmt: skip
+)
 class AlertViewSet(viewsets.ReadOnlyModelViewSet):
     lookup_value_regex = r"\d+"
     serializer_class = AlertSerializer

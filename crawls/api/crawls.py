@@ -49,16 +49,26 @@ def _size(value: str | None) -> int:
 
 class ChannelSerializer(api_fields.ModelSerializer):
     extract_rules = serializers.ListField(
-        child=serializers.DictField(), required=False,
+        child=serializers.DictField(),
+        required=False,
         help_text="Extraction rules of the channel's crawls that give none of their own.",
-    )  # fmt: skip
+    )
 
     class Meta:
         model = Channel
         fields = [
-            "id", "slug", "name", "description", "proxy_use", "proxy_strategy", "host_delay",
-            "host_concurrency", "user_agent_mode", "extract_rules", "created_at",
-        ]  # fmt: skip
+            "id",
+            "slug",
+            "name",
+            "description",
+            "proxy_use",
+            "proxy_strategy",
+            "host_delay",
+            "host_concurrency",
+            "user_agent_mode",
+            "extract_rules",
+            "created_at",
+        ]
         read_only_fields = ["id", "created_at"]
 
     def validate_extract_rules(self, value: list) -> list[dict]:
@@ -95,9 +105,10 @@ class AuthSerializer(serializers.Serializer):
     enters them again (POST .../credentials/)."""
 
     headers = serializers.CharField(
-        required=False, allow_blank=True,
+        required=False,
+        allow_blank=True,
         help_text="'Name: value' lines, sent to the origins the credentials are bound to.",
-    )  # fmt: skip
+    )
     cookie = serializers.CharField(
         required=False, allow_blank=True, help_text="A Cookie header's value: 'a=1; b=2'."
     )
@@ -141,10 +152,25 @@ class CrawlSerializer(CrawlFieldsSerializer):
     class Meta:
         model = Crawl
         fields = [
-            "id", "name", "channel", "seeds", *CRAWL_OPTIONS, "auth", "state", "created_by",
-            "created_at", "started_at", "finished_at", "error", "end_reason", "end_line",
-            "schedule", "stats", "page_url", "waiting",
-        ]  # fmt: skip
+            "id",
+            "name",
+            "channel",
+            "seeds",
+            *CRAWL_OPTIONS,
+            "auth",
+            "state",
+            "created_by",
+            "created_at",
+            "started_at",
+            "finished_at",
+            "error",
+            "end_reason",
+            "end_line",
+            "schedule",
+            "stats",
+            "page_url",
+            "waiting",
+        ]
         read_only_fields = fields
 
     def get_auth(self, crawl: Crawl) -> dict:
@@ -166,9 +192,11 @@ class CrawlCreateSerializer(CrawlFieldsSerializer):
     """A new crawl: name and seeds, any option of the crawl form; `start` starts it at once."""
 
     channel = serializers.SlugRelatedField(
-        slug_field="slug", queryset=Channel.objects.all(), required=False,
+        slug_field="slug",
+        queryset=Channel.objects.all(),
+        required=False,
         help_text="Channel slug; the default channel when left out.",
-    )  # fmt: skip
+    )
     seeds = serializers.ListField(child=serializers.CharField(), allow_empty=False)
     start = serializers.BooleanField(default=False, write_only=True)
     auth = AuthSerializer(required=False, write_only=True)
@@ -182,9 +210,13 @@ class CrawlCreateSerializer(CrawlFieldsSerializer):
         start = data.pop("start", False)
         user = self.context["request"].user
         crawl = services.crawl_create(
-            user=user, name=data.pop("name"), seeds=data.pop("seeds"),
-            channel=data.pop("channel", None), auth=data.pop("auth", None), **data,
-        )  # fmt: skip
+            user=user,
+            name=data.pop("name"),
+            seeds=data.pop("seeds"),
+            channel=data.pop("channel", None),
+            auth=data.pop("auth", None),
+            **data,
+        )
         if start:
             services.crawl_start(crawl=crawl, user=user)
         return crawl
@@ -236,10 +268,19 @@ class PageDetailSerializer(PageSerializer):
     class Meta:
         model = Page
         fields = [
-            *exports.COLUMNS, "fields_", "extract_errors", "structured_data", "headers",
-            "request_headers", "proxy", "links", "links_total", "attempts", "history",
+            *exports.COLUMNS,
+            "fields_",
+            "extract_errors",
+            "structured_data",
+            "headers",
+            "request_headers",
+            "proxy",
+            "links",
+            "links_total",
+            "attempts",
+            "history",
             "truncated",
-        ]  # fmt: skip
+        ]
 
 
 # The pages browser's filters, for the API's pages and export.
@@ -248,16 +289,21 @@ PAGE_FILTER_PARAMETERS = [
     OpenApiParameter("status_class", str, enum=list(STATUS_CLASSES)),
     OpenApiParameter("status", int, description="An exact HTTP status."),
     OpenApiParameter("content_type", str, description="The content type starts with this."),
-    OpenApiParameter("depth_min", int), OpenApiParameter("depth_max", int),
-    OpenApiParameter("change", str, enum=list(Change.values),
-                     description="Against the crawl's baseline (the last run)."),
+    OpenApiParameter("depth_min", int),
+    OpenApiParameter("depth_max", int),
+    OpenApiParameter(
+        "change",
+        str,
+        enum=list(Change.values),
+        description="Against the crawl's baseline (the last run).",
+    ),
     OpenApiParameter("source", str, enum=list(PageSource.values)),
     OpenApiParameter("sort", str, description="A column, or field:<name>; id by default."),
     OpenApiParameter("order", str, enum=["asc", "desc"]),
     OpenApiParameter("size", int, enum=list(PAGE_SIZES)),
     OpenApiParameter("after", str, description="The `next` cursor of the previous answer."),
     OpenApiParameter("before", str, description="The `previous` cursor of an answer."),
-]  # fmt: skip
+]
 
 
 class PageListSerializer(serializers.Serializer):
@@ -299,14 +345,15 @@ class SeedsResultSerializer(serializers.Serializer):
         "stay bound to the origins they were entered for, and new origins do not get them "
         "unless the crawl's owner enters them again (POST .../credentials/). [] when every "
         "seed's origin gets them, or the crawl has none.",
-    )  # fmt: skip
+    )
 
 
 class RetrySerializer(serializers.Serializer):
     ids = serializers.ListField(
-        child=serializers.IntegerField(), required=False,
+        child=serializers.IntegerField(),
+        required=False,
         help_text="Failure ids to retry; all of the crawl's failures when left out.",
-    )  # fmt: skip
+    )
 
 
 class RetryResultSerializer(serializers.Serializer):
@@ -350,13 +397,15 @@ class HostDroppedSerializer(serializers.Serializer):
 
 class LiveChangedSerializer(serializers.Serializer):
     changed = serializers.ListField(
-        child=serializers.CharField(), help_text='Each change as "field: old -> new", as on '
+        child=serializers.CharField(),
+        help_text='Each change as "field: old -> new", as on '
         "the crawl's audit trail, and what a change of patterns dropped.",
-    )  # fmt: skip
+    )
     dropped = serializers.IntegerField(
-        allow_null=True, help_text="Queued requests and retries dropped because they no "
+        allow_null=True,
+        help_text="Queued requests and retries dropped because they no "
         "longer fit the patterns (counted as cancelled); null when the patterns did not change.",
-    )  # fmt: skip
+    )
     dropping = serializers.BooleanField(
         help_text="A big queue: the rest is looked at in the background, and an event on the "
         "crawl says how many were dropped in all."
@@ -421,9 +470,13 @@ def _action_schema(summary: str, **kwargs):
     ),
 )
 class CrawlViewSet(
-    JSONErrors, mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
-    mixins.DestroyModelMixin, viewsets.GenericViewSet,
-):  # fmt: skip
+    JSONErrors,
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.CreateModelMixin,
+    mixins.DestroyModelMixin,
+    viewsets.GenericViewSet,
+):
     """The crawls you may see (staff: every crawl), with their pages, failures, hosts and
     exports. An action does what its button on the crawl's page does; one the crawl's state
     does not allow answers 409 with the reason."""
@@ -486,8 +539,9 @@ class CrawlViewSet(
     def cancel(self, request: Request, pk=None) -> Response:
         return self._act(services.crawl_cancel)
 
-    @extend_schema(summary="Add start URLs", request=SeedsSerializer,
-                   responses=SeedsResultSerializer)  # fmt: skip
+    @extend_schema(
+        summary="Add start URLs", request=SeedsSerializer, responses=SeedsResultSerializer
+    )
     @action(detail=True, methods=["post"])
     def seeds(self, request: Request, pk=None) -> Response:
         crawl = self.get_object()
@@ -496,18 +550,22 @@ class CrawlViewSet(
         added, seen = services.crawl_add_seeds(
             crawl=crawl, urls=body.validated_data["urls"], user=request.user
         )
-        return Response({
-            "added": added, "already_seen": seen,
-            "credentials_not_sent_to": services.credentials_left_out(crawl),
-        })  # fmt: skip
+        return Response(
+            {
+                "added": added,
+                "already_seen": seen,
+                "credentials_not_sent_to": services.credentials_left_out(crawl),
+            }
+        )
 
     @extend_schema(
         summary="The owner enters the crawl's credentials again, for its seeds as they are now",
         description="They replace the saved ones whole (every kind: give all you want sent) "
         "and are bound to the origins of the crawl's seeds now, seeds added since included. "
         "Only the crawl's owner (403 for anyone else); a draft, running or paused crawl.",
-        request=AuthSerializer, responses=CrawlSerializer,
-    )  # fmt: skip
+        request=AuthSerializer,
+        responses=CrawlSerializer,
+    )
     @action(detail=True, methods=["post"])
     def credentials(self, request: Request, pk=None) -> Response:
         crawl = self.get_object()
@@ -518,8 +576,11 @@ class CrawlViewSet(
         services.crawl_enter_credentials(crawl=crawl, user=request.user, auth=body.validated_data)
         return Response(CrawlSerializer(crawl, context=self.get_serializer_context()).data)
 
-    @extend_schema(summary="Put failed requests back in the queue", request=RetrySerializer,
-                   responses=RetryResultSerializer)  # fmt: skip
+    @extend_schema(
+        summary="Put failed requests back in the queue",
+        request=RetrySerializer,
+        responses=RetryResultSerializer,
+    )
     @action(detail=True, methods=["post"])
     def retry(self, request: Request, pk=None) -> Response:
         crawl = self.get_object()
@@ -530,8 +591,10 @@ class CrawlViewSet(
         )
         return Response({"retried": count})
 
-    @extend_schema(summary="Every host of the crawl, busiest first (as the host view)",
-                   responses=HostSerializer(many=True))  # fmt: skip
+    @extend_schema(
+        summary="Every host of the crawl, busiest first (as the host view)",
+        responses=HostSerializer(many=True),
+    )
     @action(detail=True, methods=["get"], pagination_class=None)
     def hosts(self, request: Request, pk=None) -> Response:
         return Response(HostSerializer(services.crawl_hosts(self.get_object()), many=True).data)
@@ -552,22 +615,29 @@ class CrawlViewSet(
                 raise serializers.ValidationError({field: [message]}) from None
             raise
 
-    @extend_schema(summary="Ask a host nothing until a time; what is being fetched finishes",
-                   request=HostHoldSerializer, responses=HostHeldSerializer)  # fmt: skip
+    @extend_schema(
+        summary="Ask a host nothing until a time; what is being fetched finishes",
+        request=HostHoldSerializer,
+        responses=HostHeldSerializer,
+    )
     @action(detail=True, methods=["post"], url_path="hosts/hold")
     def hosts_hold(self, request: Request, pk=None) -> Response:
         host, until = self._host_action(HostHoldSerializer, services.crawl_host_hold)
         return Response({"host": host.strip().lower(), "held_until": until})
 
-    @extend_schema(summary="End a host's hold", request=HostActionSerializer,
-                   responses=HostActionSerializer)  # fmt: skip
+    @extend_schema(
+        summary="End a host's hold", request=HostActionSerializer, responses=HostActionSerializer
+    )
     @action(detail=True, methods=["post"], url_path="hosts/release")
     def hosts_release(self, request: Request, pk=None) -> Response:
         host, _ = self._host_action(HostActionSerializer, services.crawl_host_release)
         return Response({"host": host.strip().lower()})
 
-    @extend_schema(summary="Drop a host's queued requests and retries (counted as cancelled)",
-                   request=HostActionSerializer, responses=HostDroppedSerializer)  # fmt: skip
+    @extend_schema(
+        summary="Drop a host's queued requests and retries (counted as cancelled)",
+        request=HostActionSerializer,
+        responses=HostDroppedSerializer,
+    )
     @action(detail=True, methods=["post"], url_path="hosts/drop")
     def hosts_drop(self, request: Request, pk=None) -> Response:
         host, dropped = self._host_action(HostActionSerializer, services.crawl_host_drop)
@@ -578,29 +648,38 @@ class CrawlViewSet(
         description="Give only what changes. New include or exclude patterns are taken by "
         "every worker with its next requests; queued requests and retries that no longer fit "
         "are dropped unfetched and counted as cancelled; requests being fetched finish.",
-        request=LiveChangeSerializer, responses=LiveChangedSerializer,
-    )  # fmt: skip
+        request=LiveChangeSerializer,
+        responses=LiveChangedSerializer,
+    )
     @action(detail=True, methods=["post"])
     def change(self, request: Request, pk=None) -> Response:
         crawl = self.get_object()
         body = LiveChangeSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         done = services.crawl_change_live(crawl=crawl, user=request.user, **body.validated_data)
-        return Response({
-            "changed": done.lines, "dropped": done.dropped, "dropping": done.dropping,
-            "in_flight": done.in_flight,
-            "crawl": CrawlSerializer(crawl, context=self.get_serializer_context()).data,
-        })  # fmt: skip
+        return Response(
+            {
+                "changed": done.lines,
+                "dropped": done.dropped,
+                "dropping": done.dropping,
+                "in_flight": done.in_flight,
+                "crawl": CrawlSerializer(crawl, context=self.get_serializer_context()).data,
+            }
+        )
 
     @extend_schema(
         summary="What is queued: counts by host and depth, and the requests, a screen at a time",
         parameters=[
             OpenApiParameter("after", str, description="`next` gives it: the screen after."),
-            OpenApiParameter("size", int, enum=[*queued.PAGE_SIZES],
-                             description=f"Requests per screen; {queued.DEFAULT_SIZE} by default."),
+            OpenApiParameter(
+                "size",
+                int,
+                enum=[*queued.PAGE_SIZES],
+                description=f"Requests per screen; {queued.DEFAULT_SIZE} by default.",
+            ),
         ],
         responses=QueueSerializer,
-    )  # fmt: skip
+    )
     @action(detail=True, methods=["get"], pagination_class=None)
     def queue(self, request: Request, pk=None) -> Response:
         crawl = self.get_object()
@@ -611,52 +690,70 @@ class CrawlViewSet(
                 {"size": [f"One of {', '.join(map(str, queued.PAGE_SIZES))}."]}
             )
         try:
-            screen = queued.crawl_queue(crawl, after=request.query_params.get("after", ""),
-                                        size=size)  # fmt: skip
+            screen = queued.crawl_queue(
+                crawl, after=request.query_params.get("after", ""), size=size
+            )
         except queued.CursorError as exc:
             raise serializers.ValidationError({"after": [str(exc)]}) from None
         base = request.build_absolute_uri(request.path)
-        return Response({
-            "queued": screen.queued, "on_disk": screen.on_disk, "retrying": screen.retrying,
-            "by_host": [{"host": h, "queued": n} for h, n in screen.hosts],
-            "by_depth": [{"depth": d, "queued": n} for d, n in screen.depths],
-            "depths_partial": screen.depths_partial,
-            "next": f"{base}?{urlencode({'size': size, 'after': screen.next})}"
-            if screen.next else None,
-            "results": screen.rows,
-        })  # fmt: skip
+        return Response(
+            {
+                "queued": screen.queued,
+                "on_disk": screen.on_disk,
+                "retrying": screen.retrying,
+                "by_host": [{"host": h, "queued": n} for h, n in screen.hosts],
+                "by_depth": [{"depth": d, "queued": n} for d, n in screen.depths],
+                "depths_partial": screen.depths_partial,
+                "next": f"{base}?{urlencode({'size': size, 'after': screen.next})}"
+                if screen.next
+                else None,
+                "results": screen.rows,
+            }
+        )
 
     @extend_schema(
         summary="Fetched pages: filtered, sorted, a screen at a time (as the pages browser)",
-        parameters=PAGE_FILTER_PARAMETERS, responses=PageListSerializer,
-    )  # fmt: skip
+        parameters=PAGE_FILTER_PARAMETERS,
+        responses=PageListSerializer,
+    )
     @action(detail=True, methods=["get"], pagination_class=None)
     def pages(self, request: Request, pk=None) -> Response:
         crawl = self.get_object()
         try:
             flt = PageFilter.from_params(request.query_params)
             found = page_slice(
-                crawl, flt, after=request.query_params.get("after", ""),
+                crawl,
+                flt,
+                after=request.query_params.get("after", ""),
                 before=request.query_params.get("before", ""),
-            )  # fmt: skip
+            )
         except DjangoValidationError as exc:
             raise serializers.ValidationError(exc.message_dict) from None
         except QueryError as exc:
             raise serializers.ValidationError({exc.field: [str(exc)]}) from None
         base, params = request.build_absolute_uri(request.path), flt.params()
-        return Response({
-            "count": found.count, "count_capped": found.count_capped,
-            "searched": found.searched or None,
-            "next": f"{base}?{urlencode({**params, 'after': found.next})}" if found.next else None,
-            "previous": (
-                f"{base}?{urlencode({**params, 'before': found.previous})}"
-                if found.previous else None
-            ),
-            "results": PageSerializer(found.rows, many=True).data,
-        })  # fmt: skip
+        return Response(
+            {
+                "count": found.count,
+                "count_capped": found.count_capped,
+                "searched": found.searched or None,
+                "next": f"{base}?{urlencode({**params, 'after': found.next})}"
+                if found.next
+                else None,
+                "previous": (
+                    f"{base}?{urlencode({**params, 'before': found.previous})}"
+                    if found.previous
+                    else None
+                ),
+                "results": PageSerializer(found.rows, many=True).data,
+            }
+        )
 
-    @extend_schema(summary="One page: request, response, links, fields",
-                   responses=PageDetailSerializer, operation_id="crawls_page_retrieve")  # fmt: skip
+    @extend_schema(
+        summary="One page: request, response, links, fields",
+        responses=PageDetailSerializer,
+        operation_id="crawls_page_retrieve",
+    )
     @action(detail=True, methods=["get"], url_path=r"pages/(?P<page_pk>[0-9]{1,18})")
     def page(self, request: Request, pk=None, page_pk=None) -> Response:
         crawl = self.get_object()
@@ -665,26 +762,36 @@ class CrawlViewSet(
 
     @extend_schema(
         summary="The crawl's log: what its workers did and what users did to it, newest first",
-        parameters=LOG_PARAMETERS, responses=LogSerializer,
-    )  # fmt: skip
+        parameters=LOG_PARAMETERS,
+        responses=LogSerializer,
+    )
     @action(detail=True, methods=["get"], pagination_class=None)
     def log(self, request: Request, pk=None) -> Response:
         crawl = self.get_object()
         params = request.query_params
         try:
             flt = LogFilter.from_params(params)
-            found = log_page(crawl, flt, before=params.get("before"), after=params.get("after"),
-                             size=_size(params.get("size")))  # fmt: skip
+            found = log_page(
+                crawl,
+                flt,
+                before=params.get("before"),
+                after=params.get("after"),
+                size=_size(params.get("size")),
+            )
         except DjangoValidationError as exc:
             raise serializers.ValidationError(exc.message_dict) from None
         base, query = request.build_absolute_uri(request.path), flt.params()
         if params.get("size"):
             query["size"] = params["size"]
         older = f"{base}?{urlencode({**query, 'before': found.older})}" if found.older else None
-        return Response({
-            "results": LogLineSerializer(found.lines, many=True).data, "next": older,
-            "removed": found.removed, "kept_per_level": found.kept,
-        })  # fmt: skip
+        return Response(
+            {
+                "results": LogLineSerializer(found.lines, many=True).data,
+                "next": older,
+                "removed": found.removed,
+                "kept_per_level": found.kept,
+            }
+        )
 
     @extend_schema(summary="The failure queue", responses=FailureSerializer(many=True))
     @action(detail=True, methods=["get"])
@@ -695,19 +802,27 @@ class CrawlViewSet(
 
     @extend_schema(
         summary="Download the crawl's pages (JSONL, CSV) or kept responses (WARC, WACZ)",
-        parameters=[OpenApiParameter("format", str, enum=[*exports.FORMATS],
-                                     description="Export format; jsonl when left out.")],
+        parameters=[
+            OpenApiParameter(
+                "format",
+                str,
+                enum=[*exports.FORMATS],
+                description="Export format; jsonl when left out.",
+            )
+        ],
         responses={
             (200, "application/x-ndjson"): OpenApiTypes.BINARY,
             (200, "text/csv"): OpenApiTypes.BINARY,
             (200, "application/warc"): OpenApiTypes.BINARY,
             (200, "application/wacz"): OpenApiTypes.BINARY,
         },
-    )  # fmt: skip
+    )
     @action(
-        detail=True, methods=["get"], pagination_class=None,
+        detail=True,
+        methods=["get"],
+        pagination_class=None,
         renderer_classes=[JSONLRenderer, CSVRenderer, WARCRenderer, WACZRenderer],
-    )  # fmt: skip
+    )
     def export(self, request: Request, pk=None):
         crawl = self.get_object()
         try:
@@ -726,9 +841,12 @@ class CrawlViewSet(
     partial_update=extend_schema(summary="Change some of a channel's fields (staff)"),
 )
 class ChannelViewSet(
-    mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
-    mixins.UpdateModelMixin, viewsets.GenericViewSet,
-):  # fmt: skip
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.CreateModelMixin,
+    mixins.UpdateModelMixin,
+    viewsets.GenericViewSet,
+):
     """Everyone signed in reads channels; staff create and change them."""
 
     queryset = Channel.objects.all()

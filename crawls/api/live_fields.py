@@ -8,10 +8,11 @@ from rest_framework import serializers
 
 def _patterns(name: str) -> serializers.ListField:
     return serializers.ListField(
-        child=serializers.CharField(allow_blank=True, trim_whitespace=False), required=False,
+        child=serializers.CharField(allow_blank=True, trim_whitespace=False),
+        required=False,
         help_text=f"Every {name} pattern the crawl is to have from now on (the whole list: "
         "add or remove lines of the one the crawl shows), checked as at creation.",
-    )  # fmt: skip
+    )
 
 
 class LiveChangeSerializer(serializers.Serializer):
@@ -20,8 +21,9 @@ class LiveChangeSerializer(serializers.Serializer):
 
     max_pages = serializers.IntegerField(required=False)
     max_depth = serializers.IntegerField(required=False)
-    host_delay = serializers.FloatField(required=False, allow_null=True,
-                                        help_text="null: the channel's.")  # fmt: skip
+    host_delay = serializers.FloatField(
+        required=False, allow_null=True, help_text="null: the channel's."
+    )
     host_concurrency = serializers.IntegerField(required=False)
     threads = serializers.IntegerField(required=False)
     slices = serializers.IntegerField(required=False)
@@ -59,7 +61,8 @@ class QueueSerializer(serializers.Serializer):
     retrying = serializers.IntegerField(help_text="Retries waiting for their time (not listed).")
     by_host = HostQueuedSerializer(many=True, help_text="Most queued first.")
     by_depth = DepthQueuedSerializer(many=True, help_text="Shallowest first.")
-    depths_partial = serializers.BooleanField(help_text="Some (priority, depth) groups were "
-                                              "left out of by_depth.")  # fmt: skip
+    depths_partial = serializers.BooleanField(
+        help_text="Some (priority, depth) groups were left out of by_depth."
+    )
     next = serializers.CharField(allow_null=True, help_text="URL of the next requests.")
     results = QueuedRequestSerializer(many=True, help_text="In the order workers take them.")

@@ -9,17 +9,28 @@ from crawls.logs import KIND_GROUPS, MAX_PAGE_SIZE, PAGE_SIZE
 from crawls.models import CrawlEvent
 
 LOG_PARAMETERS = [
-    OpenApiParameter("level", str, enum=["info", "warning", "error"],
-                     description="The lowest level shown: warning shows warnings and errors."),
-    OpenApiParameter("kind", str, enum=[*KIND_GROUPS, *CrawlEvent.Kind.values],
-                     description="A group of kinds (actions: what users did), or one kind."),
+    OpenApiParameter(
+        "level",
+        str,
+        enum=["info", "warning", "error"],
+        description="The lowest level shown: warning shows warnings and errors.",
+    ),
+    OpenApiParameter(
+        "kind",
+        str,
+        enum=[*KIND_GROUPS, *CrawlEvent.Kind.values],
+        description="A group of kinds (actions: what users did), or one kind.",
+    ),
     OpenApiParameter("host", str, description="Lines about a host containing this."),
     OpenApiParameter("q", str, description="Lines whose text contains this (any case)."),
     OpenApiParameter("before", int, description="The `next` cursor: lines older than this id."),
     OpenApiParameter("after", int, description="Lines newer than this id (a live view's newest)."),
-    OpenApiParameter("size", int, description=f"Lines per answer, {PAGE_SIZE} by default, "
-                     f"{MAX_PAGE_SIZE} at most."),
-]  # fmt: skip
+    OpenApiParameter(
+        "size",
+        int,
+        description=f"Lines per answer, {PAGE_SIZE} by default, {MAX_PAGE_SIZE} at most.",
+    ),
+]
 
 
 class LogLineSerializer(serializers.ModelSerializer):

@@ -32,9 +32,19 @@ class ScheduleSerializer(api_fields.ModelSerializer):
     class Meta:
         model = CrawlSchedule
         fields = [
-            "id", "template", "template_name", "cron", "enabled", "next_run_at", "last_run_at",
-            "last_error", "created_by", "created_at", "run_count", "page_url",
-        ]  # fmt: skip
+            "id",
+            "template",
+            "template_name",
+            "cron",
+            "enabled",
+            "next_run_at",
+            "last_run_at",
+            "last_error",
+            "created_by",
+            "created_at",
+            "run_count",
+            "page_url",
+        ]
         read_only_fields = fields
 
 
@@ -57,10 +67,13 @@ class ScheduleDetailSerializer(ScheduleSerializer):
 
 class ScheduleCreateSerializer(serializers.Serializer):
     template = CrawlField(
-        schedules.template_choices, help_text="Id of the crawl each run copies.",
-        error_messages={"does_not_exist": "No crawl {pk_value} of yours to schedule "
-                        "(the runs of a schedule cannot be templates)."},
-    )  # fmt: skip
+        schedules.template_choices,
+        help_text="Id of the crawl each run copies.",
+        error_messages={
+            "does_not_exist": "No crawl {pk_value} of yours to schedule "
+            "(the runs of a schedule cannot be templates)."
+        },
+    )
     cron = serializers.CharField(
         max_length=100, help_text="minute hour day-of-month month day-of-week, or @daily."
     )
@@ -82,13 +95,18 @@ class ScheduleUpdateSerializer(serializers.Serializer):
         request=ScheduleCreateSerializer,
         responses={201: ScheduleDetailSerializer},
     ),
-    update=extend_schema(summary="Change a schedule's cron and enabled",
-                         request=ScheduleUpdateSerializer, responses=ScheduleDetailSerializer),
-    partial_update=extend_schema(summary="Change a schedule's cron or enabled",
-                                 request=ScheduleUpdateSerializer,
-                                 responses=ScheduleDetailSerializer),
+    update=extend_schema(
+        summary="Change a schedule's cron and enabled",
+        request=ScheduleUpdateSerializer,
+        responses=ScheduleDetailSerializer,
+    ),
+    partial_update=extend_schema(
+        summary="Change a schedule's cron or enabled",
+        request=ScheduleUpdateSerializer,
+        responses=ScheduleDetailSerializer,
+    ),
     destroy=extend_schema(summary="Delete a schedule; the crawls it started are kept"),
-)  # fmt: skip
+)
 class ScheduleViewSet(viewsets.ModelViewSet):
     lookup_value_regex = r"\d+"
 

@@ -20,9 +20,19 @@ class DeliverySerializer(api_fields.ModelSerializer):
     class Meta:
         model = WebhookDelivery
         fields = [
-            "id", "crawl", "event", "status", "attempts", "log", "response_status",
-            "response_snippet", "error", "created_at", "delivered_at", "next_attempt_at",
-        ]  # fmt: skip
+            "id",
+            "crawl",
+            "event",
+            "status",
+            "attempts",
+            "log",
+            "response_status",
+            "response_snippet",
+            "error",
+            "created_at",
+            "delivered_at",
+            "next_attempt_at",
+        ]
 
 
 class WebhookSerializer(api_fields.ModelSerializer):
@@ -35,9 +45,16 @@ class WebhookSerializer(api_fields.ModelSerializer):
     class Meta:
         model = Webhook
         fields = [
-            "id", "channel", "crawl", "url", "events", "active", "created_by", "created_at",
+            "id",
+            "channel",
+            "crawl",
+            "url",
+            "events",
+            "active",
+            "created_by",
+            "created_at",
             "page_url",
-        ]  # fmt: skip
+        ]
         read_only_fields = fields
 
 
@@ -67,22 +84,29 @@ class NewWebhookSerializer(WebhookDetailSerializer):
 
 def _events_field(**kwargs) -> serializers.ListField:
     return serializers.ListField(
-        child=serializers.CharField(), help_text=f"Any of: {', '.join(WebhookEvent.values)}.",
+        child=serializers.CharField(),
+        help_text=f"Any of: {', '.join(WebhookEvent.values)}.",
         **kwargs,
-    )  # fmt: skip
+    )
 
 
 class WebhookCreateSerializer(serializers.Serializer):
     """Exactly one of channel (staff) and crawl."""
 
     channel = serializers.SlugRelatedField(
-        slug_field="slug", queryset=Channel.objects.all(), required=False, allow_null=True,
+        slug_field="slug",
+        queryset=Channel.objects.all(),
+        required=False,
+        allow_null=True,
         help_text="Channel slug (staff): every crawl of the channel.",
-    )  # fmt: skip
+    )
     crawl = CrawlField(
-        visible_crawls, required=False, allow_null=True, help_text="Crawl id.",
+        visible_crawls,
+        required=False,
+        allow_null=True,
+        help_text="Crawl id.",
         error_messages={"does_not_exist": "No crawl {pk_value} of yours."},
-    )  # fmt: skip
+    )
     url = serializers.CharField(max_length=2000)
     events = _events_field(default=list(WebhookEvent.values))
 
@@ -103,13 +127,18 @@ class WebhookUpdateSerializer(serializers.Serializer):
         request=WebhookCreateSerializer,
         responses={201: NewWebhookSerializer},
     ),
-    update=extend_schema(summary="Change a webhook's url, events and active",
-                         request=WebhookUpdateSerializer, responses=WebhookDetailSerializer),
-    partial_update=extend_schema(summary="Change a webhook's url, events or active",
-                                 request=WebhookUpdateSerializer,
-                                 responses=WebhookDetailSerializer),
+    update=extend_schema(
+        summary="Change a webhook's url, events and active",
+        request=WebhookUpdateSerializer,
+        responses=WebhookDetailSerializer,
+    ),
+    partial_update=extend_schema(
+        summary="Change a webhook's url, events or active",
+        request=WebhookUpdateSerializer,
+        responses=WebhookDetailSerializer,
+    ),
     destroy=extend_schema(summary="Delete a webhook and its delivery log"),
-)  # fmt: skip
+)
 class WebhookViewSet(viewsets.ModelViewSet):
     """Users see their crawls' webhooks and every channel's; channel webhooks are staff's to
     change (403), like on the pages."""

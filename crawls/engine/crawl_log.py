@@ -38,10 +38,19 @@ SLICE_LINES = 200
 # Errors of a host and reason are told at once, then at most this often per slice.
 ERROR_EVERY_SECONDS = 5.0
 # The workers' lines (the audit trail's kinds are never trimmed).
-WORKER_KINDS = frozenset({
-    Kind.SLICE, Kind.SLOWED, Kind.PARKED, Kind.HOST_RELEASED, Kind.LOGIN, Kind.ERROR,
-    Kind.GAVE_UP, Kind.STOPPED, Kind.SITEMAP,
-})  # fmt: skip
+WORKER_KINDS = frozenset(
+    {
+        Kind.SLICE,
+        Kind.SLOWED,
+        Kind.PARKED,
+        Kind.HOST_RELEASED,
+        Kind.LOGIN,
+        Kind.ERROR,
+        Kind.GAVE_UP,
+        Kind.STOPPED,
+        Kind.SITEMAP,
+    }
+)
 # Why a slice ended (slices.StopFlag.reason), as its last line says it.
 ENDINGS = {
     "budget": "its time was up",
@@ -115,9 +124,11 @@ class SliceLog:
 
     def pushed_back(self, host: str, *, delay: float, why: str) -> None:
         self.note(
-            Kind.SLOWED, f"slowed to one request every {delay:g} s: it answered {why}",
-            host=host, level=Level.WARNING,
-        )  # fmt: skip
+            Kind.SLOWED,
+            f"slowed to one request every {delay:g} s: it answered {why}",
+            host=host,
+            level=Level.WARNING,
+        )
 
     def count_errors(self, results: Iterable) -> None:
         """The decided results of a batch (recording.Result) that got no answer, were retried
@@ -179,8 +190,10 @@ class SliceLog:
     def _error_line(self, what: str, host: str, errors: _Errors) -> CrawlEvent:
         requests, why = _plural(errors.count, "request"), errors.example or "no answer"
         if what == "gave_up":
-            text = (f"{requests} given up after {_plural(errors.attempts, 'attempt')}, to the "
-                    f"failure queue: {why}")  # fmt: skip
+            text = (
+                f"{requests} given up after {_plural(errors.attempts, 'attempt')}, to the "
+                f"failure queue: {why}"
+            )
             return line(self.crawl_id, Kind.GAVE_UP, text, host=host, level=Level.ERROR)
         if what == "retried":
             text = f"{requests} failed, tried again later: {why}"

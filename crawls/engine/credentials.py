@@ -29,10 +29,20 @@ from crawlhub.http.urls import ascii_host, normalize, validate_url
 MASK = "••••• (set)"
 MAX_LINES = 200
 # Headers the client decides (framing, the host), or that another field gives.
-FORBIDDEN_HEADERS = frozenset({
-    "host", "content-length", "transfer-encoding", "connection", "keep-alive", "upgrade",
-    "te", "trailer", "cookie", "proxy-authorization",
-})  # fmt: skip
+FORBIDDEN_HEADERS = frozenset(
+    {
+        "host",
+        "content-length",
+        "transfer-encoding",
+        "connection",
+        "keep-alive",
+        "upgrade",
+        "te",
+        "trailer",
+        "cookie",
+        "proxy-authorization",
+    }
+)
 _TOKEN = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _UNIX_TIME = re.compile(r"-?[0-9]{1,20}")  # ASCII digits: str.isdigit() takes '²'
@@ -60,14 +70,23 @@ class Cookie:
 
     def to_json(self) -> dict:
         return {
-            "name": self.name, "value": self.value, "domain": self.domain,
-            "subdomains": self.subdomains, "path": self.path, "secure": self.secure,
-        }  # fmt: skip
+            "name": self.name,
+            "value": self.value,
+            "domain": self.domain,
+            "subdomains": self.subdomains,
+            "path": self.path,
+            "secure": self.secure,
+        }
 
     @classmethod
     def from_json(cls, data: dict) -> Cookie:
-        return cls(**{k: data[k] for k in ("name", "value", "domain", "subdomains", "path",
-                                           "secure") if k in data})  # fmt: skip
+        return cls(
+            **{
+                k: data[k]
+                for k in ("name", "value", "domain", "subdomains", "path", "secure")
+                if k in data
+            }
+        )
 
     def matches(self, scheme: str, host: str, path: str) -> bool:
         if self.secure and scheme != "https":
@@ -101,16 +120,18 @@ def parse_headers(text: str) -> list[tuple[str, str]]:
         name, value = name.strip(), value.strip()
         if not colon or not name:
             raise CredentialsError(
-                "headers", f"line {number}: not a header; write 'Name: value' (found no name "
-                "before a colon)" if colon else f"line {number}: not a header; write "
-                "'Name: value' (found no colon)",
-            )  # fmt: skip
+                "headers",
+                f"line {number}: not a header; write 'Name: value' (found no name before a colon)"
+                if colon
+                else f"line {number}: not a header; write 'Name: value' (found no colon)",
+            )
         if not set(name) <= _TOKEN:
             raise CredentialsError(
                 # Not quoted: "Authorization Bearer abc: x" has the secret before its colon.
-                "headers", f"line {number}: the text before the first colon is not a header "
+                "headers",
+                f"line {number}: the text before the first colon is not a header "
                 "name (letters, digits and -_.!#$%&'*+^`|~ only); write 'Name: value'",
-            )  # fmt: skip
+            )
         if name.lower() in FORBIDDEN_HEADERS:
             other = " (give cookies in the Cookie field)" if name.lower() == "cookie" else ""
             raise CredentialsError(
@@ -137,9 +158,10 @@ def parse_cookie_header(text: str) -> list[Cookie]:
         if not equals or not name.strip() or not set(name.strip()) <= _TOKEN:
             raise CredentialsError(
                 # Not quoted: a part without "=" is most likely a cookie's value, a secret.
-                "cookie", f"part {number} (counting from 1, parts separated by ';') is not "
+                "cookie",
+                f"part {number} (counting from 1, parts separated by ';') is not "
                 "name=value; write 'name=value; other=value', as a Cookie header",
-            )  # fmt: skip
+            )
         cookies.append(Cookie(name=name.strip(), value=value.strip()))
     return cookies
 
@@ -163,9 +185,10 @@ def parse_cookies_txt(text: str) -> list[Cookie]:
         fields = line.split("\t")
         if len(fields) != 7:
             raise CredentialsError(
-                "cookies_txt", f"{where}: 7 fields separated by tabs expected (domain, "
+                "cookies_txt",
+                f"{where}: 7 fields separated by tabs expected (domain, "
                 f"subdomains, path, secure, expiry, name, value), found {len(fields)}",
-            )  # fmt: skip
+            )
         # No field is quoted: a line whose fields are out of place may hold the value anywhere.
         domain, subdomains, path, secure, expiry, name, value = fields
         if subdomains.upper() not in ("TRUE", "FALSE"):
@@ -182,10 +205,16 @@ def parse_cookies_txt(text: str) -> list[Cookie]:
             problem = _check_header_text(value, "the value")
         if problem:
             raise CredentialsError("cookies_txt", f"{where}: {problem}")
-        cookies.append(Cookie(
-            name=name, value=value, domain=host, subdomains=subdomains.upper() == "TRUE",
-            path=path or "/", secure=secure.upper() == "TRUE",
-        ))  # fmt: skip
+        cookies.append(
+            Cookie(
+                name=name,
+                value=value,
+                domain=host,
+                subdomains=subdomains.upper() == "TRUE",
+                path=path or "/",
+                secure=secure.upper() == "TRUE",
+            )
+        )
     return cookies
 
 
@@ -198,9 +227,10 @@ def parse_fields(text: str) -> list[tuple[str, str]]:
         name, equals, value = line.partition("=")
         if not equals or not name.strip():
             raise CredentialsError(
-                "login_fields", f"line {number}: not a field; write 'name=value' (the form "
+                "login_fields",
+                f"line {number}: not a field; write 'name=value' (the form "
                 "field's name, as in its HTML)",
-            )  # fmt: skip
+            )
         pairs.append((name.strip(), value))
     return pairs
 
@@ -315,11 +345,15 @@ def login_problems(credentials: Credentials, *, origins_known: bool = True) -> d
     the URL is not held against the seeds' hosts."""
     problems: dict[str, str] = {}
     if not credentials.login_url:
-        given = [name for name, value in (
-            ("login_fields", credentials.login_fields),
-            ("login_check_selector", credentials.login_check_selector),
-            ("login_check_url", credentials.login_check_url),
-        ) if value]  # fmt: skip
+        given = [
+            name
+            for name, value in (
+                ("login_fields", credentials.login_fields),
+                ("login_check_selector", credentials.login_check_selector),
+                ("login_check_url", credentials.login_check_url),
+            )
+            if value
+        ]
         if given:
             problems[given[0]] = "give the login URL too (the login step needs it)"
         return problems
@@ -378,19 +412,28 @@ def from_row(row) -> Credentials:
         origins=frozenset((scheme, host, int(port)) for scheme, host, port in row.origins),
         headers=tuple((name, value) for name, value in row.headers),
         cookies=tuple(Cookie.from_json(cookie) for cookie in row.cookies),
-        basic_user=row.basic_user, basic_password=row.basic_password,
+        basic_user=row.basic_user,
+        basic_password=row.basic_password,
         login_url=row.login_url,
         login_fields=tuple((name, value) for name, value in row.login_fields),
-        login_check_selector=row.login_check_selector, login_check_url=row.login_check_url,
-    )  # fmt: skip
+        login_check_selector=row.login_check_selector,
+        login_check_url=row.login_check_url,
+    )
 
 
 # The inputs a door takes, by the name it gives them (the form's fields, the API's "auth"
 # object, the CLI's flags): text, except login_fields and headers which may be lists of lines.
 INPUTS: tuple[str, ...] = (
-    "headers", "cookie", "cookies_txt", "basic_user", "basic_password", "login_url",
-    "login_fields", "login_check_selector", "login_check_url",
-)  # fmt: skip
+    "headers",
+    "cookie",
+    "cookies_txt",
+    "basic_user",
+    "basic_password",
+    "login_url",
+    "login_fields",
+    "login_check_selector",
+    "login_check_url",
+)
 
 
 def parse(seeds: list[str] | None, values: dict[str, object]) -> Credentials:
@@ -439,11 +482,13 @@ def parse(seeds: list[str] | None, values: dict[str, object]) -> Credentials:
         origins=bound_origins(seeds),
         headers=parsed.get("headers", ()),
         cookies=parsed.get("cookie", ()) + _on_origins(parsed.get("cookies_txt", ()), seeds),
-        basic_user=user.strip(), basic_password=password,
-        login_url=text("login_url").strip(), login_fields=parsed.get("login_fields", ()),
+        basic_user=user.strip(),
+        basic_password=password,
+        login_url=text("login_url").strip(),
+        login_fields=parsed.get("login_fields", ()),
         login_check_selector=text("login_check_selector").strip(),
         login_check_url=text("login_check_url").strip(),
-    )  # fmt: skip
+    )
     on_hosts = any(c.domain for c in credentials.cookies)
     if parsed.get("cookies_txt") and origins_known and not on_hosts:
         hosts = ", ".join(sorted({h for _, h, _ in credentials.origins}))
@@ -468,10 +513,11 @@ def _on_origins(cookies: tuple[Cookie, ...], seeds: list[str]) -> tuple[Cookie, 
     holds every site's cookies: the others are dropped, never stored)."""
     hosts = {host for _, host, _ in seed_origins(seeds)}
     return tuple(
-        cookie for cookie in cookies
+        cookie
+        for cookie in cookies
         if cookie.domain in hosts
         or (cookie.subdomains and any(h.endswith("." + cookie.domain) for h in hosts))
-    )  # fmt: skip
+    )
 
 
 # The kinds of saved credentials a door may remove one by one: kind -> (words for it, the
@@ -479,12 +525,17 @@ def _on_origins(cookies: tuple[Cookie, ...], seeds: list[str]) -> tuple[Cookie, 
 KINDS: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
     "headers": ("extra headers", ("headers",), ("headers",)),
     "cookies": ("cookies", ("cookie", "cookies_txt"), ("cookies",)),
-    "basic_auth": ("basic auth", ("basic_user", "basic_password"),
-                   ("basic_user", "basic_password")),
-    "login": ("login step", ("login_url", "login_fields", "login_check_selector",
-                             "login_check_url"),
-              ("login_url", "login_fields", "login_check_selector", "login_check_url")),
-}  # fmt: skip
+    "basic_auth": (
+        "basic auth",
+        ("basic_user", "basic_password"),
+        ("basic_user", "basic_password"),
+    ),
+    "login": (
+        "login step",
+        ("login_url", "login_fields", "login_check_selector", "login_check_url"),
+        ("login_url", "login_fields", "login_check_selector", "login_check_url"),
+    ),
+}
 
 
 def kinds_set(credentials: Credentials | None) -> list[str]:
@@ -492,10 +543,11 @@ def kinds_set(credentials: Credentials | None) -> list[str]:
     if credentials is None:
         return []
     held = {
-        "headers": credentials.headers, "cookies": credentials.cookies,
+        "headers": credentials.headers,
+        "cookies": credentials.cookies,
         "basic_auth": credentials.basic_user or credentials.basic_password,
         "login": credentials.login_url,
-    }  # fmt: skip
+    }
     return [kind for kind in KINDS if held[kind]]
 
 
@@ -505,14 +557,17 @@ def removal_conflicts(auth: dict[str, object], remove: list[str] | tuple[str, ..
         kind: f"either give new {KINDS[kind][0]} or remove the saved ones, not both"
         for kind in remove
         if kind in KINDS and any(auth.get(name) for name in KINDS[kind][1])
-    }  # fmt: skip
+    }
 
 
 def is_empty(credentials: Credentials) -> bool:
     return not (
-        credentials.headers or credentials.cookies or credentials.basic_user
-        or credentials.basic_password or credentials.login_url
-    )  # fmt: skip
+        credentials.headers
+        or credentials.cookies
+        or credentials.basic_user
+        or credentials.basic_password
+        or credentials.login_url
+    )
 
 
 def to_row_values(credentials: Credentials) -> dict:
@@ -520,10 +575,11 @@ def to_row_values(credentials: Credentials) -> dict:
     return {
         "headers": [list(pair) for pair in credentials.headers],
         "cookies": [cookie.to_json() for cookie in credentials.cookies],
-        "basic_user": credentials.basic_user, "basic_password": credentials.basic_password,
+        "basic_user": credentials.basic_user,
+        "basic_password": credentials.basic_password,
         "login_url": credentials.login_url,
         "login_fields": [list(pair) for pair in credentials.login_fields],
         "login_check_selector": credentials.login_check_selector,
         "login_check_url": credentials.login_check_url,
         "origins": sorted([list(found) for found in credentials.origins]),
-    }  # fmt: skip
+    }

@@ -134,9 +134,11 @@ class Evaluator:
                 done.update({i: (None, spent_message()) for i in left})
                 break
             request = {
-                "url": url, "content_type": content_type, "skip": sorted([*skip, *done]),
+                "url": url,
+                "content_type": content_type,
+                "skip": sorted([*skip, *done]),
                 "cpu": cpu,
-            }  # fmt: skip
+            }
             try:
                 done.update(self._ask(request, body, deadline))
                 break
@@ -202,31 +204,52 @@ class _Ended(Exception):
     for the rule it was running."""
 
     def __init__(
-        self, running: int, finished: dict[int, Outcome], why: str, *, rule_error: str = "",
+        self,
+        running: int,
+        finished: dict[int, Outcome],
+        why: str,
+        *,
+        rule_error: str = "",
         timed_out: bool = False,
-    ) -> None:  # fmt: skip
+    ) -> None:
         super().__init__(why)
         self.running, self.finished, self.why, self.timed_out = running, finished, why, timed_out
         self.rule_error = rule_error or why
 
     @classmethod
     def of(
-        cls, running: int, finished: dict[int, Outcome], process: _Process, *, timed_out: bool,
+        cls,
+        running: int,
+        finished: dict[int, Outcome],
+        process: _Process,
+        *,
+        timed_out: bool,
         seconds: float,
-    ) -> _Ended:  # fmt: skip
+    ) -> _Ended:
         if timed_out:
             took = f"the rule took too long: over {seconds:g} s on this page; it was stopped"
-            return cls(running, finished, f"this page's rules were stopped after {seconds:g} s",
-                       rule_error=took, timed_out=True)  # fmt: skip
+            return cls(
+                running,
+                finished,
+                f"this page's rules were stopped after {seconds:g} s",
+                rule_error=took,
+                timed_out=True,
+            )
         code = process.popen.returncode
         if code == -signal.SIGXCPU:
-            return cls(running, finished, "their process was stopped (a rule took too long)",
-                       rule_error=cpu_message(RULE_SECONDS))  # fmt: skip
+            return cls(
+                running,
+                finished,
+                "their process was stopped (a rule took too long)",
+                rule_error=cpu_message(RULE_SECONDS),
+            )
         how = f"killed by {_signal_name(-code)}" if code < 0 else f"exit code {code}"
         return cls(
-            running, finished, f"their process ended ({how})",
+            running,
+            finished,
+            f"their process ended ({how})",
             rule_error=f"the process running this rule ended on this page ({how})",
-        )  # fmt: skip
+        )
 
 
 def _signal_name(number: int) -> str:
@@ -251,8 +274,11 @@ class _Process:
     def start(cls, rules: list[dict], journal_fd: int) -> _Process:
         popen = subprocess.Popen(
             [sys.executable, "-m", "crawls.engine.rule_process", str(journal_fd)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=_ROOT, pass_fds=(journal_fd,),
-        )  # fmt: skip
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            cwd=_ROOT,
+            pass_fds=(journal_fd,),
+        )
         process = cls(popen, rules)
         try:
             if process._read(len(READY), time.monotonic() + START_SECONDS) != READY:

@@ -62,10 +62,24 @@ __all__ = [
 ]
 
 # Attributes whose value is a URL: an "attr" value of one is made absolute, as links are.
-URL_ATTRIBUTES = frozenset({
-    "href", "src", "action", "formaction", "poster", "cite", "data", "background", "longdesc",
-    "manifest", "codebase", "usemap", "icon", "ping",
-})  # fmt: skip
+URL_ATTRIBUTES = frozenset(
+    {
+        "href",
+        "src",
+        "action",
+        "formaction",
+        "poster",
+        "cite",
+        "data",
+        "background",
+        "longdesc",
+        "manifest",
+        "codebase",
+        "usemap",
+        "icon",
+        "ping",
+    }
+)
 _LAST_ATTRIBUTE = re.compile(r"/@([A-Za-z_][\w.:-]*)\s*$")
 MAX_VALUE = 10_000  # characters of one value (JSON: of the value written as JSON)
 MAX_VALUES = 1_000  # values of one `many` rule on one page

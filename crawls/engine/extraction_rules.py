@@ -68,13 +68,41 @@ _XPATH_PREFIX = re.compile(r"(?<![\w.:$-])([A-Za-z_][\w.-]*):(?=[A-Za-z_*])")
 # XPath 1.0's functions (libxml2 has no others without a prefix) and node tests, which are
 # written like calls; with those registered for every XPath in this process (parsel's
 # has-class, say).
-_XPATH_FUNCTIONS = frozenset({
-    "last", "position", "count", "id", "local-name", "namespace-uri", "name", "string",
-    "string-length", "concat", "contains", "starts-with", "substring-before", "substring-after",
-    "substring", "normalize-space", "translate", "lang", "boolean", "not", "true", "false",
-    "number", "sum", "floor", "ceiling", "round", "text", "node", "comment",
-    "processing-instruction",
-})  # fmt: skip
+_XPATH_FUNCTIONS = frozenset(
+    {
+        "last",
+        "position",
+        "count",
+        "id",
+        "local-name",
+        "namespace-uri",
+        "name",
+        "string",
+        "string-length",
+        "concat",
+        "contains",
+        "starts-with",
+        "substring-before",
+        "substring-after",
+        "substring",
+        "normalize-space",
+        "translate",
+        "lang",
+        "boolean",
+        "not",
+        "true",
+        "false",
+        "number",
+        "sum",
+        "floor",
+        "ceiling",
+        "round",
+        "text",
+        "node",
+        "comment",
+        "processing-instruction",
+    }
+)
 # Where quoted text starts, and ends, in each kind of expr (for MAX_NESTING).
 _QUOTES = {"css": "\"'", "xpath": "\"'", "json": "\"'`"}
 

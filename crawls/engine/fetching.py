@@ -43,10 +43,18 @@ class PageFetch:
     """How a slice fetches its claimed requests (PageFetch.fetch, from any of its threads)."""
 
     def __init__(
-        self, crawl: Crawl, frontier: Frontier, *, scope: Scope, fetcher: Fetcher,
-        recorder: Recorder, stop: threading.Event, lease: float,
-        give_up: threading.Event | None = None, log: SliceLog | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        crawl: Crawl,
+        frontier: Frontier,
+        *,
+        scope: Scope,
+        fetcher: Fetcher,
+        recorder: Recorder,
+        stop: threading.Event,
+        lease: float,
+        give_up: threading.Event | None = None,
+        log: SliceLog | None = None,
+    ) -> None:
         self.crawl = crawl
         self.log = log if log is not None else SliceLog(crawl.pk, "")
         self.channel = crawl.channel
@@ -70,15 +78,19 @@ class PageFetch:
         self.session: SharedSession | None = None
         if self.credentials and self.credentials.logs_in:
             self.session = SharedSession(
-                frontier, self.credentials, lambda: Fetcher(**fetcher_options(crawl)),
+                frontier,
+                self.credentials,
+                lambda: Fetcher(**fetcher_options(crawl)),
                 log=self.log,
-            )  # fmt: skip
+            )
         # robots.txt and sitemaps of the crawl's own hosts are asked with its credentials too.
         self.robots = RobotsCache(
-            frontier, fetcher,
-            user_agent=crawl.user_agent or DEFAULT_USER_AGENT, host_delay=self.host_delay,
+            frontier,
+            fetcher,
+            user_agent=crawl.user_agent or DEFAULT_USER_AGENT,
+            host_delay=self.host_delay,
             headers_for=self._credentials_for if self.credentials else None,
-        )  # fmt: skip
+        )
         # Rendering: this process's browsers (RenderingUnavailable, a ValueError, without them).
         self.browsers = rendering.shared_pool() if crawl.effective_render_javascript() else None
         self.kept_proxies = KeptProxies()
@@ -172,18 +184,23 @@ class PageFetch:
         self.delayed = self.delayed | {request.host}  # the host's next requests take turns
 
     def _get(
-        self, url: str, *, headers: dict | None = None, sitemap: bool = False,
+        self,
+        url: str,
+        *,
+        headers: dict | None = None,
+        sitemap: bool = False,
         session: list[Cookie] = (),
-    ) -> FetchResult:  # fmt: skip
+    ) -> FetchResult:
         """One fetch, through the channel's proxy pool when it has one; a page of the crawl's
         own hosts with the crawl's credentials (and the login's session cookies)."""
         if sitemap:
             fetch = functools.partial(self.fetcher.get, max_bytes=sitemap_reads.FETCH_BYTES)
             if self.credentials:
                 fetch = functools.partial(
-                    fetch, headers_for=self._credentials_for,
+                    fetch,
+                    headers_for=self._credentials_for,
                     secret_headers=self.credentials.secret_names,
-                )  # fmt: skip
+                )
         else:
             secret: frozenset[str] = frozenset()
             if self.credentials and (own := self.credentials.headers_for(url, session)):
@@ -199,10 +216,16 @@ class PageFetch:
         if self.channel.proxy_use != ProxyUse.POOL:
             return fetch(url)
         return fetch_via_pool(
-            fetch, url, channel=self.channel.slug, strategy=self.channel.proxy_strategy,
-            lease_seconds=self.lease, wait_seconds=self.crawl.timeout, stop=self.stop,
-            kept=self.kept_proxies, fetch_seconds=self.fetcher.total_timeout,
-        )  # fmt: skip
+            fetch,
+            url,
+            channel=self.channel.slug,
+            strategy=self.channel.proxy_strategy,
+            lease_seconds=self.lease,
+            wait_seconds=self.crawl.timeout,
+            stop=self.stop,
+            kept=self.kept_proxies,
+            fetch_seconds=self.fetcher.total_timeout,
+        )
 
     def _credentials_for(self, url: str) -> dict[str, str]:
         """The crawl's credentials (and the login's session) for a URL of its own hosts, to
@@ -218,10 +241,11 @@ class PageFetch:
         document = fetch(url, proxy=proxy)
         creds = self.credentials
         options = rendering.RenderOptions(
-            timeout=self.crawl.timeout, max_bytes=self.crawl.max_bytes,
+            timeout=self.crawl.timeout,
+            max_bytes=self.crawl.max_bytes,
             wait_selector=self.crawl.render_wait_selector,
             headers_for=(lambda target: creds.headers_for(target, session)) if creds else None,
-        )  # fmt: skip
+        )
         try:
             return self.browsers.render(
                 document, proxy=proxy, options=options, give_up=self.give_up

@@ -79,19 +79,58 @@ STARTED_SLICE_WINDOW_MS = 60_000
 
 STATES = ("running", "paused", "cancelled")
 COUNTERS = (
-    "requests", "repeats", "responses", "errors", "failed", "retries", "bytes",
-    "status_2xx", "status_3xx", "status_4xx", "status_5xx", "dropped", "cancelled",
-    "not_modified", "sitemap_urls", "failed_http", "recovered", "descoped", "spilled",
+    "requests",
+    "repeats",
+    "responses",
+    "errors",
+    "failed",
+    "retries",
+    "bytes",
+    "status_2xx",
+    "status_3xx",
+    "status_4xx",
+    "status_5xx",
+    "dropped",
+    "cancelled",
+    "not_modified",
+    "sitemap_urls",
+    "failed_http",
+    "recovered",
+    "descoped",
+    "spilled",
     "sitemaps_missing",
-)  # fmt: skip
+)
 
 _LUA_DIR = Path(__file__).resolve().parent / "lua"
 _SCRIPTS = (
-    "add", "claim", "complete", "release", "requeue_expired", "retry_failed", "pending", "cancel",
-    "slice_beat", "live_slices", "series", "renew", "release_claimed", "send", "answered",
-    "push_back", "host_hold", "host_drop", "pace", "drop_claimed", "drop_queued", "queue_depths",
-    "queue_page", "spill", "spilled", "unspill", "unspilled",
-)  # fmt: skip
+    "add",
+    "claim",
+    "complete",
+    "release",
+    "requeue_expired",
+    "retry_failed",
+    "pending",
+    "cancel",
+    "slice_beat",
+    "live_slices",
+    "series",
+    "renew",
+    "release_claimed",
+    "send",
+    "answered",
+    "push_back",
+    "host_hold",
+    "host_drop",
+    "pace",
+    "drop_claimed",
+    "drop_queued",
+    "queue_depths",
+    "queue_page",
+    "spill",
+    "spilled",
+    "unspill",
+    "unspilled",
+)
 
 # The queue view reads at most this many (priority, depth) groups of the queue.
 DEPTH_GROUPS = 10_000
@@ -175,9 +214,15 @@ class Frontier:
     # Configuration and state
 
     def configure(
-        self, *, max_pages: int, max_depth: int, host_delay: float, host_concurrency: int = 0,
-        park_after: float = PARK_AFTER_SECONDS, park_for: float = PARK_SECONDS,
-    ) -> None:  # fmt: skip
+        self,
+        *,
+        max_pages: int,
+        max_depth: int,
+        host_delay: float,
+        host_concurrency: int = 0,
+        park_after: float = PARK_AFTER_SECONDS,
+        park_for: float = PARK_SECONDS,
+    ) -> None:
         """max_pages <= 0 means no cap on requests; max_depth < 0 means no depth limit;
         host_concurrency 0 means no cap on the requests one host is asked at once. A host none
         of whose requests (5 at least) got an answer for park_after seconds is held for
@@ -235,9 +280,13 @@ class Frontier:
         return [request for request, _ in self.claim_ahead(n, lease_seconds=lease_seconds)]
 
     def claim_ahead(
-        self, n: int, *, lease_seconds: float, ahead: float = 0.0,
+        self,
+        n: int,
+        *,
+        lease_seconds: float,
+        ahead: float = 0.0,
         events: list[HostEvent] | None = None,
-    ) -> list[tuple[Request, float]]:  # fmt: skip
+    ) -> list[tuple[Request, float]]:
         """claim(), also taking a host with a delay whose next turn is at most `ahead` seconds
         away: each request with the seconds it is to wait before it is sent (0 for one whose
         host is free now). send() still refuses one sent early. What the crawl's log tells
@@ -516,8 +565,18 @@ class Frontier:
         "queued", "in_flight", "done", "errors", "delay" (seconds now, a push-back's
         included), "next_at" and "held_until" (Redis ms, 0 for none) and "why" (why it is
         parked or slowed, "" when it is not), read in one MULTI."""
-        names = ("hostq", "hostflight", "hostdone", "hosterrors", "hostdelay", "hostslow",
-                 "hosts", "hostheld", "hostwhy", "hostparked")  # fmt: skip
+        names = (
+            "hostq",
+            "hostflight",
+            "hostdone",
+            "hosterrors",
+            "hostdelay",
+            "hostslow",
+            "hosts",
+            "hostheld",
+            "hostwhy",
+            "hostparked",
+        )
         with self.redis.pipeline(transaction=True) as pipe:
             pipe.hget(self.key("config"), "host_delay_ms")
             for name in names:
@@ -535,17 +594,19 @@ class Frontier:
             delay = max(base, int(by["hostslow"].get(host, 0)))
             why = by["hostwhy"].get(host, "").partition(" ")[2] if host in by["hostslow"] else ""
             why = "; ".join(filter(None, (by["hostparked"].get(host, ""), why)))
-            rows.append({
-                "host": host,
-                "queued": int(by["hostq"].get(host, 0)),
-                "in_flight": int(by["hostflight"].get(host, 0)),
-                "done": int(by["hostdone"].get(host, 0)),
-                "errors": int(by["hosterrors"].get(host, 0)),
-                "delay": delay / 1000,
-                "next_at": int(by["hosts"].get(host, 0)),
-                "held_until": int(by["hostheld"].get(host, 0)),
-                "why": why,
-            })  # fmt: skip
+            rows.append(
+                {
+                    "host": host,
+                    "queued": int(by["hostq"].get(host, 0)),
+                    "in_flight": int(by["hostflight"].get(host, 0)),
+                    "done": int(by["hostdone"].get(host, 0)),
+                    "errors": int(by["hosterrors"].get(host, 0)),
+                    "delay": delay / 1000,
+                    "next_at": int(by["hosts"].get(host, 0)),
+                    "held_until": int(by["hostheld"].get(host, 0)),
+                    "why": why,
+                }
+            )
         return rows
 
     # The scope changed while the crawl runs (crawls/engine/scope_changes.py), and what is queued
@@ -574,9 +635,13 @@ class Frontier:
         return int(self._run("drop_claimed", [request.fp for request in requests]))
 
     def drop_unfit(
-        self, fits: Callable[[Request], bool], *, cursor: str = "", budget: int = 5000,
+        self,
+        fits: Callable[[Request], bool],
+        *,
+        cursor: str = "",
+        budget: int = 5000,
         batch: int = 500,
-    ) -> tuple[int, str]:  # fmt: skip
+    ) -> tuple[int, str]:
         """Drop the queued requests and retries that `fits` refuses (counted in "cancelled" and
         "descoped"), looking at about `budget` entries from `cursor` ("": the start), `batch`
         at a time, each batch dropped in one script call (an entry claimed meanwhile is not
@@ -619,10 +684,13 @@ class Frontier:
             depths[depth] = depths.get(depth, 0) + int(groups[i + 2])
         by_host = sorted(((h.decode(), int(n)) for h, n in hosts.items()), key=lambda x: -x[1])
         return {
-            "queued": int(queued), "spilled": int(spilled or 0), "retrying": int(retrying),
+            "queued": int(queued),
+            "spilled": int(spilled or 0),
+            "retrying": int(retrying),
             "hosts": dict(by_host),
-            "depths": dict(sorted(depths.items())), "depths_partial": bool(groups[-1]),
-        }  # fmt: skip
+            "depths": dict(sorted(depths.items())),
+            "depths_partial": bool(groups[-1]),
+        }
 
     def queue_page(self, *, after: str = "", size: int = 50) -> tuple[list[Request], str]:
         """Up to `size` queued requests in the order they are to be claimed, after a cursor
@@ -767,9 +835,13 @@ def stats_many(crawl_ids: list[int], client: redis.Redis | None = None) -> dict[
 
 
 def live_views(
-    crawl_ids: list[int], *, points: int = SERIES_POINTS, record: bool = False,
-    hosts: bool = True, client: redis.Redis | None = None,
-) -> dict[int, dict]:  # fmt: skip
+    crawl_ids: list[int],
+    *,
+    points: int = SERIES_POINTS,
+    record: bool = False,
+    hosts: bool = True,
+    client: redis.Redis | None = None,
+) -> dict[int, dict]:
     """Frontier.live_view() of many crawls in one MULTI; without `hosts` the queue size per
     host is left out ({}), for the list page, which shows none. "memory" is Redis' (a
     RedisMemory), the same for every crawl."""
@@ -922,10 +994,21 @@ def _outcome_args(outcome: Outcome) -> list:
         sitemaps, sitemaps_tail = _link_args(outcome.sitemaps, request, child_depth, VIA_SITEMAP)
     status = "" if outcome.status is None else outcome.status
     return [
-        request.fp, request.host, outcome.kind, status, outcome.nbytes, request.priority,
-        child_depth, retry_json, _ms(outcome.retry_delay), listed, links, tail, sitemaps,
+        request.fp,
+        request.host,
+        outcome.kind,
+        status,
+        outcome.nbytes,
+        request.priority,
+        child_depth,
+        retry_json,
+        _ms(outcome.retry_delay),
+        listed,
+        links,
+        tail,
+        sitemaps,
         sitemaps_tail,
-    ]  # fmt: skip
+    ]
 
 
 def _link_args(

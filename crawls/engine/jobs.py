@@ -85,8 +85,9 @@ def _enqueue(crawl_id: int, slice_ids: list[str], timeout: int, *, at_front: boo
         # Past its maxmemory Redis takes no job (the slices would wait for memory anyway):
         # the supervisor starts the missing slices once it frees; a slice registered whose
         # job was refused is forgotten (_forget_lost_slices).
-        log.warning("crawl %s: Redis is full, %d slice(s) not queued yet: %s", crawl_id,
-                    len(slice_ids), exc)  # fmt: skip
+        log.warning(
+            "crawl %s: Redis is full, %d slice(s) not queued yet: %s", crawl_id, len(slice_ids), exc
+        )
 
 
 def _enqueue_jobs(crawl_id: int, slice_ids: list[str], timeout: int, *, at_front: bool) -> None:
@@ -124,7 +125,7 @@ def enqueue_scope_drop(crawl_id: int, *, gen: int, cursor: str, dropped_before: 
             meta={JOB_CRAWL: crawl_id},
             result_ttl=600,
             failure_ttl=7 * 24 * 3600,
-        )  # fmt: skip
+        )
     )
 
 
@@ -220,8 +221,9 @@ def _forget_lost_slices(frontier: Frontier) -> None:
         found = pipe.execute()
     for slice_id, exists in zip(queued, found, strict=True):
         if not exists:
-            log.warning("crawl %s: slice %s was queued but its job is gone", frontier.crawl_id,
-                        slice_id)  # fmt: skip
+            log.warning(
+                "crawl %s: slice %s was queued but its job is gone", frontier.crawl_id, slice_id
+            )
             frontier.slice_end(slice_id)
 
 
@@ -278,19 +280,29 @@ def stop_slices(crawl_id: int, *, grace: float) -> list[str]:
         for job_id in running:
             with contextlib.suppress(InvalidJobOperation, NoSuchJobError):
                 send_stop_job_command(rq_connection, job_id)
-        log.warning("crawl %s: stopped %d slice(s) still running %s s after it stopped",
-                    crawl_id, len(running), grace)  # fmt: skip
+        log.warning(
+            "crawl %s: stopped %d slice(s) still running %s s after it stopped",
+            crawl_id,
+            len(running),
+            grace,
+        )
         ended_by = time.monotonic() + STOPPED_WITHIN_SECONDS
         while set(running) & set(_running_slice_jobs(crawl_id)) and time.monotonic() < ended_by:
             time.sleep(0.1)
         for job_id in running:
             frontier.slice_end(job_id.removeprefix(SLICE_JOB_PREFIX))
         state = frontier.state() or "over"
-        crawl_log.write([crawl_log.line(
-            crawl_id, CrawlEvent.Kind.STOPPED, level=CrawlEvent.Level.WARNING,
-            text=f"{len(running)} slice(s) still running {grace:g} s after the crawl was "
-            f"{state} were stopped; what they held goes back to the queue",
-        )])  # fmt: skip
+        crawl_log.write(
+            [
+                crawl_log.line(
+                    crawl_id,
+                    CrawlEvent.Kind.STOPPED,
+                    level=CrawlEvent.Level.WARNING,
+                    text=f"{len(running)} slice(s) still running {grace:g} s after the crawl was "
+                    f"{state} were stopped; what they held goes back to the queue",
+                )
+            ]
+        )
     else:
         running = []
     if frontier.state() == "paused" and not _running_slice_jobs(crawl_id):

@@ -70,9 +70,13 @@ def finish_if_done(crawl_id: int) -> bool:
         reason = EndReason.FAILED
     line = end_line(reason=reason, stats=stats, max_pages=max_pages, error=error)
     ended = Crawl.objects.filter(pk=crawl_id, state=CrawlState.RUNNING).update(
-        state=state, finished_at=timezone.now(), stats=stats, error=error, end_reason=reason,
+        state=state,
+        finished_at=timezone.now(),
+        stats=stats,
+        error=error,
+        end_reason=reason,
         end_line=line,
-    )  # fmt: skip
+    )
     if ended:
         # The log's last line says why, as the page does (a failure's, with its error).
         CrawlEvent.objects.create(crawl_id=crawl_id, kind=kind, detail=error or line)
@@ -96,9 +100,10 @@ def fail(crawl_id: int, error: str) -> bool:
         Overflow(frontier).purge()
         stats = frontier.stats()
         Crawl.objects.filter(pk=crawl_id).update(
-            stats=stats, end_reason=EndReason.FAILED,
+            stats=stats,
+            end_reason=EndReason.FAILED,
             end_line=end_line(reason=EndReason.FAILED, stats=stats, error=error),
-        )  # fmt: skip
+        )
         CrawlEvent.objects.create(crawl_id=crawl_id, kind=CrawlEvent.Kind.FAILED, detail=error)
         announce(crawl_id)
         announce_end(crawl_id, CrawlEvent.Kind.FAILED)

@@ -93,9 +93,17 @@ def _snapshot(crawl: Crawl, view: dict | Exception) -> dict:
     if isinstance(view, Exception):
         stats = with_derived({**crawl.stats, "redis_error": str(view)})
         memory = _memory_past_maxmemory(view)
-        return {**base, "stats": stats, "rate": 0.0, "rate_average": False, "series": [],
-                "hosts": [], "progress": progress(crawl, stats), "waiting": False,
-                "end": status_line(crawl, stats, waiting=False, memory=memory)}  # fmt: skip
+        return {
+            **base,
+            "stats": stats,
+            "rate": 0.0,
+            "rate_average": False,
+            "series": [],
+            "hosts": [],
+            "progress": progress(crawl, stats),
+            "waiting": False,
+            "end": status_line(crawl, stats, waiting=False, memory=memory),
+        }
     # A crawl that ended shows what was saved when it ended (cancel drops the queue).
     stats = with_derived(crawl.stats if crawl.is_over() and crawl.stats else view["stats"])
     hosts = sorted(view["hosts"].items(), key=lambda item: (-item[1], item[0]))
@@ -162,9 +170,13 @@ def progress(crawl: Crawl, stats: dict) -> dict:
     )
     if percent == 100 and not complete:
         percent = 99
-    return {"done": done, "known": known, "percent": percent,
-            "capped": crawl.max_pages > 0 and requests >= crawl.max_pages,
-            "open": not crawl.is_over()}  # fmt: skip
+    return {
+        "done": done,
+        "known": known,
+        "percent": percent,
+        "capped": crawl.max_pages > 0 and requests >= crawl.max_pages,
+        "open": not crawl.is_over(),
+    }
 
 
 def status_line(

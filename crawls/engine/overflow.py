@@ -133,9 +133,15 @@ class Overflow:
         return removed
 
     def drop_unfit(
-        self, fits: Callable[[Request], bool], *, after: int = 0, budget: int = 5000,
-        batch: int = 500, containing: str = "", descoped: bool = True,
-    ) -> tuple[int, int | None]:  # fmt: skip
+        self,
+        fits: Callable[[Request], bool],
+        *,
+        after: int = 0,
+        budget: int = 5000,
+        batch: int = 500,
+        containing: str = "",
+        descoped: bool = True,
+    ) -> tuple[int, int | None]:
         """Drop the rows `fits` refuses, counted in "cancelled" and (a change of scope,
         `descoped`) in "descoped", looking at about `budget` rows of id > `after` (only those
         whose packed request holds `containing`, any case, when given). Returns (how many

@@ -58,10 +58,16 @@ class KeptProxies:
 
 
 def acquire_waiting(
-    *, channel: str, strategy: str, lease_seconds: float, wait_seconds: float,
-    stop: threading.Event | None = None, exclude: tuple[str, ...] = (),
-    kept: KeptProxies | None = None, fetch_seconds: float = 0.0,
-) -> leasing.Lease | None:  # fmt: skip
+    *,
+    channel: str,
+    strategy: str,
+    lease_seconds: float,
+    wait_seconds: float,
+    stop: threading.Event | None = None,
+    exclude: tuple[str, ...] = (),
+    kept: KeptProxies | None = None,
+    fetch_seconds: float = 0.0,
+) -> leasing.Lease | None:
     """A proxy of the channel, waiting up to wait_seconds for one to come free (from the
     pool, or a lease another thread of the slice has just kept).
 
@@ -75,7 +81,7 @@ def acquire_waiting(
             raise Stopped
         lease, leased = leasing.acquire_or_count(
             channel=channel, lease_seconds=lease_seconds, strategy=strategy, exclude=exclude
-        )  # fmt: skip
+        )
         # Wait only while another holder has one of the channel's proxies: it comes back.
         if lease is not None or not leased or time.monotonic() >= deadline:
             return lease
@@ -99,17 +105,32 @@ def _renewed(kept: KeptProxies, lease_seconds: float, fetch_seconds: float) -> l
 
 def no_proxy(url: str, channel: str) -> FetchResult:
     return FetchResult(
-        url=url, final_url=url, status=None, content_type="", body=b"", nbytes=0,
-        truncated=False, elapsed_ms=0, redirects=[], error_kind="proxy",
+        url=url,
+        final_url=url,
+        status=None,
+        content_type="",
+        body=b"",
+        nbytes=0,
+        truncated=False,
+        elapsed_ms=0,
+        redirects=[],
+        error_kind="proxy",
         error=f"no usable proxy in channel {channel!r}",
-    )  # fmt: skip
+    )
 
 
 def fetch_via_pool(
-    fetch: Callable[..., FetchResult], url: str, *, channel: str, strategy: str,
-    lease_seconds: float, fetch_seconds: float, wait_seconds: float = 0.0,
-    stop: threading.Event | None = None, kept: KeptProxies | None = None,
-) -> FetchResult:  # fmt: skip
+    fetch: Callable[..., FetchResult],
+    url: str,
+    *,
+    channel: str,
+    strategy: str,
+    lease_seconds: float,
+    fetch_seconds: float,
+    wait_seconds: float = 0.0,
+    stop: threading.Event | None = None,
+    kept: KeptProxies | None = None,
+) -> FetchResult:
     """Fetch url with `fetch(url, proxy=...)` (a Fetcher's fetch, or its get) through up to
     PROXY_TRIES proxies of the channel, each one not yet tried for it while the channel has
     such a proxy free; the last result if all failed (a retryable proxy error, or the ban
@@ -128,10 +149,15 @@ def fetch_via_pool(
             lease = _renewed(greedy, lease_seconds, fetch_seconds)
         if lease is None:
             lease = acquire_waiting(
-                channel=channel, strategy=strategy, lease_seconds=lease_seconds,
-                wait_seconds=wait_seconds, stop=stop, exclude=tuple(tried), kept=greedy,
+                channel=channel,
+                strategy=strategy,
+                lease_seconds=lease_seconds,
+                wait_seconds=wait_seconds,
+                stop=stop,
+                exclude=tuple(tried),
+                kept=greedy,
                 fetch_seconds=fetch_seconds,
-            )  # fmt: skip
+            )
         if lease is None:
             break
         tried.append(lease.proxy)

@@ -111,9 +111,12 @@ class Recorder:
         if result.sitemap is not None and result.sitemap.absent:
             # No page of the site: no row, no status class; the log says so (write).
             result.outcome = Outcome(
-                request=request, kind="absent", status=fetch.status, nbytes=fetch.nbytes,
+                request=request,
+                kind="absent",
+                status=fetch.status,
+                nbytes=fetch.nbytes,
                 sitemaps=result.sitemap.sitemaps,
-            )  # fmt: skip
+            )
         elif kind == retry.RETRY:
             delay = retry.retry_delay(request.attempts, fetch.retry_after)
             error = fetch.error or f"HTTP {fetch.status}"
@@ -138,20 +141,27 @@ class Recorder:
         links = self._out_links(result, carried if not_modified else None)
         extras = PageExtras(
             digest=carried["digest"] if not_modified else result.digest,
-            extracted=result.extracted, links=links, carried=carried if not_modified else None,
-            change=change_of(known, digest=result.digest, not_modified=not_modified,
-                             baseline=bool(self.baseline)),
-        )  # fmt: skip
+            extracted=result.extracted,
+            links=links,
+            carried=carried if not_modified else None,
+            change=change_of(
+                known, digest=result.digest, not_modified=not_modified, baseline=bool(self.baseline)
+            ),
+        )
         if result.sitemap is not None:
             extras.extracted = results.Extracted(errors=_sitemap_errors(result.sitemap))
         result.page = page_row(self.crawl, request, now, fetch=fetch, extras=extras)
         result.links = link_rows(self.crawl, links)
         via = VIA_LISTED if result.sitemap else VIA_REDIRECT if fetch.redirect_to else ""
         result.outcome = Outcome(
-            request=request, kind="done", status=fetch.status, nbytes=fetch.nbytes,
-            links=links.follow, links_via=via,
+            request=request,
+            kind="done",
+            status=fetch.status,
+            nbytes=fetch.nbytes,
+            links=links.follow,
+            links_via=via,
             sitemaps=result.sitemap.sitemaps if result.sitemap else [],
-        )  # fmt: skip
+        )
 
     def _out_links(self, result: Result, carried: dict | None) -> results.OutLinks:
         """The page's links, sorted: its own; a 304's, those of the page it stands for; a
@@ -165,14 +175,23 @@ class Recorder:
         elif result.sitemap is not None:
             urls, texts, child_depth = result.sitemap.pages, [], request.depth
         found = results.out_links(
-            request, urls, texts, scope=self.scope, max_depth=self.crawl.max_depth,
-            child_depth=child_depth, status=status,
-        )  # fmt: skip
+            request,
+            urls,
+            texts,
+            scope=self.scope,
+            max_depth=self.crawl.max_depth,
+            child_depth=child_depth,
+            status=status,
+        )
         if fetch.redirect_to:
             found = results.with_redirect(
-                found, request, fetch.redirect_to, scope=self.scope, status=fetch.status,
+                found,
+                request,
+                fetch.redirect_to,
+                scope=self.scope,
+                status=fetch.status,
                 too_many=fetch.error if fetch.error_kind == "redirects" else "",
-            )  # fmt: skip
+            )
         return found
 
     def write(self, done: list[Result]) -> int:
@@ -185,9 +204,10 @@ class Recorder:
         failures = [r.failure for r in done if r.failure is not None]
         notes = [
             crawl_log.line(self.crawl.pk, CrawlEvent.Kind.SITEMAP, problem)
-            for r in done if r.sitemap is not None and r.page is not None
+            for r in done
+            if r.sitemap is not None and r.page is not None
             for problem in r.sitemap.problems
-        ]  # fmt: skip
+        ]
         notes += [_absent_line(self.crawl.pk, r) for r in done if r.sitemap and r.sitemap.absent]
         logged = self.log.take() if self.log is not None else []
         # A refused row gives up the whole transaction (write_one_by_one goes on from there),
@@ -242,9 +262,12 @@ def _absent_line(crawl_id: int, result: Result) -> CrawlEvent:
     crawl guessed (most sites have none), a warning for one the site listed."""
     guessed = result.request.via == VIA_SITEMAP_ROOT
     return crawl_log.line(
-        crawl_id, CrawlEvent.Kind.SITEMAP, result.sitemap.absent, host=result.request.host,
+        crawl_id,
+        CrawlEvent.Kind.SITEMAP,
+        result.sitemap.absent,
+        host=result.request.host,
         level=CrawlEvent.Level.INFO if guessed else CrawlEvent.Level.WARNING,
-    )  # fmt: skip
+    )
 
 
 def _sitemap_errors(read: sitemap_reads.SitemapRead) -> dict[str, str]:

@@ -153,9 +153,17 @@ class Request:
         elif prefix and referrer.startswith(prefix + "/"):
             referrer = referrer[len(prefix) :]
         return f"{self.fp}\n{host_field}\n{url_field}" + packed_tail(
-            self.depth, self.priority, self.attempts, referrer, self.crashes,
-            self.crash_error, self.via, self.history, self.redirects, extra,
-        )  # fmt: skip
+            self.depth,
+            self.priority,
+            self.attempts,
+            referrer,
+            self.crashes,
+            self.crash_error,
+            self.via,
+            self.history,
+            self.redirects,
+            extra,
+        )
 
     @classmethod
     def unpack(cls, raw: str | bytes) -> Request:
@@ -249,10 +257,17 @@ def with_history(history: tuple[str, ...], error: str) -> tuple[str, ...]:
 
 
 def packed_tail(
-    depth: int, priority: int, attempts: int, referrer: str, crashes: int = 0,
-    crash_error: str = "", via: str = "", history: tuple[str, ...] = (),
-    redirects: tuple[str, ...] = (), extra: dict[str, object] | None = None,
-) -> str:  # fmt: skip
+    depth: int,
+    priority: int,
+    attempts: int,
+    referrer: str,
+    crashes: int = 0,
+    crash_error: str = "",
+    via: str = "",
+    history: tuple[str, ...] = (),
+    redirects: tuple[str, ...] = (),
+    extra: dict[str, object] | None = None,
+) -> str:
     """A packed request after its URL (Request.pack): `referrer` as its line holds it. The
     frontier builds the requests of a page's links from it without a Request per link."""
     extra = dict(extra or ())

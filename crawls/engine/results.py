@@ -79,9 +79,15 @@ class OutLinks:
 
 
 def out_links(
-    request: Request, urls: list[str], texts: list[str], *, scope: Scope, max_depth: int,
-    child_depth: int, status: int | None,
-) -> OutLinks:  # fmt: skip
+    request: Request,
+    urls: list[str],
+    texts: list[str],
+    *,
+    scope: Scope,
+    max_depth: int,
+    child_depth: int,
+    status: int | None,
+) -> OutLinks:
     """Sort a page's links (urls, with texts by index) into followed and not, and why; the
     links would be requests at child_depth.
 
@@ -114,9 +120,14 @@ def out_links(
 
 
 def with_redirect(
-    found: OutLinks, request: Request, target: str, *, scope: Scope, status: int,
+    found: OutLinks,
+    request: Request,
+    target: str,
+    *,
+    scope: Scope,
+    status: int,
     too_many: str = "",
-) -> OutLinks:  # fmt: skip
+) -> OutLinks:
     """A redirect's links: where it points (`target`) first, then those of its own page (none
     followed, as from any page that is not 2xx).
 

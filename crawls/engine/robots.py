@@ -118,9 +118,16 @@ def robots_unreachable(request: Request, robots: FetchResult) -> FetchResult:
     """The page's fetch when its host's robots.txt got no response: no response for the page
     either, with robots.txt's error (refused, timeout: retried like the page's own would be)."""
     return replace(
-        robots, url=request.url, final_url=request.url, body=b"", redirects=[], links=[],
-        link_texts=[], headers={}, error=f"robots.txt could not be fetched: {robots.error}",
-    )  # fmt: skip
+        robots,
+        url=request.url,
+        final_url=request.url,
+        body=b"",
+        redirects=[],
+        links=[],
+        link_texts=[],
+        headers={},
+        error=f"robots.txt could not be fetched: {robots.error}",
+    )
 
 
 class RobotsCache:
@@ -134,9 +141,14 @@ class RobotsCache:
     """
 
     def __init__(
-        self, frontier: Frontier, fetcher: Fetcher, *, user_agent: str, host_delay: float,
+        self,
+        frontier: Frontier,
+        fetcher: Fetcher,
+        *,
+        user_agent: str,
+        host_delay: float,
         headers_for: Callable[[str], dict[str, str]] | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         """headers_for(url): the crawl's credentials for a robots.txt (or a hop of its
         redirects) on the crawl's own hosts, none elsewhere."""
         self.frontier = frontier

@@ -161,9 +161,14 @@ class PageExtras:
 
 
 def page_row(
-    crawl: Crawl, request: Request, now: datetime, *, fetch: FetchResult | None = None,
-    error: str = "", extras: PageExtras | None = None,
-) -> tuple:  # fmt: skip
+    crawl: Crawl,
+    request: Request,
+    now: datetime,
+    *,
+    fetch: FetchResult | None = None,
+    error: str = "",
+    extras: PageExtras | None = None,
+) -> tuple:
     """The page's row, ready for PAGE_ROWS.write; without a fetch, `error` says why there was
     none (e.g. blocked by robots.txt). Made as the Page model would write it (module docstring)."""
     rows = PAGE_ROWS

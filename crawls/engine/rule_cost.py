@@ -34,11 +34,27 @@ from crawls.engine.extraction_rules import Rule
 
 MAX_JMESPATH_NODES = 20
 # Nodes of a parsed JMESPath expression that look at each value they are given once.
-_LINEAR_JMESPATH = frozenset({
-    "field", "subexpression", "index", "index_expression", "slice", "current", "identity",
-    "literal", "projection", "value_projection", "flatten", "filter_projection", "comparator",
-    "and_expression", "or_expression", "not_expression", "pipe",
-})  # fmt: skip
+_LINEAR_JMESPATH = frozenset(
+    {
+        "field",
+        "subexpression",
+        "index",
+        "index_expression",
+        "slice",
+        "current",
+        "identity",
+        "literal",
+        "projection",
+        "value_projection",
+        "flatten",
+        "filter_projection",
+        "comparator",
+        "and_expression",
+        "or_expression",
+        "not_expression",
+        "pipe",
+    }
+)
 
 
 def linear(rule: Rule) -> bool:
@@ -68,9 +84,11 @@ def _linear_css(tree) -> bool:
     if isinstance(tree, Negation):
         return _linear_css(tree.selector) and _linear_css(tree.subselector)
     if isinstance(tree, CombinedSelector):
-        return tree.combinator == ">" and _linear_css(tree.selector) and (
-            _linear_css(tree.subselector)
-        )  # fmt: skip
+        return (
+            tree.combinator == ">"
+            and _linear_css(tree.selector)
+            and (_linear_css(tree.subselector))
+        )
     return False
 
 

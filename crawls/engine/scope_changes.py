@@ -55,7 +55,9 @@ def current_scope(crawl: Crawl) -> Scope:
     fresh = Crawl.objects.filter(pk=crawl.pk).values("include_patterns", "exclude_patterns")
     for row in fresh:
         crawl.include_patterns, crawl.exclude_patterns = (
-            row["include_patterns"], row["exclude_patterns"])  # fmt: skip
+            row["include_patterns"],
+            row["exclude_patterns"],
+        )
     return scope_of(crawl)
 
 
@@ -102,8 +104,9 @@ def drop_job(crawl_id: int, gen: int, cursor: str, dropped_before: int) -> dict:
         dropped += more
     total = dropped_before + dropped
     CrawlEvent.objects.create(
-        crawl=crawl, kind=CrawlEvent.Kind.CHANGED,
+        crawl=crawl,
+        kind=CrawlEvent.Kind.CHANGED,
         detail=f"scope change {gen}: {total:,} queued request(s) dropped in all, "
         f"{dropped:,} of them in the background" + (" (stopped: changed again)" if cursor else ""),
-    )  # fmt: skip
+    )
     return {"dropped": dropped, "stopped": bool(cursor)}

@@ -118,11 +118,13 @@ class _Step:
         host = origin(url)[1]
         for jarred in self.fetcher.session.cookies:
             cookie = Cookie(
-                name=jarred.name, value=jarred.value or "",
+                name=jarred.name,
+                value=jarred.value or "",
                 domain=jarred.domain.lstrip(".") if jarred.domain_specified else host,
-                subdomains=bool(jarred.domain_specified), path=jarred.path or "/",
+                subdomains=bool(jarred.domain_specified),
+                path=jarred.path or "/",
                 secure=bool(jarred.secure),
-            )  # fmt: skip
+            )
             self.cookies[(cookie.domain, cookie.path, cookie.name)] = cookie
 
     def headers(self, url: str) -> dict[str, str]:
@@ -227,9 +229,14 @@ class SharedSession:
     """The crawl's login session, as one worker process sees it (thread-safe)."""
 
     def __init__(
-        self, frontier: Frontier, credentials: Credentials, new_fetcher: Callable[[], Fetcher],
-        *, wait_seconds: float = LOGIN_LOCK_SECONDS, log: SliceLog | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        frontier: Frontier,
+        credentials: Credentials,
+        new_fetcher: Callable[[], Fetcher],
+        *,
+        wait_seconds: float = LOGIN_LOCK_SECONDS,
+        log: SliceLog | None = None,
+    ) -> None:
         self.frontier = frontier
         self.log = log  # the slice's: a login, a renewal or a failure is a line of the crawl's
         self.credentials = credentials

@@ -58,9 +58,12 @@ def sitemap_roots(seeds: list[str]) -> list[str]:
 
 
 def read(
-    request: Request, fetch: FetchResult, *, robots_listed: list[str],
+    request: Request,
+    fetch: FetchResult,
+    *,
+    robots_listed: list[str],
     site_allowed: Callable[[str], bool] = lambda url: True,
-) -> SitemapRead:  # fmt: skip
+) -> SitemapRead:
     """What the sitemap `fetch` got lists, with `robots_listed` (the Sitemap: lines of the
     site's robots.txt, for a site's root request) among its sitemaps. The sitemaps an index
     lists are read only on the crawl's sites (`site_allowed`); a robots.txt may name a sitemap
@@ -73,10 +76,11 @@ def read(
     if fetch.status in MISSING:
         # A site without /sitemap.xml is common; a sitemap the site listed that is missing is not.
         found.absent = (
-            f"no sitemap at {request.url} ({fetch.status})" if root else
-            f"{request.url}: listed in robots.txt or a sitemap index, but not there "
+            f"no sitemap at {request.url} ({fetch.status})"
+            if root
+            else f"{request.url}: listed in robots.txt or a sitemap index, but not there "
             f"(HTTP {fetch.status})"
-        )  # fmt: skip
+        )
         return found
     if not 200 <= fetch.status < 300:
         if not (root and 400 <= fetch.status < 500):

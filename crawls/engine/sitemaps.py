@@ -208,9 +208,13 @@ def _read_xml(
     before an XML error included."""
     target = _Target(locs)
     parser = etree.XMLParser(
-        target=target, resolve_entities=False, no_network=True, load_dtd=False,
-        dtd_validation=False, huge_tree=False,
-    )  # fmt: skip
+        target=target,
+        resolve_entities=False,
+        no_network=True,
+        load_dtd=False,
+        dtd_validation=False,
+        huge_tree=False,
+    )
     error = ""
     try:
         for chunk in chunks:

@@ -145,9 +145,16 @@ class Slice:
         self.log = SliceLog(crawl.pk, slice_id)
         self.recorder = Recorder(crawl, scope, max_redirects=fetcher.max_redirects, log=self.log)
         self.fetching = PageFetch(
-            crawl, self.frontier, scope=scope, fetcher=fetcher, recorder=self.recorder,
-            stop=self.stop.event, lease=self.lease, give_up=self.stop.shutdown, log=self.log,
-        )  # fmt: skip
+            crawl,
+            self.frontier,
+            scope=scope,
+            fetcher=fetcher,
+            recorder=self.recorder,
+            stop=self.stop.event,
+            lease=self.lease,
+            give_up=self.stop.shutdown,
+            log=self.log,
+        )
         # Politeness needs fetches to start when claimed; without a delay, keep a buffer.
         self.buffer = crawl.threads * (1 if self.fetching.host_delay > 0 else 2)
         self.report = SliceReport()
@@ -212,12 +219,19 @@ class Slice:
         if memory.full and not self.memory_full:
             log.warning(
                 "crawl %s: Redis holds %d of its %d-byte memory budget; slice %s claims "
-                "nothing until memory frees", self.crawl.pk, memory.used, memory.budget,
+                "nothing until memory frees",
+                self.crawl.pk,
+                memory.used,
+                memory.budget,
                 self.slice_id,
-            )  # fmt: skip
+            )
         elif self.memory_full and not memory.full:
-            log.info("crawl %s: Redis memory freed (%d bytes); slice %s claims again",
-                     self.crawl.pk, memory.used, self.slice_id)  # fmt: skip
+            log.info(
+                "crawl %s: Redis memory freed (%d bytes); slice %s claims again",
+                self.crawl.pk,
+                memory.used,
+                self.slice_id,
+            )
         self.memory_full = memory.full
 
     def _renew(self, now: float) -> None:
@@ -445,9 +459,11 @@ def run_slice(crawl_id: int, slice_id: str, *, budget_seconds: float | None = No
     finally:
         work.frontier.slice_end(slice_id)
     work.log.slice_ended(
-        pages=report.pages, reason=report.reason, seconds=report.seconds,
+        pages=report.pages,
+        reason=report.reason,
+        seconds=report.seconds,
         handed_back=report.handed_back,
-    )  # fmt: skip
+    )
     return {
         "pages": report.pages,
         "reason": report.reason,

@@ -32,9 +32,13 @@ def structured_data(*, url: str, body: bytes, content_type: str) -> dict | None:
         if page.markup() != "html":
             return None
         found = extruct.extract(
-            page.utf8(), base_url=url, encoding="UTF-8", syntaxes=SYNTAXES, uniform=True,
+            page.utf8(),
+            base_url=url,
+            encoding="UTF-8",
+            syntaxes=SYNTAXES,
+            uniform=True,
             errors="ignore",
-        )  # fmt: skip
+        )
         return _bounded(found)
     except Exception:  # extruct and lxml on whatever a site sends
         return None

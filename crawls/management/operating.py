@@ -24,10 +24,21 @@ from crawls.models import AlertKind, AlertRule, Channel, Crawl, CrawlEvent
 # How often `crawl log --follow` looks for new lines.
 FOLLOW_SECONDS = 1.0
 # The flag each field of a log filter or an alert rule comes from, for the messages.
-LOG_FLAGS = {"level": "--level", "kind": "--kind", "host": "--host", "q": "--text",
-             "before": "--before"}  # fmt: skip
-RULE_FLAGS = {"kind": "--kind", "percent": "--percent", "minutes": "--minutes",
-              "emails": "--email", "crawl": "--crawl", "channel": "--channel"}  # fmt: skip
+LOG_FLAGS = {
+    "level": "--level",
+    "kind": "--kind",
+    "host": "--host",
+    "q": "--text",
+    "before": "--before",
+}
+RULE_FLAGS = {
+    "kind": "--kind",
+    "percent": "--percent",
+    "minutes": "--minutes",
+    "emails": "--email",
+    "crawl": "--crawl",
+    "channel": "--channel",
+}
 
 
 def the_one_admin():
@@ -41,16 +52,22 @@ def add_parsers(sub) -> None:
     """The `log` and `alerts` subcommands, on the subparsers of `crawl`."""
     log = sub.add_parser("log", help="the crawl's log: what its workers and users did")
     log.add_argument("id", type=int)
-    log.add_argument("--level", default="", help="the lowest level shown: info (all), warning "
-                     "or error")  # fmt: skip
-    log.add_argument("--kind", default="", help=f"a group ({', '.join(KIND_GROUPS)}) or one "
-                     "kind of line")  # fmt: skip
+    log.add_argument(
+        "--level", default="", help="the lowest level shown: info (all), warning or error"
+    )
+    log.add_argument(
+        "--kind", default="", help=f"a group ({', '.join(KIND_GROUPS)}) or one kind of line"
+    )
     log.add_argument("--host", default="", help="lines about hosts that contain this")
     log.add_argument("--text", default="", help="lines whose text contains this")
     log.add_argument("--size", type=int, default=PAGE_SIZE, help="lines shown (at most 200)")
     log.add_argument("--before", default="", help="older lines: the id a listing said")
-    log.add_argument("--follow", "-f", action="store_true",
-                     help="then print new lines as they come, until the crawl ends")  # fmt: skip
+    log.add_argument(
+        "--follow",
+        "-f",
+        action="store_true",
+        help="then print new lines as they come, until the crawl ends",
+    )
     log.add_argument("--json", action="store_true", help="one JSON object per line")
 
     rules = sub.add_parser("alerts", help="alert rules: list, add, remove")
@@ -60,11 +77,15 @@ def add_parsers(sub) -> None:
     listing.add_argument("--json", action="store_true")
     add = actions.add_parser("add", help="a rule on a crawl or on every crawl of a channel")
     _target(add, required=True)
-    add.add_argument("--kind", required=True, help=", ".join(
-        f"{value} ({label})" for value, label in AlertKind.choices))  # fmt: skip
+    add.add_argument(
+        "--kind",
+        required=True,
+        help=", ".join(f"{value} ({label})" for value, label in AlertKind.choices),
+    )
     add.add_argument("--percent", help="N of an error rate over N%%: 1 to 100")
-    add.add_argument("--minutes", help=f"M of an error rate or no progress: 1 to "
-                     f"{alerts.MAX_MINUTES}")  # fmt: skip
+    add.add_argument(
+        "--minutes", help=f"M of an error rate or no progress: 1 to {alerts.MAX_MINUTES}"
+    )
     add.add_argument("--email", action="append", default=[], help="an address told (repeat)")
     add.add_argument("--user", help="who adds it; default: the one admin, if there is exactly one")
     remove = actions.add_parser("remove", help="remove a rule (its alerts stay in the history)")
@@ -102,8 +123,9 @@ class Operating:
         except ValidationError as exc:
             raise CommandError("\n".join(_flagged(exc, LOG_FLAGS))) from None
         if found.older and not follow:
-            self.stdout.write(f"older lines: crawl log {id} --before {found.older}"
-                              + _filter_flags(flt))  # fmt: skip
+            self.stdout.write(
+                f"older lines: crawl log {id} --before {found.older}" + _filter_flags(flt)
+            )
         lines = list(reversed(found.lines))  # oldest first, as a terminal reads on
         for line in lines:
             self._write_line(line, as_json=json)
@@ -129,10 +151,19 @@ class Operating:
     def _write_line(self, line: CrawlEvent, *, as_json: bool) -> None:
         who = line.user.get_username() if line.user_id else None
         if as_json:
-            self.stdout.write(json.dumps({
-                "id": line.pk, "at": machine(line.at), "kind": line.kind, "level": line.level,
-                "host": line.host, "text": line.detail, "user": who,
-            }))  # fmt: skip
+            self.stdout.write(
+                json.dumps(
+                    {
+                        "id": line.pk,
+                        "at": machine(line.at),
+                        "kind": line.kind,
+                        "level": line.level,
+                        "host": line.host,
+                        "text": line.detail,
+                        "user": who,
+                    }
+                )
+            )
             return
         about = f"{line.host}  " if line.host else ""
         by = f" (by {who})" if who else ""
@@ -154,11 +185,20 @@ class Operating:
         else:
             rules = AlertRule.objects.all()
         rules = rules.select_related("channel", "crawl").order_by("id")
-        rows = [{
-            "id": rule.pk, "crawl": rule.crawl_id, "channel": rule.channel.slug if rule.channel
-            else None, "kind": rule.kind, "percent": rule.percent, "minutes": rule.minutes,
-            "emails": rule.emails, "active": rule.active, "condition": rule.condition,
-        } for rule in rules]  # fmt: skip
+        rows = [
+            {
+                "id": rule.pk,
+                "crawl": rule.crawl_id,
+                "channel": rule.channel.slug if rule.channel else None,
+                "kind": rule.kind,
+                "percent": rule.percent,
+                "minutes": rule.minutes,
+                "emails": rule.emails,
+                "active": rule.active,
+                "condition": rule.condition,
+            }
+            for rule in rules
+        ]
         if json:
             self.stdout.write(_json(rows))
             return
@@ -176,10 +216,14 @@ class Operating:
             raise CommandError("--user: name who adds the rule (there is not exactly one admin)")
         try:
             rule = alerts.rule_create(
-                user=creator, kind=kind.strip(), percent=percent, minutes=minutes, emails=email,
+                user=creator,
+                kind=kind.strip(),
+                percent=percent,
+                minutes=minutes,
+                emails=email,
                 crawl=self._crawl(crawl) if crawl is not None else None,
                 channel=self._channel(channel) if channel is not None else None,
-            )  # fmt: skip
+            )
         except ValidationError as exc:
             lines = _flagged(exc, RULE_FLAGS)
             raise CommandError("invalid alert rule:\n  " + "\n  ".join(lines)) from None

@@ -52,9 +52,14 @@ def _event(crawl: Crawl, kind: str, user=None, detail: str = "", *, host: str = 
 
 
 def crawl_create(
-    *, user, name: str, seeds: list[str] | str, channel: Channel | None = None,
-    auth: dict[str, Any] | None = None, **options: Any,
-) -> Crawl:  # fmt: skip
+    *,
+    user,
+    name: str,
+    seeds: list[str] | str,
+    channel: Channel | None = None,
+    auth: dict[str, Any] | None = None,
+    **options: Any,
+) -> Crawl:
     """A new crawl in draft state. Raises ValidationError naming each bad field (the
     credentials' inputs included: clean_credentials)."""
     crawl, found, errors = _crawl_and_credentials(name, seeds, channel, auth, options)
@@ -222,9 +227,13 @@ def crawl_delete(*, crawl: Crawl, user=None) -> CrawlDeletion:
     ran = crawl.state != CrawlState.DRAFT  # a draft has no slice to tell
     with transaction.atomic():
         record = CrawlDeletion.objects.create(
-            crawl_id=crawl.pk, name=crawl.name, owner_id=crawl.created_by_id, user=user,
-            state=crawl.state, pages=crawl.pages.count(),
-        )  # fmt: skip
+            crawl_id=crawl.pk,
+            name=crawl.name,
+            owner_id=crawl.created_by_id,
+            user=user,
+            state=crawl.state,
+            pages=crawl.pages.count(),
+        )
         crawl.delete()
         transaction.on_commit(
             lambda: control.retire(RETIRED_STATE_SECONDS) if ran else control.forget()

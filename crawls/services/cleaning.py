@@ -200,9 +200,15 @@ def credentials_note(found: credentials.Credentials, *, verb: str = "") -> str:
     bound to, no value ("credentials: headers X-Api-Key; basic auth as bob; bound to ...";
     with a verb, "credentials re-entered: ...")."""
     shown = credentials.masked(found)
-    kinds = [f"{label} {', '.join(shown[key])}" for key, label in (
-        ("headers", "headers"), ("cookies", "cookies"), ("login_fields", "login fields"),
-    ) if shown.get(key)]  # fmt: skip
+    kinds = [
+        f"{label} {', '.join(shown[key])}"
+        for key, label in (
+            ("headers", "headers"),
+            ("cookies", "cookies"),
+            ("login_fields", "login fields"),
+        )
+        if shown.get(key)
+    ]
     if found.basic_user:
         kinds.append(f"basic auth as {found.basic_user}")
     if found.login_url:
@@ -221,9 +227,13 @@ def binding_note(found: credentials.Credentials, seeds: list[str]) -> str:
 
 
 def crawl_problems(
-    *, name: str, seeds: list[str] | str, channel: Channel | None = None,
-    auth: dict[str, Any] | None = None, **options: Any,
-) -> dict[str, list[str]]:  # fmt: skip
+    *,
+    name: str,
+    seeds: list[str] | str,
+    channel: Channel | None = None,
+    auth: dict[str, Any] | None = None,
+    **options: Any,
+) -> dict[str, list[str]]:
     """What crawl_create would refuse in these values, by field; {} when it would create the
     crawl. For a form some of whose inputs could not even be read: it checks the rest in the
     same round, so that every message comes at once."""

@@ -31,9 +31,14 @@ from crawls.services.cleaning import (
 # every slice with its next claim: crawls/engine/scope_changes.py).
 SCOPE_FIELDS = ("include_patterns", "exclude_patterns")
 LIVE_FIELDS = (
-    "max_pages", "max_depth", "host_delay", "host_concurrency", "threads", "slices",
+    "max_pages",
+    "max_depth",
+    "host_delay",
+    "host_concurrency",
+    "threads",
+    "slices",
     *SCOPE_FIELDS,
-)  # fmt: skip
+)
 LIVE_STATES = (CrawlState.RUNNING, CrawlState.PAUSING, CrawlState.PAUSED)
 SETTINGS = ("name", "channel", "seeds", *CRAWL_OPTIONS)
 
@@ -55,10 +60,16 @@ def _shown(value: Any) -> str:
 
 
 def crawl_update(
-    *, crawl: Crawl, user, name: str, seeds: list[str] | str, channel: Channel | None = None,
-    auth: dict[str, Any] | None = None, remove_credentials: list[str] | tuple[str, ...] = (),
+    *,
+    crawl: Crawl,
+    user,
+    name: str,
+    seeds: list[str] | str,
+    channel: Channel | None = None,
+    auth: dict[str, Any] | None = None,
+    remove_credentials: list[str] | tuple[str, ...] = (),
     **options: Any,
-) -> list[str]:  # fmt: skip
+) -> list[str]:
     """Change every setting of a draft; credentials are replaced only when some are given
     (secrets are write-only: left empty, the crawl keeps its own), and the saved ones of each
     kind in `remove_credentials` (credentials.KINDS: headers, cookies, basic_auth, login) are
@@ -200,9 +211,13 @@ def crawl_enter_credentials(*, crawl: Crawl, user, auth: dict[str, Any]) -> list
         )
     found = clean_credentials(seeds=crawl.seeds, auth=auth)
     if found is None:
-        raise ValidationError({NON_FIELD_ERRORS: [
-            "Give the credentials to send, all of them: they replace the saved ones whole."
-        ]})  # fmt: skip
+        raise ValidationError(
+            {
+                NON_FIELD_ERRORS: [
+                    "Give the credentials to send, all of them: they replace the saved ones whole."
+                ]
+            }
+        )
     with transaction.atomic():
         note = _save_credentials(crawl, found)
         CrawlEvent.objects.create(
@@ -250,8 +265,9 @@ def crawl_change_live(*, crawl: Crawl, user, **changes: Any) -> LiveChange:
     checked = _checked(crawl, changes)
     changed = {
         f: (getattr(crawl, f), getattr(checked, f))
-        for f in LIVE_FIELDS if getattr(crawl, f) != getattr(checked, f)
-    }  # fmt: skip
+        for f in LIVE_FIELDS
+        if getattr(crawl, f) != getattr(checked, f)
+    }
     if not changed:
         return LiveChange()
     more_slices = checked.slices - crawl.slices

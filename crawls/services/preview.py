@@ -22,8 +22,9 @@ PREVIEW_TIMEOUT = 10.0
 PREVIEW_RULES_SECONDS = 5.0
 
 
-def rules_preview(*, url: str, rules: object, channel: Channel | None = None,
-                  **options: Any) -> dict:  # fmt: skip
+def rules_preview(
+    *, url: str, rules: object, channel: Channel | None = None, **options: Any
+) -> dict:
     """What each extraction rule yields on one page, fetched as the crawl would fetch it (its
     user agent, timeout and size limit, the private-network guard) and read as a crawl reads
     it (evaluator.py), every rule in the rule process, in at most PREVIEW_RULES_SECONDS: a rule
@@ -55,18 +56,25 @@ def rules_preview(*, url: str, rules: object, channel: Channel | None = None,
     with Evaluator(parsed, deadline=PREVIEW_RULES_SECONDS, linear_here=False) as evaluator:
         found = extract_fields(fetch, extractor=evaluator, structured=False)
     fields, errors = (found.fields, found.errors) if found else ({}, {})
-    not_kept = "" if found else (
-        "The crawl keeps fields of complete 2xx responses only: "
-        + ("this page was cut at the size limit." if fetch.truncated else
-           f"this page answered {'HTTP ' + str(fetch.status) if fetch.status else 'nothing'}.")
-    )  # fmt: skip
+    answer = f"HTTP {fetch.status}" if fetch.status else "nothing"
+    why = "was cut at the size limit" if fetch.truncated else f"answered {answer}"
+    not_kept = (
+        "" if found else f"The crawl keeps fields of complete 2xx responses only: this page {why}."
+    )
     return {
-        "url": url, "final_url": fetch.final_url, "status": fetch.status, "error": fetch.error,
-        "content_type": fetch.content_type, "bytes": fetch.nbytes, "truncated": fetch.truncated,
-        "fields": fields, "field_errors": errors, "not_kept": not_kept,
+        "url": url,
+        "final_url": fetch.final_url,
+        "status": fetch.status,
+        "error": fetch.error,
+        "content_type": fetch.content_type,
+        "bytes": fetch.nbytes,
+        "truncated": fetch.truncated,
+        "fields": fields,
+        "field_errors": errors,
+        "not_kept": not_kept,
         # Rules whose URL pattern leaves this page out.
         "skipped": [r.name for r in parsed if r.name not in {**fields, **errors}] if found else [],
-    }  # fmt: skip
+    }
 
 
 # The options a preview fetches with (the rest do not change a single fetch).

@@ -27,9 +27,13 @@ def _create(request: HttpRequest, form: AlertRuleForm, **target) -> AlertRule | 
     target = target or {"crawl": data.get("crawl"), "channel": data.get("channel")}
     try:
         rule = alerts.rule_create(
-            user=request.user, kind=data["kind"], percent=data["percent"],
-            minutes=data["minutes"], emails=data["emails"], **target,
-        )  # fmt: skip
+            user=request.user,
+            kind=data["kind"],
+            percent=data["percent"],
+            minutes=data["minutes"],
+            emails=data["emails"],
+            **target,
+        )
     except ValidationError as exc:
         add_service_errors(form, exc)
         return None
@@ -39,16 +43,24 @@ def _create(request: HttpRequest, form: AlertRuleForm, **target) -> AlertRule | 
 
 def alert_rule_list(request: HttpRequest) -> HttpResponse:
     form = AlertRuleForm(
-        request.POST or None, user=request.user,
+        request.POST or None,
+        user=request.user,
         initial={"crawl": request.GET.get("crawl"), "channel": request.GET.get("channel")},
-    )  # fmt: skip
+    )
     if request.method == "POST" and _create(request, form):
         return redirect("alert_rule_list")
     rules = alerts.rules_visible_to(request.user)
-    return render(request, "crawls/alert_rule_list.html", {
-        "nav": "alerts", "rules": rules, "form": form,
-        "changeable": {rule.pk for rule in rules if alerts.can_change(request.user, rule)},
-    }, status=400 if form.errors else 200)  # fmt: skip
+    return render(
+        request,
+        "crawls/alert_rule_list.html",
+        {
+            "nav": "alerts",
+            "rules": rules,
+            "form": form,
+            "changeable": {rule.pk for rule in rules if alerts.can_change(request.user, rule)},
+        },
+        status=400 if form.errors else 200,
+    )
 
 
 @require_POST

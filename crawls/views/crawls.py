@@ -36,10 +36,14 @@ def crawl_list(request: HttpRequest) -> HttpResponse:
     stats = services.crawls_stats_safe(list(page))
     durations = listing.durations(page)
     rows = [
-        (crawl, stats[crawl.pk], services.crawl_progress(crawl, stats[crawl.pk]),
-         durations[crawl.pk])
+        (
+            crawl,
+            stats[crawl.pk],
+            services.crawl_progress(crawl, stats[crawl.pk]),
+            durations[crawl.pk],
+        )
         for crawl in page
-    ]  # fmt: skip
+    ]
     no_crawls = not rows and not query.filtered and not visible_crawls(request.user).exists()
     return render(
         request,
@@ -51,8 +55,9 @@ def crawl_list(request: HttpRequest) -> HttpResponse:
             "query": query,
             "states": CrawlState.choices,
             "channels": Channel.objects.all(),
-            "sorts": [(value, label) for value, (label, _) in
-                      listing.sorts_for(staff=staff).items()],
+            "sorts": [
+                (value, label) for value, (label, _) in listing.sorts_for(staff=staff).items()
+            ],
             "show_owner": staff,
             # The list's parameters without the page number, for the pager's links.
             "filters": urlencode(query.params()),
@@ -60,7 +65,7 @@ def crawl_list(request: HttpRequest) -> HttpResponse:
             "demo_refused": _demo_refused(request) if no_crawls else "",
             "demo_pages": DEMO_PAGES,
         },
-    )  # fmt: skip
+    )
 
 
 def _demo_refused(request: HttpRequest) -> str:
@@ -88,8 +93,11 @@ def crawl_demo(request: HttpRequest) -> HttpResponse:
     seed = request.build_absolute_uri("/sample/")
     refused = _demo_refused(request)
     if refused:
-        messages.error(request, f"The demo crawls this server's own sample site, {seed}, and "
-                       f"the private-network guard refuses it: {refused}.")  # fmt: skip
+        messages.error(
+            request,
+            f"The demo crawls this server's own sample site, {seed}, and "
+            f"the private-network guard refuses it: {refused}.",
+        )
         return redirect("crawl_list")
     try:
         crawl = services.crawl_create(
@@ -141,9 +149,12 @@ def crawl_detail(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 def crawl_page(
-    request: HttpRequest, crawl: Crawl, *, alert_form: AlertRuleForm | None = None,
+    request: HttpRequest,
+    crawl: Crawl,
+    *,
+    alert_form: AlertRuleForm | None = None,
     status: int = 200,
-) -> HttpResponse:  # fmt: skip
+) -> HttpResponse:
     """The crawl's page; with `alert_form`, the alert rule form as it was sent (its errors)."""
     snapshot = live.snapshot(crawl)
     shown = services.credentials_shown(crawl)
@@ -253,9 +264,15 @@ def crawl_hosts(request: HttpRequest, pk: int) -> HttpResponse:
     return render(
         request,
         "crawls/crawl_hosts.html",
-        {"nav": "crawls", "crawl": crawl, "hosts": hosts, "problem": problem,
-         "can_act": can_act, "confirm_drop": confirm_drop},
-    )  # fmt: skip
+        {
+            "nav": "crawls",
+            "crawl": crawl,
+            "hosts": hosts,
+            "problem": problem,
+            "can_act": can_act,
+            "confirm_drop": confirm_drop,
+        },
+    )
 
 
 def _ids(values: list[str]) -> list[int]:
@@ -275,9 +292,13 @@ def crawl_action(request: HttpRequest, pk: int, action: str) -> HttpResponse:
     the result); without script, a message and a redirect back."""
     crawl = get_object_or_404(visible_crawls(request.user).select_related("channel"), pk=pk)
     if action == "add-seeds":
-        ok, text = _act(request, services.crawl_add_seeds, crawl,
-                        "Seeds added: {result[0]} new, {result[1]} already seen.",
-                        urls=request.POST.get("urls", ""))  # fmt: skip
+        ok, text = _act(
+            request,
+            services.crawl_add_seeds,
+            crawl,
+            "Seeds added: {result[0]} new, {result[1]} already seen.",
+            urls=request.POST.get("urls", ""),
+        )
         if not ok:  # the crawl page shows what was typed again, to correct rather than retype
             request.session[_seeds_typed_key(crawl)] = request.POST.get("urls", "")[:100_000]
         if ok and (left_out := services.credentials_left_out(crawl)):
@@ -285,11 +306,16 @@ def crawl_action(request: HttpRequest, pk: int, action: str) -> HttpResponse:
                 f" The saved credentials are not sent to {', '.join(left_out)}: they stay "
                 "bound to the origins they were entered for, unless the crawl's owner enters "
                 "them again."
-            )  # fmt: skip
+            )
     elif action == "retry-failed":
         ids = _ids(request.POST.getlist("id")) or None
-        ok, text = _act(request, services.crawl_retry_failed, crawl,
-                        "{result} request(s) back in the queue.", ids=ids)  # fmt: skip
+        ok, text = _act(
+            request,
+            services.crawl_retry_failed,
+            crawl,
+            "{result} request(s) back in the queue.",
+            ids=ids,
+        )
     elif action == "host-drop" and request.POST.get("confirm") != "yes":
         # Asked first: one click used to throw away the host's whole queue.
         query = urlencode({"drop": request.POST.get("host", "")})

@@ -50,8 +50,11 @@ def crawl_edit(request: HttpRequest, pk: int) -> HttpResponse:
     if services.can_edit(crawl):
         return _edit_draft(request, crawl)
     if not services.can_change_live(crawl):
-        messages.error(request, f"A {crawl.get_state_display().lower()} crawl's settings "
-                       "cannot be changed; Run again makes a new draft of them.")  # fmt: skip
+        messages.error(
+            request,
+            f"A {crawl.get_state_display().lower()} crawl's settings "
+            "cannot be changed; Run again makes a new draft of them.",
+        )
         return redirect(crawl)
     form = LiveSettingsForm(request.POST or None, instance=crawl)
     if request.method == "POST" and form.is_valid():
@@ -64,13 +67,24 @@ def crawl_edit(request: HttpRequest, pk: int) -> HttpResponse:
             messages.error(request, str(exc))
             return redirect(crawl)
         else:
-            messages.success(request, "Settings changed: " + "; ".join(done.lines) + "."
-                             if done.lines else "Nothing changed.")  # fmt: skip
+            messages.success(
+                request,
+                "Settings changed: " + "; ".join(done.lines) + "."
+                if done.lines
+                else "Nothing changed.",
+            )
             return redirect(crawl)
-    return render(request, "crawls/crawl_live_settings.html", {
-        "nav": "crawls", "crawl": crawl, "form": form, "scope_fields": services.SCOPE_FIELDS,
-        "queued": services.crawl_stats_safe(crawl).get("queued", 0),
-    })  # fmt: skip
+    return render(
+        request,
+        "crawls/crawl_live_settings.html",
+        {
+            "nav": "crawls",
+            "crawl": crawl,
+            "form": form,
+            "scope_fields": services.SCOPE_FIELDS,
+            "queued": services.crawl_stats_safe(crawl).get("queued", 0),
+        },
+    )
 
 
 def crawl_credentials(request: HttpRequest, pk: int) -> HttpResponse:
@@ -79,8 +93,11 @@ def crawl_credentials(request: HttpRequest, pk: int) -> HttpResponse:
     if not crawl.is_owned_by(request.user):
         raise PermissionDenied(services.owner_only(crawl))
     if crawl.state not in services.CREDENTIAL_STATES:
-        messages.error(request, f"A {crawl.get_state_display().lower()} crawl fetches nothing "
-                       "more: its credentials cannot change.")  # fmt: skip
+        messages.error(
+            request,
+            f"A {crawl.get_state_display().lower()} crawl fetches nothing "
+            "more: its credentials cannot change.",
+        )
         return redirect(crawl)
     form = AuthFields(request.POST or None, request.FILES or None)
     if request.method == "POST" and form.is_valid():
@@ -95,19 +112,29 @@ def crawl_credentials(request: HttpRequest, pk: int) -> HttpResponse:
         else:
             messages.success(request, "Credentials saved: sent to " + ", ".join(origins) + ".")
             return redirect(crawl)
-    return render(request, "crawls/crawl_credentials.html", {
-        "nav": "crawls", "crawl": crawl, "form": form, "saved": services.credentials_shown(crawl),
-        "left_out": services.credentials_left_out(crawl),
-        "origins": services.origins_of_seeds(crawl.seeds),
-    })  # fmt: skip
+    return render(
+        request,
+        "crawls/crawl_credentials.html",
+        {
+            "nav": "crawls",
+            "crawl": crawl,
+            "form": form,
+            "saved": services.credentials_shown(crawl),
+            "left_out": services.credentials_left_out(crawl),
+            "origins": services.origins_of_seeds(crawl.seeds),
+        },
+    )
 
 
 def _edit_draft(request: HttpRequest, crawl: Crawl) -> HttpResponse:
     saved = services.credentials_shown(crawl)
     form = CrawlForm(
-        request.POST or None, request.FILES or None, instance=crawl, saved=saved,
+        request.POST or None,
+        request.FILES or None,
+        instance=crawl,
+        saved=saved,
         initial={"seeds": "\n".join(crawl.seeds), "start_now": False},
-    )  # fmt: skip
+    )
     if request.method == "POST" and form.check():
         removals = form.removals()
         auth = form.auth()
@@ -116,9 +143,15 @@ def _edit_draft(request: HttpRequest, crawl: Crawl) -> HttpResponse:
         name, seeds, channel = data.pop("name"), data.pop("seeds"), data.pop("channel")
         try:
             services.crawl_update(
-                crawl=crawl, user=request.user, name=name, seeds=seeds, channel=channel,
-                auth=auth, remove_credentials=removals, **data,
-            )  # fmt: skip
+                crawl=crawl,
+                user=request.user,
+                name=name,
+                seeds=seeds,
+                channel=channel,
+                auth=auth,
+                remove_credentials=removals,
+                **data,
+            )
         except ValidationError as exc:
             crawl.refresh_from_db()
             _add_errors(form, exc)
@@ -136,11 +169,16 @@ def _edit_draft(request: HttpRequest, crawl: Crawl) -> HttpResponse:
     return render(
         request,
         "crawls/crawl_new.html",
-        {"nav": "crawls", "form": form, "heading": f"Edit draft #{crawl.pk}",
-         "submit": "Save settings", "crawl": crawl,
-         "has_credentials": saved,
-         "owner_only": "" if crawl.is_owned_by(request.user) else services.owner_only(crawl)},
-    )  # fmt: skip
+        {
+            "nav": "crawls",
+            "form": form,
+            "heading": f"Edit draft #{crawl.pk}",
+            "submit": "Save settings",
+            "crawl": crawl,
+            "has_credentials": saved,
+            "owner_only": "" if crawl.is_owned_by(request.user) else services.owner_only(crawl),
+        },
+    )
 
 
 @require_POST
@@ -163,13 +201,18 @@ def crawl_delete_confirm(request: HttpRequest, pk: int) -> HttpResponse:
     if request.method == "POST":
         record = services.crawl_delete(crawl=crawl, user=request.user)
         messages.success(
-            request, f"Crawl #{record.crawl_id} {record.name} deleted, with its "
-            f"{record.pages:,} page(s)."
-        )  # fmt: skip
+            request,
+            f"Crawl #{record.crawl_id} {record.name} deleted, with its {record.pages:,} page(s).",
+        )
         return redirect("crawl_list")
     return render(
         request,
         "crawls/crawl_delete.html",
-        {"nav": "crawls", "crawl": crawl, "pages": crawl.pages.count(),
-         "failures": crawl.failures.count(), "schedules": crawl.schedules.count()},
-    )  # fmt: skip
+        {
+            "nav": "crawls",
+            "crawl": crawl,
+            "pages": crawl.pages.count(),
+            "failures": crawl.failures.count(),
+            "schedules": crawl.schedules.count(),
+        },
+    )

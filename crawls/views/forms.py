@@ -122,10 +122,16 @@ class SizeFormField(forms.CharField):
 
 # The unit shown after each number's box on the new-crawl page.
 UNITS = {
-    "max_depth": "links from a seed", "max_pages": "URLs", "priority": "from -100 to 100",
-    "threads": "fetches at once", "slices": "jobs at once", "host_delay": "seconds",
-    "host_concurrency": "requests at once", "timeout": "seconds", "max_retries": "retries",
-}  # fmt: skip
+    "max_depth": "links from a seed",
+    "max_pages": "URLs",
+    "priority": "from -100 to 100",
+    "threads": "fetches at once",
+    "slices": "jobs at once",
+    "host_delay": "seconds",
+    "host_concurrency": "requests at once",
+    "timeout": "seconds",
+    "max_retries": "retries",
+}
 HELP = {
     "priority": "Higher means more important, from -100 to 100 (0 is normal). Kept with the "
     "crawl for ordering crawls; workers do not use it yet.",
@@ -145,25 +151,33 @@ def crawl_formfield(model_field: models.Field, **kwargs) -> forms.Field | None:
         )
     if isinstance(model_field, LinesField):
         return LinesFormField(
-            required=not model_field.blank, label=capfirst(model_field.verbose_name),
+            required=not model_field.blank,
+            label=capfirst(model_field.verbose_name),
             help_text=f"One per line. {model_field.help_text}",
-        )  # fmt: skip
+        )
     if isinstance(model_field, models.BooleanField) and model_field.null:
         return forms.NullBooleanField(
-            widget=ChannelsBooleanSelect, required=False,
-            label=capfirst(model_field.verbose_name), help_text=model_field.help_text,
-        )  # fmt: skip
+            widget=ChannelsBooleanSelect,
+            required=False,
+            label=capfirst(model_field.verbose_name),
+            help_text=model_field.help_text,
+        )
     if model_field.name == "max_bytes":
         return SizeFormField(
-            min_size=KB, max_size=MAX_BODY_BYTES, label="Max bytes a page",
-            initial=model_field.default, help_text=HELP["max_bytes"],
+            min_size=KB,
+            max_size=MAX_BODY_BYTES,
+            label="Max bytes a page",
+            initial=model_field.default,
+            help_text=HELP["max_bytes"],
             widget=forms.TextInput(attrs={"autocomplete": "off", "spellcheck": "false"}),
-        )  # fmt: skip
+        )
     if model_field.choices and model_field.blank:
         return forms.ChoiceField(
-            choices=[("", "The channel's"), *model_field.choices], required=False,
-            label=capfirst(model_field.verbose_name), help_text=model_field.help_text,
-        )  # fmt: skip
+            choices=[("", "The channel's"), *model_field.choices],
+            required=False,
+            label=capfirst(model_field.verbose_name),
+            help_text=model_field.help_text,
+        )
     field = model_field.formfield(**kwargs)
     if field is not None:
         field.unit = UNITS.get(model_field.name, "")
@@ -188,44 +202,53 @@ class AuthFields(forms.Form):
     (credentials.INPUTS), which parses and checks them. Secrets are write-only fields."""
 
     headers = forms.CharField(
-        required=False, label="Extra headers",
+        required=False,
+        label="Extra headers",
         widget=SecretTextarea(attrs={**_CODE, "placeholder": "X-Api-Key: ..."}),
         help_text="One 'Name: value' a line. Values are secret: not shown again.",
-    )  # fmt: skip
+    )
     cookie = forms.CharField(
-        required=False, label="Cookie",
+        required=False,
+        label="Cookie",
         widget=SecretTextarea(attrs={**_CODE, "placeholder": "session=...; theme=dark"}),
         help_text="A Cookie header's value, name=value pairs separated by ';'. Secret.",
-    )  # fmt: skip
+    )
     cookies_txt = forms.FileField(
-        required=False, label="cookies.txt",
+        required=False,
+        label="cookies.txt",
         help_text="A Netscape cookies.txt (what browser extensions and curl export); only the "
         "cookies of the seeds' hosts are kept. Secret.",
-    )  # fmt: skip
+    )
     basic_user = forms.CharField(required=False, label="Basic auth user", max_length=200)
     basic_password = forms.CharField(
-        required=False, label="Basic auth password", widget=forms.PasswordInput(render_value=False),
+        required=False,
+        label="Basic auth password",
+        widget=forms.PasswordInput(render_value=False),
         help_text="Secret: not shown again.",
-    )  # fmt: skip
+    )
     login_url = forms.CharField(
-        required=False, label="Login page URL",
+        required=False,
+        label="Login page URL",
         help_text="On a seed's host. Its form is sent before the crawl, and again when a page "
         "redirects to this URL (the session expired).",
-    )  # fmt: skip
+    )
     login_fields = forms.CharField(
-        required=False, label="Login form fields",
+        required=False,
+        label="Login form fields",
         widget=SecretTextarea(attrs={**_CODE, "placeholder": "username=alice\npassword=..."}),
         help_text="One name=value a line, as the form's inputs are named; hidden inputs (a CSRF "
         "token) are taken from the page. Values are secret.",
-    )  # fmt: skip
+    )
     login_check_selector = forms.CharField(
-        required=False, label="Logged in when this CSS selector is on the page",
+        required=False,
+        label="Logged in when this CSS selector is on the page",
         help_text="E.g. a.logout; checked on the page the login ends on.",
-    )  # fmt: skip
+    )
     login_check_url = forms.CharField(
-        required=False, label="Logged in when the login ends on this URL",
+        required=False,
+        label="Logged in when the login ends on this URL",
         help_text="Empty with no selector either: any answer below 400 that is not the login page.",
-    )  # fmt: skip
+    )
 
     def clean_cookies_txt(self) -> str:
         upload = self.cleaned_data.get("cookies_txt")
@@ -245,9 +268,11 @@ class AuthFields(forms.Form):
 
     def secrets_to_retype(self) -> bool:
         """A refused form that held secrets: they are not shown again, so say to retype them."""
-        return self.is_bound and bool(self.errors) and any(
-            self.data.get(name) or self.files.get(name) for name in SECRET_INPUTS
-        )  # fmt: skip
+        return (
+            self.is_bound
+            and bool(self.errors)
+            and any(self.data.get(name) or self.files.get(name) for name in SECRET_INPUTS)
+        )
 
     def auth_fields(self) -> list[forms.BoundField]:
         return [self[name] for name in AUTH_INPUTS]
@@ -257,13 +282,32 @@ SECRET_INPUTS = ("headers", "cookie", "cookies_txt", "basic_password", "login_fi
 
 
 # The options templates/crawls/crawl_new.html places in its sections by hand.
-LAID_OUT = frozenset({
-    "allowed_domains", "include_patterns", "exclude_patterns", "max_depth", "max_pages",
-    "priority", "threads", "slices", "host_delay", "host_concurrency", "timeout", "max_bytes",
-    "max_retries",
-    "user_agent_mode", "user_agent", "obey_robots", "keep_bodies", "extract_rules",
-    "keep_structured_data", "follow_sitemaps", "render_javascript", "render_wait_selector",
-})  # fmt: skip
+LAID_OUT = frozenset(
+    {
+        "allowed_domains",
+        "include_patterns",
+        "exclude_patterns",
+        "max_depth",
+        "max_pages",
+        "priority",
+        "threads",
+        "slices",
+        "host_delay",
+        "host_concurrency",
+        "timeout",
+        "max_bytes",
+        "max_retries",
+        "user_agent_mode",
+        "user_agent",
+        "obey_robots",
+        "keep_bodies",
+        "extract_rules",
+        "keep_structured_data",
+        "follow_sitemaps",
+        "render_javascript",
+        "render_wait_selector",
+    }
+)
 
 
 # What the draft's "remove" box says of each kind of saved credentials (credentials.masked).
@@ -277,8 +321,12 @@ def _saved_text(kind: str, shown: dict) -> str:
 
 CRAWL_FIELDS = frozenset({"name", "channel", "seeds", *CRAWL_OPTIONS})
 # Where credentials.masked says that a kind of credentials is saved.
-SAVED_KEY = {"headers": "headers", "cookies": "cookies", "basic_auth": "basic_user",
-             "login": "login_url"}  # fmt: skip
+SAVED_KEY = {
+    "headers": "headers",
+    "cookies": "cookies",
+    "basic_auth": "basic_user",
+    "login": "login_url",
+}
 
 
 class CrawlForm(forms.ModelForm, AuthFields):
@@ -311,9 +359,9 @@ class CrawlForm(forms.ModelForm, AuthFields):
                 continue
             words = credentials.KINDS[kind][0]
             self.fields[f"remove_{kind}"] = forms.BooleanField(
-                required=False, label=f"Remove the saved {words} "
-                f"({_saved_text(kind, self.saved)})",
-            )  # fmt: skip
+                required=False,
+                label=f"Remove the saved {words} ({_saved_text(kind, self.saved)})",
+            )
 
     def clean(self) -> dict:
         data = super().clean()
@@ -383,10 +431,11 @@ class ScheduleForm(forms.Form):
         "if the crawl is yours (bound to the origins they were entered for).",
     )
     cron = forms.CharField(
-        max_length=100, initial="0 3 * * *",
+        max_length=100,
+        initial="0 3 * * *",
         help_text=f"minute hour day-of-month month day-of-week, in {settings.TIME_ZONE}; "
         "or @hourly, @daily, @weekly.",
-    )  # fmt: skip
+    )
     enabled = forms.BooleanField(required=False, initial=True)
 
     def __init__(self, *args, user, **kwargs) -> None:
@@ -404,16 +453,21 @@ class ScheduleForm(forms.Form):
 
 class WebhookForm(forms.Form):
     url = forms.CharField(
-        max_length=2000, label="URL",
+        max_length=2000,
+        label="URL",
         help_text="Gets a POST with JSON, signed with the webhook's secret.",
-    )  # fmt: skip
+    )
     events = forms.MultipleChoiceField(
-        choices=WebhookEvent.choices, initial=WebhookEvent.values,
+        choices=WebhookEvent.choices,
+        initial=WebhookEvent.values,
         widget=forms.CheckboxSelectMultiple,
-    )  # fmt: skip
+    )
     crawl = forms.ModelChoiceField(queryset=Crawl.objects.none(), required=False)
-    channel = forms.ModelChoiceField(queryset=Channel.objects.none(), required=False,
-                                     help_text="Staff: every crawl of a channel.")  # fmt: skip
+    channel = forms.ModelChoiceField(
+        queryset=Channel.objects.none(),
+        required=False,
+        help_text="Staff: every crawl of a channel.",
+    )
 
     def __init__(self, *args, user, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -431,22 +485,31 @@ class AlertRuleForm(forms.Form):
     kind = forms.ChoiceField(choices=AlertKind.choices, label="When")
     # Text, checked by the service with the minutes and the addresses: every error at once.
     percent = forms.CharField(
-        required=False, label="N (error rate, %)", max_length=20,
+        required=False,
+        label="N (error rate, %)",
+        max_length=20,
         help_text="Error rate: fires when N% or more of the requests done in the last M "
         "minutes got no answer.",
-    )  # fmt: skip
+    )
     minutes = forms.CharField(
-        required=False, label="M (minutes)", max_length=20,
+        required=False,
+        label="M (minutes)",
+        max_length=20,
         help_text="Error rate and no progress: the window, in minutes.",
-    )  # fmt: skip
+    )
     emails = forms.CharField(
-        required=False, label="E-mail to", widget=forms.Textarea(attrs={"rows": 2}),
+        required=False,
+        label="E-mail to",
+        widget=forms.Textarea(attrs={"rows": 2}),
         help_text="Addresses, one per line or separated by commas. Webhooks that want the "
         "“alert” event are told too.",
-    )  # fmt: skip
+    )
     crawl = forms.ModelChoiceField(queryset=Crawl.objects.none(), required=False)
-    channel = forms.ModelChoiceField(queryset=Channel.objects.none(), required=False,
-                                     help_text="Staff: every crawl of a channel.")  # fmt: skip
+    channel = forms.ModelChoiceField(
+        queryset=Channel.objects.none(),
+        required=False,
+        help_text="Staff: every crawl of a channel.",
+    )
 
     def __init__(self, *args, user, crawl: Crawl | None = None, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -461,8 +524,11 @@ class AlertRuleForm(forms.Form):
             del self.fields["channel"]
 
     def clean_emails(self) -> list[str]:
-        return [part.strip() for part in re.split(r"[,;\s]+", self.cleaned_data["emails"])
-                if part.strip()]  # fmt: skip
+        return [
+            part.strip()
+            for part in re.split(r"[,;\s]+", self.cleaned_data["emails"])
+            if part.strip()
+        ]
 
 
 def add_service_errors(form: forms.Form, exc: ValidationError) -> None:

@@ -33,21 +33,33 @@ from crawls.services import visible_crawls
 
 # Columns of the pages table: (sort key, heading, numeric).
 COLUMNS = (
-    ("url", "URL", False), ("status", "Status", True), ("title", "Title", False),
-    ("content_type", "Type", False), ("bytes", "Size", True), ("elapsed_ms", "Time", True),
-    ("depth", "Depth", True), ("fetched_at", "Fetched", False),
-)  # fmt: skip
+    ("url", "URL", False),
+    ("status", "Status", True),
+    ("title", "Title", False),
+    ("content_type", "Type", False),
+    ("bytes", "Size", True),
+    ("elapsed_ms", "Time", True),
+    ("depth", "Depth", True),
+    ("fetched_at", "Fetched", False),
+)
 TEXT_SHOWN = 1024 * 1024  # of a kept body, shown as text on the detail page
 LINKS_SHOWN = 100
 # Python's own table of types (not the machine's mime.types: the same name everywhere), and the
 # extensions it lacks or names oddly (application/xml is ".xsl" there).
 MEDIA_TYPES = mimetypes.MimeTypes()
 EXTENSIONS = {
-    "application/xml": ".xml", "text/javascript": ".js", "image/webp": ".webp",
-    "application/xhtml+xml": ".xhtml", "application/rss+xml": ".xml",
-    "application/atom+xml": ".xml", "font/woff2": ".woff2", "font/woff": ".woff",
-    "application/gzip": ".gz", "image/avif": ".avif", "application/ld+json": ".jsonld",
-}  # fmt: skip
+    "application/xml": ".xml",
+    "text/javascript": ".js",
+    "image/webp": ".webp",
+    "application/xhtml+xml": ".xhtml",
+    "application/rss+xml": ".xml",
+    "application/atom+xml": ".xml",
+    "font/woff2": ".woff2",
+    "font/woff": ".woff",
+    "application/gzip": ".gz",
+    "image/avif": ".avif",
+    "application/ld+json": ".jsonld",
+}
 MEDIA_TYPE = re.compile(r"[a-z0-9][a-z0-9!#$&^_.+-]*/[a-z0-9][a-z0-9!#$&^_.+-]*")
 
 
@@ -82,8 +94,12 @@ def _position(request: HttpRequest, found, flt: PageFilter) -> dict | None:
         return None
     first = int(raw) if cursor and len(raw) < 10 else 1
     last = first + len(found.rows) - 1
-    return {"first": max(1, first), "last": last, "next": last + 1,
-            "previous": max(1, first - flt.size)}  # fmt: skip
+    return {
+        "first": max(1, first),
+        "last": last,
+        "next": last + 1,
+        "previous": max(1, first - flt.size),
+    }
 
 
 def page_list(request: HttpRequest, pk: int) -> HttpResponse:
@@ -130,11 +146,15 @@ def _columns(flt: PageFilter, names: list[str]) -> list[dict]:
     for key, label, numeric in columns:
         current = flt.sort == key
         desc = not flt.desc if current else numeric  # numbers: the biggest first
-        out.append({
-            "key": key, "label": label, "numeric": numeric,
-            "sorted": ("desc" if flt.desc else "asc") if current else "",
-            "link": urlencode(flt.params(sort=key, desc=desc)),
-        })  # fmt: skip
+        out.append(
+            {
+                "key": key,
+                "label": label,
+                "numeric": numeric,
+                "sorted": ("desc" if flt.desc else "asc") if current else "",
+                "link": urlencode(flt.params(sort=key, desc=desc)),
+            }
+        )
     return out
 
 

@@ -28,16 +28,30 @@ def crawl_queue(request: HttpRequest, pk: int) -> HttpResponse:
     size_query = urlencode({"size": size}) if size != queued.DEFAULT_SIZE else ""
     # Where the screen starts, counted from the head as the link that led here saw it.
     at = _number(request.GET.get("at", "")) if not screen.first else 1
-    return render(request, "crawls/crawl_queue.html", {
-        "nav": "crawls", "crawl": crawl, "screen": screen, "problem": problem,
-        "hosts": screen.hosts[:HOSTS_SHOWN], "hosts_more": max(0, len(screen.hosts) - HOSTS_SHOWN),
-        "size": size, "sizes": queued.PAGE_SIZES, "size_query": size_query,
-        "first_row": at, "last_row": at + len(screen.rows) - 1,
-        "next_query": urlencode({
-            **({"size": size} if size_query else {}), "after": screen.next,
-            "at": at + len(screen.rows),
-        }),
-    })  # fmt: skip
+    return render(
+        request,
+        "crawls/crawl_queue.html",
+        {
+            "nav": "crawls",
+            "crawl": crawl,
+            "screen": screen,
+            "problem": problem,
+            "hosts": screen.hosts[:HOSTS_SHOWN],
+            "hosts_more": max(0, len(screen.hosts) - HOSTS_SHOWN),
+            "size": size,
+            "sizes": queued.PAGE_SIZES,
+            "size_query": size_query,
+            "first_row": at,
+            "last_row": at + len(screen.rows) - 1,
+            "next_query": urlencode(
+                {
+                    **({"size": size} if size_query else {}),
+                    "after": screen.next,
+                    "at": at + len(screen.rows),
+                }
+            ),
+        },
+    )
 
 
 def _number(text: str) -> int:

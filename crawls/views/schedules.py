@@ -15,30 +15,42 @@ from crawls.views.forms import ScheduleForm, add_service_errors
 
 
 def schedule_list(request: HttpRequest) -> HttpResponse:
-    return render(request, "crawls/schedule_list.html", {
-        "nav": "schedules", "time_zone": settings.TIME_ZONE,
-        "schedules": schedules.schedules_listed(request.user),
-    })  # fmt: skip
+    return render(
+        request,
+        "crawls/schedule_list.html",
+        {
+            "nav": "schedules",
+            "time_zone": settings.TIME_ZONE,
+            "schedules": schedules.schedules_listed(request.user),
+        },
+    )
 
 
 def schedule_new(request: HttpRequest) -> HttpResponse:
     form = ScheduleForm(
-        request.POST or None, user=request.user,
+        request.POST or None,
+        user=request.user,
         initial={"template": request.GET.get("template")},
-    )  # fmt: skip
+    )
     if request.method == "POST" and form.is_valid():
         try:
             schedule = schedules.schedule_create(
-                user=request.user, template=form.cleaned_data["template"],
-                cron=form.cleaned_data["cron"], enabled=form.cleaned_data["enabled"],
-            )  # fmt: skip
+                user=request.user,
+                template=form.cleaned_data["template"],
+                cron=form.cleaned_data["cron"],
+                enabled=form.cleaned_data["enabled"],
+            )
         except ValidationError as exc:
             add_service_errors(form, exc)
         else:
             messages.success(request, "Schedule created.")
             return redirect(schedule)
-    return render(request, "crawls/schedule_new.html", {"nav": "schedules", "form": form},
-                  status=400 if form.errors else 200)  # fmt: skip
+    return render(
+        request,
+        "crawls/schedule_new.html",
+        {"nav": "schedules", "form": form},
+        status=400 if form.errors else 200,
+    )
 
 
 def schedule_detail(request: HttpRequest, pk: int) -> HttpResponse:
@@ -48,9 +60,10 @@ def schedule_detail(request: HttpRequest, pk: int) -> HttpResponse:
         try:
             if action == "update":
                 schedules.schedule_update(
-                    schedule=schedule, cron=request.POST.get("cron", schedule.cron),
+                    schedule=schedule,
+                    cron=request.POST.get("cron", schedule.cron),
                     enabled=bool(request.POST.get("enabled")),
-                )  # fmt: skip
+                )
                 messages.success(request, "Schedule saved.")
             elif action == "run":
                 crawl = schedules.schedule_run(schedule=schedule, user=request.user)
@@ -64,8 +77,14 @@ def schedule_detail(request: HttpRequest, pk: int) -> HttpResponse:
         except (CrawlActionError, *REDIS_ERRORS) as exc:
             messages.error(request, str(exc))
         return redirect(schedule)
-    return render(request, "crawls/schedule_detail.html", {
-        "nav": "schedules", "schedule": schedule, "upcoming": schedules.upcoming(schedule),
-        "runs": schedule.runs.select_related("channel")[:100],
-        "runs_credentials": schedules.runs_credentials(schedule),
-    })  # fmt: skip
+    return render(
+        request,
+        "crawls/schedule_detail.html",
+        {
+            "nav": "schedules",
+            "schedule": schedule,
+            "upcoming": schedules.upcoming(schedule),
+            "runs": schedule.runs.select_related("channel")[:100],
+            "runs_credentials": schedules.runs_credentials(schedule),
+        },
+    )

@@ -47,8 +47,13 @@ def _value(crawl: Crawl, name: str, field: models.Field) -> str:
         return _user_agent(crawl)
     if name == "extract_rules":
         rules = crawl.effective_extract_rules()
-        text = "\n".join(f"{r.get('name', '?')}: {r.get('kind', '')} {r.get('expr', '')}".strip()
-                         for r in rules) or "none"  # fmt: skip
+        text = (
+            "\n".join(
+                f"{r.get('name', '?')}: {r.get('kind', '')} {r.get('expr', '')}".strip()
+                for r in rules
+            )
+            or "none"
+        )
         return text if value or not rules else "the channel's:\n" + text
     if name == "max_bytes":
         return filesizeformat(value)
@@ -98,9 +103,12 @@ def _credential_rows(shown: dict) -> list[tuple[str, str, str]]:
         ("Login form", login_text, "Field values are secret: never shown."),
     ]
     if origins := shown.get("origins"):
-        rows.append((
-            "Credentials sent to", "\n".join(origins),
-            "Fixed when the credentials were entered: a seed added or changed since on another "
-            "origin (scheme, host or port) is crawled without them.",
-        ))  # fmt: skip
+        rows.append(
+            (
+                "Credentials sent to",
+                "\n".join(origins),
+                "Fixed when the credentials were entered: a seed added or changed since on another "
+                "origin (scheme, host or port) is crawled without them.",
+            )
+        )
     return rows

@@ -14,16 +14,20 @@ from crawls.views.forms import WebhookForm, add_service_errors
 
 def webhook_list(request: HttpRequest) -> HttpResponse:
     form = WebhookForm(
-        request.POST or None, user=request.user,
+        request.POST or None,
+        user=request.user,
         initial={"crawl": request.GET.get("crawl"), "channel": request.GET.get("channel")},
-    )  # fmt: skip
+    )
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         try:
             webhook, secret = webhooks.webhook_create(
-                user=request.user, url=data["url"], events=data["events"],
-                crawl=data.get("crawl"), channel=data.get("channel"),
-            )  # fmt: skip
+                user=request.user,
+                url=data["url"],
+                events=data["events"],
+                crawl=data.get("crawl"),
+                channel=data.get("channel"),
+            )
         except ValidationError as exc:
             add_service_errors(form, exc)
         else:
@@ -32,9 +36,16 @@ def webhook_list(request: HttpRequest) -> HttpResponse:
             request.session[NEW_SECRET_KEY] = {"id": webhook.pk, "secret": secret}
             return redirect(webhook)
     hooks = webhooks.webhooks_visible_to(request.user)
-    return render(request, "crawls/webhook_list.html", {
-        "nav": "webhooks", "webhooks": hooks, "form": form,
-    }, status=400 if form.errors else 200)  # fmt: skip
+    return render(
+        request,
+        "crawls/webhook_list.html",
+        {
+            "nav": "webhooks",
+            "webhooks": hooks,
+            "form": form,
+        },
+        status=400 if form.errors else 200,
+    )
 
 
 NEW_SECRET_KEY = "crawlhub.new_webhook_secret"
@@ -47,12 +58,18 @@ def _webhook_page(request: HttpRequest, webhook: Webhook) -> HttpResponse:
     secret = ""
     if new and new["id"] == webhook.pk:
         secret = request.session.pop(NEW_SECRET_KEY)["secret"]
-    return render(request, "crawls/webhook_detail.html", {
-        "snippet_shown": SNIPPET_SHOWN,
-        "nav": "webhooks", "webhook": webhook, "secret": secret,
-        "can_change": webhooks.can_change(request.user, webhook),
-        "deliveries": webhooks.deliveries_visible_to(request.user, webhook)[:100],
-    })  # fmt: skip
+    return render(
+        request,
+        "crawls/webhook_detail.html",
+        {
+            "snippet_shown": SNIPPET_SHOWN,
+            "nav": "webhooks",
+            "webhook": webhook,
+            "secret": secret,
+            "can_change": webhooks.can_change(request.user, webhook),
+            "deliveries": webhooks.deliveries_visible_to(request.user, webhook)[:100],
+        },
+    )
 
 
 def webhook_detail(request: HttpRequest, pk: int) -> HttpResponse:
@@ -66,8 +83,10 @@ def webhook_detail(request: HttpRequest, pk: int) -> HttpResponse:
         elif action == "test":
             delivery = webhooks.webhook_send_test(webhook=webhook)
             if delivery.status == WebhookDelivery.Status.DELIVERED:
-                messages.success(request, f"Test delivery #{delivery.pk} delivered: HTTP "
-                                 f"{delivery.response_status}.")  # fmt: skip
+                messages.success(
+                    request,
+                    f"Test delivery #{delivery.pk} delivered: HTTP {delivery.response_status}.",
+                )
             else:
                 messages.error(request, f"Test delivery #{delivery.pk} failed: {delivery.error}.")
         elif action == "delete":

@@ -22,12 +22,24 @@ pytestmark = pytest.mark.django_db
 def crawl(user):
     crawl = make_crawl(user, "logged")
     crawl_log.write([crawl_log.line(crawl.pk, Kind.SLICE, f"slice s{n} started") for n in range(5)])
-    crawl_log.write([
-        crawl_log.line(crawl.pk, Kind.SLOWED, "slowed to one request every 2 s: it answered "
-                       "HTTP 429", host="a.test", level=Level.WARNING),
-        crawl_log.line(crawl.pk, Kind.GAVE_UP, "3 requests given up after 2 attempts, to the "
-                       "failure queue: <b>timeout</b>", host="b.test", level=Level.ERROR),
-    ])  # fmt: skip
+    crawl_log.write(
+        [
+            crawl_log.line(
+                crawl.pk,
+                Kind.SLOWED,
+                "slowed to one request every 2 s: it answered HTTP 429",
+                host="a.test",
+                level=Level.WARNING,
+            ),
+            crawl_log.line(
+                crawl.pk,
+                Kind.GAVE_UP,
+                "3 requests given up after 2 attempts, to the failure queue: <b>timeout</b>",
+                host="b.test",
+                level=Level.ERROR,
+            ),
+        ]
+    )
     services.crawl_start(crawl=crawl, user=user)
     return crawl
 
@@ -36,15 +48,23 @@ def test_the_api_gives_the_log_newest_first_with_both_kinds_of_line(client, user
     answer = client.get(f"/api/crawls/{crawl.pk}/log/", **bearer(user)).json()
     lines = answer["results"]
     assert [line["kind"] for line in lines] == [
-        "started", "gave_up", "slowed", *["slice"] * 5, "created"
-    ]  # fmt: skip
+        "started",
+        "gave_up",
+        "slowed",
+        *["slice"] * 5,
+        "created",
+    ]
     assert lines[0]["user"] == user.username and lines[1]["user"] is None
     assert lines[1] == {
-        "id": lines[1]["id"], "at": lines[1]["at"], "kind": "gave_up",
-        "kind_label": "Retries given up", "level": "error", "host": "b.test",
+        "id": lines[1]["id"],
+        "at": lines[1]["at"],
+        "kind": "gave_up",
+        "kind_label": "Retries given up",
+        "level": "error",
+        "host": "b.test",
         "text": "3 requests given up after 2 attempts, to the failure queue: <b>timeout</b>",
         "user": None,
-    }  # fmt: skip
+    }
     assert answer["next"] is None
     assert answer["removed"] == 0 and answer["kept_per_level"] == 5000
 
@@ -74,7 +94,7 @@ def test_the_api_filters_and_pages_the_log(client, user, crawl):
 def test_a_bad_filter_is_a_400_naming_each_parameter(client, user, crawl):
     answer = client.get(
         f"/api/crawls/{crawl.pk}/log/?level=loud&kind=nope&before=x", **bearer(user)
-    )  # fmt: skip
+    )
     assert answer.status_code == 400
     assert set(answer.json()) >= {"level", "kind"}
     assert client.get(f"/api/crawls/{crawl.pk}/log/?before=x", **bearer(user)).status_code == 400

@@ -90,7 +90,7 @@ def world(user, staff, make_site) -> dict:
             "/api/proxies/": [Proxy.objects.get().pk],
             "/api/tokens/": [spare.pk],
             "/api/channels/": [Channel.default().slug],
-        },  # fmt: skip
+        },
         "site": urlsplit(site.url).netloc,
     }
 
@@ -99,10 +99,34 @@ def world(user, staff, make_site) -> dict:
 # and fails int(), a lone surrogate cannot be written as UTF-8 (in a JSON body only: a query
 # string is bytes), a field sort of no rule's name, a cursor that decodes to the wrong shape.
 HOSTILE = [
-    "\u00b2", "\u0663", "\U0001d7d9", "\x00", "a\x00b", "\u202e", "\ufeff", "\r\n", " ", "",
-    "-1", "9" * 30, "1e309", "nan", "field:-1", "field:a__b", "field:\u00e9", "%00", "%", "\\",
-    "'", "<script>", "null", "[]", "a" * 10_000, "eyJ4IjoxfQ", "WyJpZCIsZmFsc2UsbnVsbCwtMV0",
-]  # fmt: skip
+    "\u00b2",
+    "\u0663",
+    "\U0001d7d9",
+    "\x00",
+    "a\x00b",
+    "\u202e",
+    "\ufeff",
+    "\r\n",
+    " ",
+    "",
+    "-1",
+    "9" * 30,
+    "1e309",
+    "nan",
+    "field:-1",
+    "field:a__b",
+    "field:\u00e9",
+    "%00",
+    "%",
+    "\\",
+    "'",
+    "<script>",
+    "null",
+    "[]",
+    "a" * 10_000,
+    "eyJ4IjoxfQ",
+    "WyJpZCIsZmFsc2UsbnVsbCwtMV0",
+]
 BODY_ONLY = ["\ud800", "x\udfffy"]
 hostile = st.one_of(
     st.none(),
@@ -175,11 +199,19 @@ def test_no_api_operation_answers_a_server_error(label, world):
     sent = []
 
     @settings(
-        max_examples=EXAMPLES, derandomize=True, database=None, deadline=None,
-        phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck),
-    )  # fmt: skip
-    @given(case=cases, who=st.sampled_from(["staff", "user"]),
-           real=st.one_of(st.none(), st.integers(0, 1)), spoiled=hostile)  # fmt: skip
+        max_examples=EXAMPLES,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        phases=[Phase.explicit, Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(
+        case=cases,
+        who=st.sampled_from(["staff", "user"]),
+        real=st.one_of(st.none(), st.integers(0, 1)),
+        spoiled=hostile,
+    )
     def send(case, who: str, real: int | None, spoiled: tuple[int, str] | None) -> None:
         if spoiled is not None:
             spoil(case, *spoiled)

@@ -57,8 +57,9 @@ def test_the_api_lists_every_host_with_what_it_is_doing(client, user):
 def test_an_owner_holds_releases_and_drops_a_host_through_the_api(client, user):
     crawl = running(user, "a.test", "b.test")
     auth = bearer(user)
-    held = post(client, f"/api/crawls/{crawl.pk}/hosts/hold/",
-                {"host": "A.test", "minutes": 5}, **auth)  # fmt: skip
+    held = post(
+        client, f"/api/crawls/{crawl.pk}/hosts/hold/", {"host": "A.test", "minutes": 5}, **auth
+    )
     assert held.status_code == 200, held.json()
     until = datetime.fromisoformat(held.json()["held_until"].replace("Z", "+00:00"))
     assert held.json()["host"] == "a.test"

@@ -80,8 +80,9 @@ def test_a_schedule_is_created_listed_changed_and_deleted(client, user):
     assert off.status_code == 200
     assert off.json()["enabled"] is False and off.json()["next_run_at"] is None
     assert off.json()["cron"] == "0 3 * * *"
-    both = put(client, f"/api/schedules/{schedule.pk}/", {"cron": "@hourly", "enabled": True},
-               **auth)  # fmt: skip
+    both = put(
+        client, f"/api/schedules/{schedule.pk}/", {"cron": "@hourly", "enabled": True}, **auth
+    )
     assert both.status_code == 200 and both.json()["next_run_at"]
     schedule.refresh_from_db()
     assert (schedule.cron, schedule.enabled) == ("@hourly", True)
@@ -114,9 +115,12 @@ def test_a_template_must_be_a_crawl_of_yours_that_is_not_a_run(client, user, oth
     theirs = make_crawl(other_user)
     refused = post(client, "/api/schedules/", {"template": theirs.pk, "cron": "@daily"}, **auth)
     assert refused.status_code == 400
-    assert refused.json() == {"template": [
-        f"No crawl {theirs.pk} of yours to schedule (the runs of a schedule cannot be templates)."
-    ]}  # fmt: skip
+    assert refused.json() == {
+        "template": [
+            f"No crawl {theirs.pk} of yours to schedule "
+            "(the runs of a schedule cannot be templates)."
+        ]
+    }
     schedule = schedules.schedule_create(user=user, template=make_crawl(user), cron="@daily")
     run = schedules.schedule_run(schedule=schedule)
     again = post(client, "/api/schedules/", {"template": run.pk, "cron": "@daily"}, **auth)
@@ -129,8 +133,9 @@ def test_a_template_must_be_a_crawl_of_yours_that_is_not_a_run(client, user, oth
 def test_another_users_schedule_is_404_and_staff_see_every_schedule(
     client, user, other_user, staff
 ):
-    theirs = schedules.schedule_create(user=other_user, template=make_crawl(other_user),
-                                       cron="0 3 * * *")  # fmt: skip
+    theirs = schedules.schedule_create(
+        user=other_user, template=make_crawl(other_user), cron="0 3 * * *"
+    )
     auth = bearer(user)
     path = f"/api/schedules/{theirs.pk}/"
     assert client.get("/api/schedules/", **auth).json()["results"] == []
@@ -153,14 +158,21 @@ def test_another_users_schedule_is_404_and_staff_see_every_schedule(
 def test_a_webhooks_secret_is_shown_at_creation_only(client, user):
     crawl = make_crawl(user)
     auth = bearer(user)
-    made = post(client, "/api/webhooks/", {"crawl": crawl.pk, "url": "http://127.0.0.1:9/h",
-                                           "events": ["finished", "failed"]}, **auth)  # fmt: skip
+    made = post(
+        client,
+        "/api/webhooks/",
+        {"crawl": crawl.pk, "url": "http://127.0.0.1:9/h", "events": ["finished", "failed"]},
+        **auth,
+    )
     assert made.status_code == 201, made.content
     body = made.json()
     webhook = Webhook.objects.get(pk=body["id"])
     assert body["secret"] == webhook.secret and body["secret"].startswith("whsec_")
-    assert (body["crawl"], body["channel"], body["events"]) == (crawl.pk, None,
-                                                                ["finished", "failed"])  # fmt: skip
+    assert (body["crawl"], body["channel"], body["events"]) == (
+        crawl.pk,
+        None,
+        ["finished", "failed"],
+    )
     assert webhook.created_by == user and webhook.active
     for response in [
         client.get("/api/webhooks/", **auth),
@@ -183,12 +195,19 @@ def test_a_webhook_is_listed_changed_and_deleted(client, user):
     assert changed.status_code == 200
     assert changed.json()["active"] is False
     assert changed.json()["events"] == ["failed", "cancelled"]
-    replaced = put(client, path, {"url": " https://hooks.example/x ", "events": ["finished"],
-                                  "active": True}, **auth)  # fmt: skip
+    replaced = put(
+        client,
+        path,
+        {"url": " https://hooks.example/x ", "events": ["finished"], "active": True},
+        **auth,
+    )
     assert replaced.status_code == 200
     webhook.refresh_from_db()
     assert (webhook.url, webhook.events, webhook.active) == (
-        "https://hooks.example/x", ["finished"], True)  # fmt: skip
+        "https://hooks.example/x",
+        ["finished"],
+        True,
+    )
     bad = patch(client, path, {"url": "ftp://x/", "events": ["nope"]}, **auth)
     assert bad.status_code == 400 and set(bad.json()) == {"url", "events"}
     webhook.refresh_from_db()
@@ -200,8 +219,14 @@ def test_a_webhook_is_listed_changed_and_deleted(client, user):
 def test_a_webhook_detail_shows_its_latest_deliveries(client, user):
     webhook = hook_on(user)
     for n in range(25):
-        WebhookDelivery.objects.create(webhook=webhook, crawl=webhook.crawl, event="finished",
-                                       payload={}, attempts=n, error=f"HTTP {500 + n}")  # fmt: skip
+        WebhookDelivery.objects.create(
+            webhook=webhook,
+            crawl=webhook.crawl,
+            event="finished",
+            payload={},
+            attempts=n,
+            error=f"HTTP {500 + n}",
+        )
     detail = client.get(f"/api/webhooks/{webhook.pk}/", **bearer(user)).json()
     deliveries = detail["deliveries"]
     assert len(deliveries) == 20
@@ -213,15 +238,20 @@ def test_a_webhook_names_exactly_one_of_channel_and_crawl(client, user, staff):
     crawl = make_crawl(user)
     channel = Channel.default()
     hook = {"url": "http://127.0.0.1:9/h", "events": ["finished"]}
-    both = post(client, "/api/webhooks/", {**hook, "crawl": crawl.pk, "channel": channel.slug},
-                **bearer(staff))  # fmt: skip
+    both = post(
+        client,
+        "/api/webhooks/",
+        {**hook, "crawl": crawl.pk, "channel": channel.slug},
+        **bearer(staff),
+    )
     assert both.status_code == 400
     assert both.json() == {"channel": ["Choose a channel or a crawl, not both."]}
     neither = post(client, "/api/webhooks/", hook, **bearer(staff))
     assert neither.status_code == 400
     assert neither.json() == {"channel": ["Choose a channel or a crawl."]}
-    bad = post(client, "/api/webhooks/", {"crawl": crawl.pk, "url": "nope", "events": []},
-               **bearer(user))  # fmt: skip
+    bad = post(
+        client, "/api/webhooks/", {"crawl": crawl.pk, "url": "nope", "events": []}, **bearer(user)
+    )
     assert bad.status_code == 400 and set(bad.json()) == {"url", "events"}
     assert not Webhook.objects.exists()
     on_channel = post(client, "/api/webhooks/", {**hook, "channel": channel.slug}, **bearer(staff))
@@ -278,10 +308,15 @@ def test_the_admin_never_shows_a_secret_and_deliveries_are_read_only(admin_clien
         assert webhook.secret not in page.content.decode(), path
     delivery_page = admin_client.get(f"/admin/crawls/webhookdelivery/{delivery.pk}/change/")
     assert delivery_page.status_code == 200 and b'name="_save"' not in delivery_page.content
-    off = admin_client.post(f"/admin/crawls/webhook/{webhook.pk}/change/", {
-        "deliveries-TOTAL_FORMS": "1", "deliveries-INITIAL_FORMS": "1",
-        "deliveries-0-id": delivery.pk, "deliveries-0-webhook": webhook.pk,
-    })  # fmt: skip
+    off = admin_client.post(
+        f"/admin/crawls/webhook/{webhook.pk}/change/",
+        {
+            "deliveries-TOTAL_FORMS": "1",
+            "deliveries-INITIAL_FORMS": "1",
+            "deliveries-0-id": delivery.pk,
+            "deliveries-0-webhook": webhook.pk,
+        },
+    )
     assert off.status_code == 302, off.content.decode()[:2000]
     webhook.refresh_from_db()
     assert webhook.active is False and webhook.url == "http://127.0.0.1:9/hook"

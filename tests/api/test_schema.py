@@ -124,9 +124,11 @@ def test_the_schema_says_how_to_authenticate(schema):
 def test_no_operation_is_described_by_a_mixin_s_docstring(schema):
     """An operation without its own description takes its view's: never a helper class's."""
     described = [
-        (method, path) for path, ops in schema["paths"].items() for method, op in ops.items()
+        (method, path)
+        for path, ops in schema["paths"].items()
+        for method, op in ops.items()
         if isinstance(op, dict) and "errors are still JSON" in op.get("description", "")
-    ]  # fmt: skip
+    ]
     assert described == []
 
 

@@ -29,9 +29,14 @@ from tests.support.web_server import START_SECONDS
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
-    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-]  # fmt: skip
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 ARTIFACTS = ROOT / "test-artifacts"
 FAST = {
     "CRAWLHUB_LEASE_SECONDS": "5",
@@ -108,11 +113,22 @@ class Dashboard(processes.Started):
         port = free_port()
         with open(self.log_path, "a") as log:
             self.daphne = processes.spawn(
-                [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-                 "crawlhub.asgi:application"],
-                cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                [
+                    sys.executable,
+                    "-m",
+                    "daphne",
+                    "-b",
+                    "127.0.0.1",
+                    "-p",
+                    str(port),
+                    "crawlhub.asgi:application",
+                ],
+                cwd=ROOT,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
                 outlives_the_test=True,
-            )  # fmt: skip
+            )
         self.base = f"http://127.0.0.1:{port}"
 
     def _start_fleet(self) -> None:
@@ -132,9 +148,12 @@ class Dashboard(processes.Started):
                 self.fleet.stop()
             self._start_fleet()
         processes.wait_for_http(
-            self.base + "/healthz", what="daphne", proc=self.daphne, log=self.log_path,
+            self.base + "/healthz",
+            what="daphne",
+            proc=self.daphne,
+            log=self.log_path,
             timeout=START_SECONDS,
-        )  # fmt: skip
+        )
         self.fleet.wait_until_registered(2, timeout=START_SECONDS)
         return self.base
 

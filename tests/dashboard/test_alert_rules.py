@@ -25,10 +25,15 @@ def test_the_crawl_page_form_reports_every_bad_field_at_once_and_keeps_what_was_
     user, user_client
 ):
     crawl = make_crawl(user)
-    response = user_client.post(f"/crawls/{crawl.pk}/alerts/", {
-        "kind": "error_rate", "percent": "0", "minutes": "0",
-        "emails": "ops@example.com, bad@, nope",
-    })  # fmt: skip
+    response = user_client.post(
+        f"/crawls/{crawl.pk}/alerts/",
+        {
+            "kind": "error_rate",
+            "percent": "0",
+            "minutes": "0",
+            "emails": "ops@example.com, bad@, nope",
+        },
+    )
     assert response.status_code == 400
     page = errors_of(response)
     assert "N (the error rate, in percent) must be from 1 to 100; 0 is not." in page
@@ -40,16 +45,29 @@ def test_the_crawl_page_form_reports_every_bad_field_at_once_and_keeps_what_was_
 
 def test_figures_that_are_not_numbers_or_missing_are_named(user, user_client):
     crawl = make_crawl(user)
-    page = errors_of(user_client.post(f"/crawls/{crawl.pk}/alerts/", {
-        "kind": "error_rate", "percent": "half", "minutes": "",
-    }))  # fmt: skip
+    page = errors_of(
+        user_client.post(
+            f"/crawls/{crawl.pk}/alerts/",
+            {
+                "kind": "error_rate",
+                "percent": "half",
+                "minutes": "",
+            },
+        )
+    )
     assert (
         "Enter N (the error rate, in percent) as a whole number from 1 to 100, not “half”." in page
     )
     assert "Enter M (minutes): a whole number from 1 to 1440." in page
-    page = errors_of(user_client.post(f"/crawls/{crawl.pk}/alerts/", {
-        "kind": "no_progress", "minutes": "-3",
-    }))  # fmt: skip
+    page = errors_of(
+        user_client.post(
+            f"/crawls/{crawl.pk}/alerts/",
+            {
+                "kind": "no_progress",
+                "minutes": "-3",
+            },
+        )
+    )
     assert "M (minutes) must be from 1 to 1440; -3 is not." in page
     page = errors_of(user_client.post(f"/crawls/{crawl.pk}/alerts/", {"kind": "sometimes"}))
     assert "Select a valid choice. sometimes is not one of the available choices." in page
@@ -57,11 +75,16 @@ def test_figures_that_are_not_numbers_or_missing_are_named(user, user_client):
 
 def test_a_valid_rule_is_added_from_the_crawl_page(user, user_client):
     crawl = make_crawl(user)
-    response = user_client.post(f"/crawls/{crawl.pk}/alerts/", {
-        "kind": "error_rate", "percent": "25", "minutes": "10",
-        "emails": "ops@example.com\noncall@example.org",
-        # Figures a kind has not are not kept.
-    })  # fmt: skip
+    response = user_client.post(
+        f"/crawls/{crawl.pk}/alerts/",
+        {
+            "kind": "error_rate",
+            "percent": "25",
+            "minutes": "10",
+            "emails": "ops@example.com\noncall@example.org",
+            # Figures a kind has not are not kept.
+        },
+    )
     assert response.status_code == 302 and response["Location"].endswith("#h-alerts")
     rule = AlertRule.objects.get()
     assert (rule.crawl, rule.kind, rule.percent, rule.minutes) == (crawl, "error_rate", 25, 10)
@@ -102,9 +125,15 @@ def test_only_staff_add_and_change_channel_rules(user, staff, user_client, staff
     assert response.status_code == 400 and "Choose a crawl, or (staff) a channel." in errors_of(
         response
     )
-    response = staff_client.post("/alerts/", {
-        "kind": "no_progress", "minutes": "15", "channel": channel.pk, "emails": "ops@example.com",
-    })  # fmt: skip
+    response = staff_client.post(
+        "/alerts/",
+        {
+            "kind": "no_progress",
+            "minutes": "15",
+            "channel": channel.pk,
+            "emails": "ops@example.com",
+        },
+    )
     assert response.status_code == 302
     rule = AlertRule.objects.get()
     assert rule.channel == channel and rule.created_by == staff
@@ -123,12 +152,17 @@ def test_the_crawl_page_shows_its_alert_history(user, user_client, other_client)
     rule = alerts.rule_create(user=user, crawl=crawl, kind="no_progress", minutes=5)
     now = timezone.now()
     Alert.objects.create(
-        rule=rule, crawl=crawl, kind="no_progress", line="No progress on crawl #1 for 5 min",
-        fired_at=now - timedelta(minutes=9), resolved_at=now - timedelta(minutes=2),
+        rule=rule,
+        crawl=crawl,
+        kind="no_progress",
+        line="No progress on crawl #1 for 5 min",
+        fired_at=now - timedelta(minutes=9),
+        resolved_at=now - timedelta(minutes=2),
         resolved_line="Resolved: it makes progress again.",
-        mail_log=[{"at": "", "notice": "fired", "to": ["a@example.com"],
-                   "error": "SMTPException: no"}],
-    )  # fmt: skip
+        mail_log=[
+            {"at": "", "notice": "fired", "to": ["a@example.com"], "error": "SMTPException: no"}
+        ],
+    )
     Alert.objects.create(
         rule=rule, crawl=crawl, kind="no_progress", line="No progress, again", fired_at=now
     )
@@ -148,27 +182,45 @@ def api_post(client: Client, path: str, data: dict, headers: dict):
 def test_the_api_makes_rules_with_the_same_checks_and_lists_alerts(user, other_user, client):
     crawl = make_crawl(user)
     headers = bearer(user)
-    bad = api_post(client, "/api/alert-rules/", {
-        "crawl": crawl.pk, "kind": "error_rate", "percent": 101, "emails": ["x@", "ok@example.com"],
-    }, headers)  # fmt: skip
+    bad = api_post(
+        client,
+        "/api/alert-rules/",
+        {
+            "crawl": crawl.pk,
+            "kind": "error_rate",
+            "percent": 101,
+            "emails": ["x@", "ok@example.com"],
+        },
+        headers,
+    )
     assert bad.status_code == 400
     assert bad.json() == {
         "percent": ["N (the error rate, in percent) must be from 1 to 100; 101 is not."],
         "minutes": ["Enter M (minutes): a whole number from 1 to 1440."],
         "emails": ["Not an e-mail address: “x@” (address 1)."],
     }
-    made = api_post(client, "/api/alert-rules/", {
-        "crawl": crawl.pk, "kind": "error_rate", "percent": 30, "minutes": 5,
-        "emails": ["ok@example.com"],
-    }, headers)  # fmt: skip
+    made = api_post(
+        client,
+        "/api/alert-rules/",
+        {
+            "crawl": crawl.pk,
+            "kind": "error_rate",
+            "percent": 30,
+            "minutes": 5,
+            "emails": ["ok@example.com"],
+        },
+        headers,
+    )
     assert made.status_code == 201, made.content
     assert made.json()["condition"] == "Error rate over 30% in 5 min"
     rule = AlertRule.objects.get()
-    changed = client.patch(f"/api/alert-rules/{rule.pk}/", {"minutes": 0},
-                           content_type="application/json", **headers)  # fmt: skip
+    changed = client.patch(
+        f"/api/alert-rules/{rule.pk}/", {"minutes": 0}, content_type="application/json", **headers
+    )
     assert changed.status_code == 400 and "0 is not" in changed.content.decode()
-    Alert.objects.create(rule=rule, crawl=crawl, kind="error_rate", line="Error rate 50%",
-                         fired_at=timezone.now())  # fmt: skip
+    Alert.objects.create(
+        rule=rule, crawl=crawl, kind="error_rate", line="Error rate 50%", fired_at=timezone.now()
+    )
     listed = client.get(f"/api/alerts/?crawl={crawl.pk}", **headers).json()
     assert [a["line"] for a in listed["results"]] == ["Error rate 50%"]
     assert client.get("/api/alerts/?crawl=x", **headers).status_code == 400

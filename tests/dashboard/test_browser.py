@@ -107,11 +107,17 @@ def test_a_user_creates_a_crawl_and_watches_it_live_through_pause_and_resume(
     page.evaluate("window.__sameDocument = true")
     page.wait_for_selector("#live.ok")
     seen = [counter(page, "responses")]
-    wait_until(lambda: seen.append(counter(page, "responses")) or len(set(seen)) >= 4,
-               timeout=30, what="the responses counter to rise")  # fmt: skip
+    wait_until(
+        lambda: seen.append(counter(page, "responses")) or len(set(seen)) >= 4,
+        timeout=30,
+        what="the responses counter to rise",
+    )
     assert seen == sorted(seen)
-    wait_for_js(page, "document.querySelectorAll('#hosts tr td.url').length > 0 "
-                           "|| document.querySelector('#chart canvas')")  # fmt: skip
+    wait_for_js(
+        page,
+        "document.querySelectorAll('#hosts tr td.url').length > 0 "
+        "|| document.querySelector('#chart canvas')",
+    )
     shoot(page, "crawl-live-running")
 
     # Pause: the state changes on the page, then the counters stand still.
@@ -132,20 +138,27 @@ def test_a_user_creates_a_crawl_and_watches_it_live_through_pause_and_resume(
 
     def explain() -> str:
         crawl.refresh_from_db()
-        return (f"the page says {page.locator('#state').inner_text()!r}, the database "
-                f"{crawl.state!r}, the frontier {Frontier(crawl.pk).stats()}, "
-                f"{Frontier(crawl.pk).live_slices()} live slice(s), the crawl queue "
-                f"{django_rq.get_queue('crawls').count} job(s)")  # fmt: skip
+        return (
+            f"the page says {page.locator('#state').inner_text()!r}, the database "
+            f"{crawl.state!r}, the frontier {Frontier(crawl.pk).stats()}, "
+            f"{Frontier(crawl.pk).live_slices()} live slice(s), the crawl queue "
+            f"{django_rq.get_queue('crawls').count} job(s)"
+        )
 
-    wait_for_js(page, "document.getElementById('state').textContent.trim() === 'Finished'",
-                timeout=120, explain=explain)  # fmt: skip
+    wait_for_js(
+        page,
+        "document.getElementById('state').textContent.trim() === 'Finished'",
+        timeout=120,
+        explain=explain,
+    )
     assert page.evaluate("window.__sameDocument") is True
     crawl.refresh_from_db()
     assert crawl.state == CrawlState.FINISHED
     assert counter(page, "responses") == crawl.stats["responses"] > paused_at
     assert counter(page, "requests") == len(site.expected())
-    wait_for_js(page, "document.querySelector('#h-log').parentElement.textContent"
-                           ".includes('Finished')")  # fmt: skip
+    wait_for_js(
+        page, "document.querySelector('#h-log').parentElement.textContent.includes('Finished')"
+    )
     shoot(page, "crawl-live-finished")
 
     page.goto(dashboard + "/")
@@ -167,9 +180,16 @@ def test_the_live_page_charts_the_crawl_and_goes_stale_and_live_again_when_its_s
 ):
     site = SampleSite(pages=300, seed=3)
     server = make_site(sample_handler(site, 0.2))  # slow enough to outlast the test
-    crawl = services.crawl_create(user=user, name="reconnect", seeds=[server.url + "/"],
-                                  obey_robots=False, max_depth=100, max_pages=1000, threads=2,
-                                  slices=1)  # fmt: skip
+    crawl = services.crawl_create(
+        user=user,
+        name="reconnect",
+        seeds=[server.url + "/"],
+        obey_robots=False,
+        max_depth=100,
+        max_pages=1000,
+        threads=2,
+        slices=1,
+    )
     services.crawl_start(crawl=crawl, user=user)
     # The page's websocket goes through Playwright, which can drop it as a network would.
     sockets = []
@@ -216,8 +236,11 @@ def test_the_live_page_charts_the_crawl_and_goes_stale_and_live_again_when_its_s
 
     # Snapshots flow again on the new socket: the counters move on.
     after = counter(page, "responses")
-    wait_until(lambda: counter(page, "responses") > after, timeout=15,
-               what="the responses counter to rise after reconnecting")  # fmt: skip
+    wait_until(
+        lambda: counter(page, "responses") > after,
+        timeout=15,
+        what="the responses counter to rise after reconnecting",
+    )
 
     # The list: the snapshots sent on connect include a draft this filtered page does not
     # show, which is not news; the running crawl's row follows it live.
@@ -227,8 +250,11 @@ def test_the_live_page_charts_the_crawl_and_goes_stale_and_live_again_when_its_s
     row = f'tr[data-crawl="{crawl.pk}"]'
     # The row's responses cell (on a phone, its one-line summary says the same).
     first = counter_at(page, f'{row} td[data-counter="responses"]')
-    wait_until(lambda: counter_at(page, f'{row} td[data-counter="responses"]') > first,
-               timeout=15, what="the list row to follow the crawl")  # fmt: skip
+    wait_until(
+        lambda: counter_at(page, f'{row} td[data-counter="responses"]') > first,
+        timeout=15,
+        what="the list row to follow the crawl",
+    )
     assert page.locator("#list-news").is_hidden()
     page.locator(f'{row} form[data-action="cancel"] button').click()
     wait_for_js(
@@ -303,8 +329,11 @@ def check_the_csp_check(browser, dashboard: str) -> None:
               '<p style="color: red">styled</p>');
         }""")
         # Playwright hands over console messages while it waits, not while Python sleeps.
-        wait_until(lambda: page.wait_for_timeout(100) or len(violations) >= 3, timeout=10,
-                   what="three violations")  # fmt: skip
+        wait_until(
+            lambda: page.wait_for_timeout(100) or len(violations) >= 3,
+            timeout=10,
+            what="three violations",
+        )
         assert page.evaluate("[window.__ran, window.__handler]") == [None, None]
         text = "\n".join(violations)
         assert "script-src" in text and "style-src" in text, text
@@ -364,9 +393,16 @@ def test_a_staff_user_imports_a_large_proxy_list_and_follows_its_progress(page, 
     lines[4] = "http://u:hunter2@bad-port.example:99999"
     log_in(page, dashboard, "sam")
     page.goto(dashboard + "/proxies/import")
-    page.set_input_files("#id_file", files=[{
-        "name": "list.txt", "mimeType": "text/plain", "buffer": "\n".join(lines).encode(),
-    }])  # fmt: skip
+    page.set_input_files(
+        "#id_file",
+        files=[
+            {
+                "name": "list.txt",
+                "mimeType": "text/plain",
+                "buffer": "\n".join(lines).encode(),
+            }
+        ],
+    )
     started = time.monotonic()
     page.get_by_role("button", name="Import").click()
     page.wait_for_url(re.compile(r"/proxies/jobs/\d+/$"))

@@ -30,16 +30,19 @@ def shoot(page, name: str) -> None:
 def test_alert_rules_are_set_and_their_history_read_on_the_crawl_page(
     page, dashboard, user, make_site
 ):
-    pages = pages_site({"/": "".join(f'<a href="/p{n}">p{n}</a>' for n in range(30))}
-                       | {f"/p{n}": "leaf" for n in range(30)})  # fmt: skip
+    pages = pages_site(
+        {"/": "".join(f'<a href="/p{n}">p{n}</a>' for n in range(30))}
+        | {f"/p{n}": "leaf" for n in range(30)}
+    )
 
     def slow(request):
         time.sleep(0.5)
         return pages(request)
 
     site = make_site(slow)
-    crawl = services.crawl_create(user=user, name="watched", seeds=[site.url + "/"],
-                                  obey_robots=False, threads=1, slices=1)  # fmt: skip
+    crawl = services.crawl_create(
+        user=user, name="watched", seeds=[site.url + "/"], obey_robots=False, threads=1, slices=1
+    )
     services.crawl_start(crawl=crawl, user=user)
     log_in(page, dashboard, "alice")
     page.goto(f"{dashboard}/crawls/{crawl.pk}/")

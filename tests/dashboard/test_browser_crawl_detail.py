@@ -62,9 +62,17 @@ def test_a_finished_crawl_reads_100_percent_and_its_numbers_add_up(
 ):
     site = SampleSite(pages=120, seed=5)  # /broken/11 and /broken/108 answer 500, some 404
     server = make_site(sample_handler(site, 0.0))
-    crawl = services.crawl_create(user=user, name="adds up", seeds=[server.url + "/"],
-                                  obey_robots=False, max_depth=100, max_pages=1000,
-                                  max_retries=0, threads=4, slices=1)  # fmt: skip
+    crawl = services.crawl_create(
+        user=user,
+        name="adds up",
+        seeds=[server.url + "/"],
+        obey_robots=False,
+        max_depth=100,
+        max_pages=1000,
+        max_retries=0,
+        threads=4,
+        slices=1,
+    )
     services.crawl_start(crawl=crawl, user=user)
     wait_for_state(crawl, CrawlState.FINISHED)
     failures = crawl.failures.count()
@@ -84,11 +92,16 @@ def test_a_finished_crawl_reads_100_percent_and_its_numbers_add_up(
     assert number(page, '#status-bars [data-counter="status_5xx"]') >= failures
     four = number(page, '#status-bars [data-counter="status_4xx"]')
     assert four > 0  # the site's /missing/ pages: responses, not errors
-    recent_errors = page.locator("#recent-errors").inner_text() if page.locator(
-        "#recent-errors").count() else ""  # fmt: skip
+    recent_errors = (
+        page.locator("#recent-errors").inner_text()
+        if page.locator("#recent-errors").count()
+        else ""
+    )
     assert "404" not in recent_errors
-    bars = sum(number(page, f'#status-bars [data-counter="{name}"]') for name in
-               ("status_2xx", "status_3xx", "status_4xx", "status_5xx", "no_response"))  # fmt: skip
+    bars = sum(
+        number(page, f'#status-bars [data-counter="{name}"]')
+        for name in ("status_2xx", "status_3xx", "status_4xx", "status_5xx", "no_response")
+    )
     assert bars == shown(page, "responses") + shown(page, "errors")
     # requests = responses + errors + queued + in flight + retrying + cancelled, on screen.
     parts = ("responses", "errors", "queued", "in_flight", "delayed", "cancelled")
@@ -124,22 +137,41 @@ def test_a_draft_shows_every_setting_and_is_edited_run_again_and_deleted(
     page, dashboard, user, redis
 ):
     crawl = services.crawl_create(
-        user=user, name="draft settings", seeds=["https://example.com/", "https://example.org/a"],
-        allowed_domains=["example.com", "example.org"], include_patterns=["^https://example"],
-        exclude_patterns=[r"\.pdf$"], max_depth=4, max_pages=250, host_delay=1.5,
-        host_concurrency=3, obey_robots=False, user_agent_mode="fixed", user_agent="TestBot/1",
-        max_retries=5, follow_sitemaps=True,
+        user=user,
+        name="draft settings",
+        seeds=["https://example.com/", "https://example.org/a"],
+        allowed_domains=["example.com", "example.org"],
+        include_patterns=["^https://example"],
+        exclude_patterns=[r"\.pdf$"],
+        max_depth=4,
+        max_pages=250,
+        host_delay=1.5,
+        host_concurrency=3,
+        obey_robots=False,
+        user_agent_mode="fixed",
+        user_agent="TestBot/1",
+        max_retries=5,
+        follow_sitemaps=True,
         extract_rules=[{"name": "price", "kind": "css", "expr": ".price"}],
         auth={"headers": "X-Api-Key: very-secret-value"},
-    )  # fmt: skip
+    )
     log_in(page, dashboard, "alice")
     page.goto(f"{dashboard}/crawls/{crawl.pk}/")
     settings = page.locator("#settings-list").inner_text()
     for name in CRAWL_OPTIONS:
         label = Crawl._meta.get_field(name).verbose_name
         assert label.lower() in settings.lower(), f"{label} is not shown"
-    for value in ("https://example.org/a", "example.org", "^https://example", r"\.pdf$",
-                  "250", "1.5 s", "TestBot/1", "price", "X-Api-Key"):  # fmt: skip
+    for value in (
+        "https://example.org/a",
+        "example.org",
+        "^https://example",
+        r"\.pdf$",
+        "250",
+        "1.5 s",
+        "TestBot/1",
+        "price",
+        "X-Api-Key",
+    ):
         assert value in settings, f"{value} is not shown"
     assert "very-secret-value" not in page.content()
     assert "Login form\nnot set" in settings
@@ -191,9 +223,16 @@ def test_a_draft_shows_every_setting_and_is_edited_run_again_and_deleted(
 def test_a_running_crawl_changes_its_limits_and_the_crawl_follows(page, dashboard, user, make_site):
     site = SampleSite(pages=300, seed=9)
     server = make_site(sample_handler(site, 0.05))
-    crawl = services.crawl_create(user=user, name="live limits", seeds=[server.url + "/"],
-                                  obey_robots=False, max_depth=100, max_pages=20, threads=2,
-                                  slices=1)  # fmt: skip
+    crawl = services.crawl_create(
+        user=user,
+        name="live limits",
+        seeds=[server.url + "/"],
+        obey_robots=False,
+        max_depth=100,
+        max_pages=20,
+        threads=2,
+        slices=1,
+    )
     services.crawl_start(crawl=crawl, user=user)
     frontier = Frontier(crawl.pk)
     wait_until(lambda: frontier.stats()["requests"] >= 20, timeout=60, what="20 requests")
@@ -225,8 +264,11 @@ def test_a_running_crawl_changes_its_limits_and_the_crawl_follows(page, dashboar
     wait_until(lambda: frontier.stats()["requests"] == 60, timeout=90, what="60 requests")
     time.sleep(1)
     assert frontier.stats()["requests"] == 60
-    wait_for_js(page, "Number(document.querySelector('#counters [data-counter=\"requests\"]')"
-                      ".textContent.replace(/,/g, '')) === 60")  # fmt: skip
+    wait_for_js(
+        page,
+        "Number(document.querySelector('#counters [data-counter=\"requests\"]')"
+        ".textContent.replace(/,/g, '')) === 60",
+    )
     services.crawl_cancel(crawl=crawl, user=user)
 
 
@@ -238,8 +280,9 @@ def test_the_page_says_waiting_pausing_paused_and_drops_stale_messages(
     log_in(page, dashboard, "alice")
 
     # A running crawl whose slice waits in the queue behind others: "waiting for a worker".
-    waiting = services.crawl_create(user=user, name="waits", seeds=[server.url + "/"],
-                                    obey_robots=False, slices=1)  # fmt: skip
+    waiting = services.crawl_create(
+        user=user, name="waits", seeds=[server.url + "/"], obey_robots=False, slices=1
+    )
     frontier = Frontier(waiting.pk)
     frontier.configure(max_pages=1000, max_depth=3, host_delay=0)
     frontier.slice_register(["queued-behind-others"], ttl=3600)  # what enqueue_slices does
@@ -263,8 +306,10 @@ def test_the_page_says_waiting_pausing_paused_and_drops_stale_messages(
     page.get_by_role("button", name="Create crawl").click()
     page.wait_for_url(re.compile(r"/crawls/\d+/$"))
     assert "Crawl started." in page.locator("main").inner_text()
-    wait_for_js(page, "Number(document.querySelector('#counters [data-counter=\"responses\"]')"
-                      ".textContent) > 3")  # fmt: skip
+    wait_for_js(
+        page,
+        "Number(document.querySelector('#counters [data-counter=\"responses\"]').textContent) > 3",
+    )
     # Fetching: no "waiting" (between two slices of a busy machine it may come back briefly).
     wait_for_js(page, "document.getElementById('waiting').hidden")
 
@@ -275,9 +320,12 @@ def test_the_page_says_waiting_pausing_paused_and_drops_stale_messages(
     assert "Crawl started." not in text
     assert "Pausing: workers stop fetching" not in text
     # Recent pages keep up with the counters without a reload.
-    wait_for_js(page, "Number(document.getElementById('recent-pages').dataset.rows) === "
-                      "Math.min(15, Number(document.querySelector('#counters "
-                      "[data-counter=\"responses\"]').textContent.replace(/,/g, '')))")  # fmt: skip
+    wait_for_js(
+        page,
+        "Number(document.getElementById('recent-pages').dataset.rows) === "
+        "Math.min(15, Number(document.querySelector('#counters "
+        "[data-counter=\"responses\"]').textContent.replace(/,/g, '')))",
+    )
     shoot(page, "paused")
     crawl = Crawl.objects.get(name="states")
     services.crawl_cancel(crawl=crawl, user=user)
@@ -286,25 +334,38 @@ def test_the_page_says_waiting_pausing_paused_and_drops_stale_messages(
 def test_with_the_websocket_blocked_polling_keeps_the_badge_live(page, dashboard, user, make_site):
     site = SampleSite(pages=300, seed=6)
     server = make_site(sample_handler(site, 0.2))
-    crawl = services.crawl_create(user=user, name="polled", seeds=[server.url + "/"],
-                                  obey_robots=False, max_depth=100, threads=2,
-                                  slices=1)  # fmt: skip
+    crawl = services.crawl_create(
+        user=user,
+        name="polled",
+        seeds=[server.url + "/"],
+        obey_robots=False,
+        max_depth=100,
+        threads=2,
+        slices=1,
+    )
     services.crawl_start(crawl=crawl, user=user)
     page.route_web_socket(re.compile(r"/ws/crawls/\d+/$"), lambda ws: ws.close(code=1011))
     log_in(page, dashboard, "alice")
     page.goto(f"{dashboard}/crawls/{crawl.pk}/")
     wait_for_js(page, "document.getElementById('live').dataset.status === 'polling'")
     before = shown(page, "responses")
-    wait_until(lambda: shown(page, "responses") > before, timeout=30,
-               what="the counters to move by polling")  # fmt: skip
+    wait_until(
+        lambda: shown(page, "responses") > before,
+        timeout=30,
+        what="the counters to move by polling",
+    )
     assert page.locator("#live").inner_text() == "live (polling)"
     assert "stale" not in page.locator("#live").get_attribute("class")
     services.crawl_cancel(crawl=crawl, user=user)
 
 
 def test_run_again_copies_credentials_only_for_the_owner(user, staff):
-    crawl = services.crawl_create(user=user, name="with secrets", seeds=["https://example.com/"],
-                                  auth={"headers": "X-Api-Key: s3cret"})  # fmt: skip
+    crawl = services.crawl_create(
+        user=user,
+        name="with secrets",
+        seeds=["https://example.com/"],
+        auth={"headers": "X-Api-Key: s3cret"},
+    )
     mine = services.crawl_run_again(crawl=crawl, user=user)
     theirs = services.crawl_run_again(crawl=crawl, user=staff)
     assert mine.auth.headers == [["X-Api-Key", "s3cret"]]
@@ -334,8 +395,9 @@ def test_a_crawl_waiting_for_redis_memory_says_so_and_the_line_goes_when_it_free
     site = SampleSite(pages=50, seed=5)
     server = make_site(sample_handler(site, 0))
     log_in(page, dashboard, "alice")
-    crawl = services.crawl_create(user=user, name="memory", seeds=[server.url + "/"],
-                                  obey_robots=False, slices=1)  # fmt: skip
+    crawl = services.crawl_create(
+        user=user, name="memory", seeds=[server.url + "/"], obey_robots=False, slices=1
+    )
     client = get_redis()
     client.config_set("maxmemory-policy", "noeviction")
     client.set("test:ballast", b"x" * 50_000_000)  # what other crawls would hold

@@ -43,8 +43,9 @@ def test_the_log_follows_a_running_crawl_and_is_filtered_on_its_page(
     dead = f"127.0.0.1:{free_port()}"
     leaves = {f"/p{n}": "<p>leaf</p>" for n in range(PAGES)}
     links = "".join(f'<a href="/p{n}">p{n}</a>' for n in range(PAGES))
-    site_pages = pages_site({"/": links + '<a href="/busy">b</a><a href="/broken">x</a>',
-                             "/busy": "fine", **leaves})  # fmt: skip
+    site_pages = pages_site(
+        {"/": links + '<a href="/busy">b</a><a href="/broken">x</a>', "/busy": "fine", **leaves}
+    )
     busy = {"asked": 0}
 
     def handler(request):
@@ -59,9 +60,14 @@ def test_the_log_follows_a_running_crawl_and_is_filtered_on_its_page(
 
     site = make_site(handler)
     crawl = services.crawl_create(
-        user=user, name="a crawl with a log", seeds=[site.url + "/", f"http://{dead}/"],
-        obey_robots=False, max_retries=1, threads=2, slices=1,
-    )  # fmt: skip
+        user=user,
+        name="a crawl with a log",
+        seeds=[site.url + "/", f"http://{dead}/"],
+        obey_robots=False,
+        max_retries=1,
+        threads=2,
+        slices=1,
+    )
     services.crawl_start(crawl=crawl, user=user)
 
     log_in(page, dashboard, "alice")
@@ -75,8 +81,9 @@ def test_the_log_follows_a_running_crawl_and_is_filtered_on_its_page(
     assert crawl.refresh_from_db() or crawl.state == CrawlState.RUNNING
     assert page.locator("#log-live").inner_text() != ""
     before = len(shown(page))
-    wait_for_js(page, f"document.querySelectorAll('#log-lines .log-line').length > {before}",
-                timeout=60)  # fmt: skip
+    wait_for_js(
+        page, f"document.querySelectorAll('#log-lines .log-line').length > {before}", timeout=60
+    )
     wait_for_state(crawl, CrawlState.FINISHED)
     page.reload()
     lines = shown(page)

@@ -80,10 +80,15 @@ def test_the_owner_enters_credentials_again_for_a_seed_on_another_origin(
     # says that seed's origin does not get them; entered again, they go to both.
     home, other = (make_site(LoginSite({"/": "<p>home</p>"})) for _ in range(2))
     crawl = services.crawl_create(
-        user=user, name="two origins", seeds=[home.url + "/"],
-        auth={"headers": f"X-Api-Key: {SECRETS[0]}", "basic_user": "bob",
-              "basic_password": SECRETS[2]},
-    )  # fmt: skip
+        user=user,
+        name="two origins",
+        seeds=[home.url + "/"],
+        auth={
+            "headers": f"X-Api-Key: {SECRETS[0]}",
+            "basic_user": "bob",
+            "basic_password": SECRETS[2],
+        },
+    )
     services.crawl_add_seeds(crawl=crawl, urls=[other.url + "/"], user=user)
     log_in(page, dashboard, "alice")
     page.goto(f"{dashboard}/crawls/{crawl.pk}/")

@@ -70,9 +70,10 @@ def a_finished_crawl(user, name: str, minutes_ago: int) -> Crawl:
     now = timezone.now()
     crawl = services.crawl_create(user=user, name=name, seeds=["http://shop.test/"])
     Crawl.objects.filter(pk=crawl.pk).update(
-        state="finished", started_at=now - timedelta(minutes=minutes_ago + 3),
+        state="finished",
+        started_at=now - timedelta(minutes=minutes_ago + 3),
         finished_at=now - timedelta(minutes=minutes_ago),
-    )  # fmt: skip
+    )
     crawl.refresh_from_db()
     return crawl
 
@@ -86,31 +87,56 @@ def test_every_page_with_a_date_shows_it_one_way(kathmandu, dashboard, staff, us
     make_pages(older, 5)
     pages = make_pages(crawl, 12)
     FailedRequest.objects.create(
-        crawl=crawl, url="http://shop.test/boom", attempts=3, last_error="HTTP 500",
-        last_status=500, failed_at=now - timedelta(minutes=31), url_hash="b" * 40,
-    )  # fmt: skip
+        crawl=crawl,
+        url="http://shop.test/boom",
+        attempts=3,
+        last_error="HTTP 500",
+        last_status=500,
+        failed_at=now - timedelta(minutes=31),
+        url_hash="b" * 40,
+    )
     CrawlEvent.objects.create(crawl=crawl, kind=CrawlEvent.Kind.STARTED, user=user)
-    hook, _ = webhooks.webhook_create(user=user, url="http://hooks.test/in", events=["finished"],
-                                      crawl=crawl)  # fmt: skip
+    hook, _ = webhooks.webhook_create(
+        user=user, url="http://hooks.test/in", events=["finished"], crawl=crawl
+    )
     WebhookDelivery.objects.create(
-        webhook=hook, crawl=crawl, event="finished", payload={}, status="failed", attempts=1,
-        response_status=500, response_snippet="oops", error="HTTP 500",
+        webhook=hook,
+        crawl=crawl,
+        event="finished",
+        payload={},
+        status="failed",
+        attempts=1,
+        response_status=500,
+        response_snippet="oops",
+        error="HTTP 500",
         next_attempt_at=now + timedelta(minutes=5),
-        log=[{"at": (now - timedelta(minutes=2)).isoformat(), "status_code": 500,
-              "error": "HTTP 500", "ms": 9}],
-    )  # fmt: skip
+        log=[
+            {
+                "at": (now - timedelta(minutes=2)).isoformat(),
+                "status_code": 500,
+                "error": "HTTP 500",
+                "ms": 9,
+            }
+        ],
+    )
     schedule = schedules.schedule_create(user=user, template=crawl, cron="0 3 * * *")
     schedule.last_run_at = now - timedelta(hours=5)
     schedule.save(update_fields=["last_run_at"])
     Crawl.objects.filter(pk=older.pk).update(schedule=schedule)
     token, _ = tokens.token_create(user=user, name="ci")
     ApiToken.objects.filter(pk=token.pk).update(last_used_at=now - timedelta(minutes=3))
-    proxy = Proxy.objects.create(scheme="http", host="10.0.0.1", port=8080, state="active",
-                                 last_validated_at=now - timedelta(minutes=7))  # fmt: skip
+    proxy = Proxy.objects.create(
+        scheme="http",
+        host="10.0.0.1",
+        port=8080,
+        state="active",
+        last_validated_at=now - timedelta(minutes=7),
+    )
     pool.record_check(proxy=proxy.key, url=proxy.url, ok=True, latency_ms=90)
     ProxyEvent.objects.create(proxy=proxy, kind=ProxyEvent.Kind.VALIDATED, detail="ok")
-    job = ProxyJob.objects.create(kind=ProxyJob.Kind.IMPORT, state=ProxyJob.State.DONE,
-                                  user=staff, finished_at=now)  # fmt: skip
+    job = ProxyJob.objects.create(
+        kind=ProxyJob.Kind.IMPORT, state=ProxyJob.State.DONE, user=staff, finished_at=now
+    )
 
     log_in(page, dashboard, "alice")
     base = dashboard
@@ -146,19 +172,32 @@ def test_every_page_with_a_date_shows_it_one_way(kathmandu, dashboard, staff, us
     check(page, f"{base}/proxies/jobs/{job.pk}/", "proxy-job")
 
     # A crawl that starts while the list is open: its start arrives over the websocket.
-    site = make_site(pages_site({"/": "<html><body><a href='/a'>a</a></body></html>",
-                                 "/a": "<html><body>a</body></html>"}))  # fmt: skip
-    live = services.crawl_create(user=staff, name="live one", seeds=[site.url + "/"],
-                                 obey_robots=False)  # fmt: skip
+    site = make_site(
+        pages_site(
+            {
+                "/": "<html><body><a href='/a'>a</a></body></html>",
+                "/a": "<html><body>a</body></html>",
+            }
+        )
+    )
+    live = services.crawl_create(
+        user=staff, name="live one", seeds=[site.url + "/"], obey_robots=False
+    )
     page.goto(base + "/")
     row = page.locator(f'tr[data-crawl="{live.pk}"]')
     assert row.locator(".c-started time").count() == 0
     services.crawl_start(crawl=live, user=staff)
-    wait_until(lambda: row.locator(".c-started time").count(), timeout=60,
-               what="the start of the crawl, over the websocket")  # fmt: skip
+    wait_until(
+        lambda: row.locator(".c-started time").count(),
+        timeout=60,
+        what="the start of the crawl, over the websocket",
+    )
     wait_for_state(live, {"finished"}, timeout=120)
-    wait_until(lambda: row.locator('[data-field="duration"][data-when]').count(), timeout=60,
-               what="the end of the crawl, over the websocket")  # fmt: skip
+    wait_until(
+        lambda: row.locator('[data-field="duration"][data-when]').count(),
+        timeout=60,
+        what="the end of the crawl, over the websocket",
+    )
     bad, _ = dates_on(page)
     page.screenshot(path=str(ARTIFACTS / "dates-crawl-list-live-1366.png"), full_page=True)
     assert bad == []

@@ -68,13 +68,21 @@ def test_every_page_fits_a_phone_and_the_nav_folds_under_a_button(
     for n in range(3):
         a_crawl(staff, f"other {n}", seed=f"http://other{n}.test/very/long/path/" + "x" * 60)
     proxy = Proxy.objects.create(scheme="http", host="10.0.0.1", port=8080, state="active")
-    hook, _ = webhooks.webhook_create(user=user, url="http://hooks.test/" + "a" * 90,
-                                      events=["finished"], crawl=crawl)  # fmt: skip
+    hook, _ = webhooks.webhook_create(
+        user=user, url="http://hooks.test/" + "a" * 90, events=["finished"], crawl=crawl
+    )
     WebhookDelivery.objects.create(
-        webhook=hook, crawl=crawl, event="finished", payload={}, status="failed", attempts=1,
-        response_status=500, response_snippet="<html><body>" + "oops " * 150, error="HTTP 500",
+        webhook=hook,
+        crawl=crawl,
+        event="finished",
+        payload={},
+        status="failed",
+        attempts=1,
+        response_status=500,
+        response_snippet="<html><body>" + "oops " * 150,
+        error="HTTP 500",
         log=[{"at": timezone.now().isoformat(), "status_code": 500, "error": "HTTP 500", "ms": 9}],
-    )  # fmt: skip
+    )
     schedule = schedules.schedule_create(user=staff, template=crawl, cron="0 3 * * *")
     ApiToken.objects.all().delete()
 
@@ -181,10 +189,20 @@ def test_the_crawl_list_has_owners_search_filters_order_durations_and_pages(
     page, dashboard, staff, user, other_user
 ):
     now = timezone.now()
-    long = a_crawl(user, "long one", state="finished",
-                   started_at=now - timedelta(hours=2, minutes=5), finished_at=now)  # fmt: skip
-    a_crawl(other_user, "short one", state="finished", started_at=now - timedelta(seconds=40),
-            finished_at=now)  # fmt: skip
+    long = a_crawl(
+        user,
+        "long one",
+        state="finished",
+        started_at=now - timedelta(hours=2, minutes=5),
+        finished_at=now,
+    )
+    a_crawl(
+        other_user,
+        "short one",
+        state="finished",
+        started_at=now - timedelta(seconds=40),
+        finished_at=now,
+    )
     a_crawl(user, "docs crawl", seed="http://docs.example.org/start")
     for n in range(55):
         a_crawl(other_user, f"filler {n:02d}")
@@ -253,8 +271,17 @@ def test_the_crawl_form_says_every_problem_at_once_with_a_summary_and_units(page
     assert page.locator("#id_host_delay + .unit").inner_text() == "seconds"
     assert page.input_value("#id_max_bytes") == "5 MB"
     assert "Higher means more important" in page.locator("#id_priority_helptext").inner_text()
-    for name in ("max_depth", "max_pages", "priority", "threads", "slices", "host_delay",
-                 "host_concurrency", "timeout", "max_retries"):  # fmt: skip
+    for name in (
+        "max_depth",
+        "max_pages",
+        "priority",
+        "threads",
+        "slices",
+        "host_delay",
+        "host_concurrency",
+        "timeout",
+        "max_retries",
+    ):
         assert page.locator(f"#id_{name} + .unit").inner_text(), name
         assert page.locator(f"#id_{name}_helptext").inner_text(), name
 
@@ -272,8 +299,14 @@ def test_the_crawl_form_says_every_problem_at_once_with_a_summary_and_units(page
     items = summary.locator("li").all_inner_texts()
     assert "6 problems" in summary.locator("h2").inner_text(), items
     labels = [text.split(":")[0] for text in items]
-    assert labels == ["Name", "Seeds", "Include patterns", "Max depth", "Timeout",
-                      "Max bytes a page"], items  # fmt: skip
+    assert labels == [
+        "Name",
+        "Seeds",
+        "Include patterns",
+        "Max depth",
+        "Timeout",
+        "Max bytes a page",
+    ], items
     assert not any(re.search(r"\b[a-z]+_[a-z_]+:", text) for text in items), items
     assert "line 1: '(unclosed' is not a valid regular expression" in items[2]
     page.screenshot(path=str(ARTIFACTS / "everywhere-form-errors-390.png"), full_page=True)
@@ -365,8 +398,11 @@ def test_worker_hosts_and_pids_are_for_staff_and_hints_say_run(page, dashboard, 
     assert "./run up" in page.locator(".welcome").inner_text()
     assert "manage.py" not in page.content()
     page.goto(dashboard + "/workers/")
-    wait_until(lambda: page.locator("#workers-live table").count() > 0, timeout=30,
-               what="the workers table")  # fmt: skip
+    wait_until(
+        lambda: page.locator("#workers-live table").count() > 0,
+        timeout=30,
+        what="the workers table",
+    )
     headers = page.locator("#workers-live table").first.locator("th").all_inner_texts()
     assert "Host" not in headers and "PID" not in headers, headers
     assert host not in page.locator("#workers-live").inner_text()

@@ -71,13 +71,17 @@ def test_each_error_followed_from_the_summary_and_fixed_creates_the_crawl(page, 
     page.get_by_role("button", name="Create crawl").click()
     page.wait_for_selector("#error-summary")
     assert [t.split(":")[0] for t in summary_items(page)] == [
-        "Seeds", "Include patterns", "Timeout"
-    ]  # fmt: skip
+        "Seeds",
+        "Include patterns",
+        "Timeout",
+    ]
     shoot(page, "three-errors")
 
-    fixes = {"Seeds": ("#id_seeds", "http://shop.test/"),
-             "Include patterns": ("#id_include_patterns", "/shop/"),
-             "Timeout": ("#id_timeout", "20")}  # fmt: skip
+    fixes = {
+        "Seeds": ("#id_seeds", "http://shop.test/"),
+        "Include patterns": ("#id_include_patterns", "/shop/"),
+        "Timeout": ("#id_timeout", "20"),
+    }
     for label, (selector, value) in fixes.items():
         page.locator("#error-summary").get_by_role("link", name=label).click()
         # The link lands on the field itself, ready to type in.
@@ -97,10 +101,15 @@ def test_each_error_followed_from_the_summary_and_fixed_creates_the_crawl(page, 
 
 def test_a_draft_removes_its_saved_credentials_with_a_checkbox(page, dashboard, user):
     crawl = services.crawl_create(
-        user=user, name="behind a login", seeds=["http://shop.test/"],
-        auth={"headers": "X-Api-Key: hdr-SECRET-1111", "basic_user": "bob",
-              "basic_password": "basic-SECRET-4444"},
-    )  # fmt: skip
+        user=user,
+        name="behind a login",
+        seeds=["http://shop.test/"],
+        auth={
+            "headers": "X-Api-Key: hdr-SECRET-1111",
+            "basic_user": "bob",
+            "basic_password": "basic-SECRET-4444",
+        },
+    )
     log_in(page, dashboard, "alice")
     page.goto(dashboard + f"/crawls/{crawl.pk}/edit/")
     kept = page.locator("#credentials-kept").inner_text()

@@ -60,9 +60,15 @@ def test_a_page_s_detail_does_not_scroll_sideways_on_a_phone(page, dashboard, us
     headers = {"X-Trace": LONG, "Link": f"</docs/{LONG}>; rel=preload"}
     site = make_site(pages_site({"/": Response(body=DOC, headers=headers), "/other": DOC}))
     crawl = services.crawl_create(
-        user=user, name="docs", seeds=[site.url + "/"], obey_robots=False, max_depth=0,
-        keep_bodies=True, keep_structured_data=True, extract_rules=RULES,
-    )  # fmt: skip
+        user=user,
+        name="docs",
+        seeds=[site.url + "/"],
+        obey_robots=False,
+        max_depth=0,
+        keep_bodies=True,
+        keep_structured_data=True,
+        extract_rules=RULES,
+    )
     services.crawl_start(crawl=crawl, user=user)
     wait_for_state(crawl, CrawlState.FINISHED)
     home = crawl.pages.get(url=site.url + "/")
@@ -98,16 +104,20 @@ def test_drop_queue_asks_first_and_the_host_view_follows_the_crawl(page, dashboa
     assert before > 0
     dropped = services.crawl_host_drop(crawl=crawl, host="127.0.0.1:9", user=user)
     assert dropped > 0
-    wait_until(lambda: row.locator("td").nth(1).inner_text() == "0", timeout=20,
-               what="the host view to show the drop")  # fmt: skip
+    wait_until(
+        lambda: row.locator("td").nth(1).inner_text() == "0",
+        timeout=20,
+        what="the host view to show the drop",
+    )
 
     page.get_by_role("button", name="Drop the queue of 127.0.0.1:19").click()
     page.get_by_role("button", name=re.compile(r"^Drop \d+ requests?$")).click()
     page.get_by_text(re.compile(r"127\.0\.0\.1:19: \d+ queued request\(s\) dropped")).wait_for()
     events = crawl.events.filter(kind="host_dropped").values_list("detail", flat=True)
     assert sorted(detail.split(":")[0] + ":" + detail.split(":")[1] for detail in events) == [
-        "127.0.0.1:19", "127.0.0.1:9",
-    ]  # fmt: skip
+        "127.0.0.1:19",
+        "127.0.0.1:9",
+    ]
     assert Frontier(crawl.pk).stats()["cancelled"] > dropped
 
 

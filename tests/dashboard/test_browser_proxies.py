@@ -20,11 +20,20 @@ SIZES = {"1366": {"width": 1366, "height": 900}, "390": {"width": 390, "height":
 # The one way a proxies page shows when something happened: an age, the exact time in its title.
 AGE = re.compile(r"^(just now|\d+ (s|min|h|d) ago|never)$")
 TILES = {
-    "All proxies", "Not checked yet", "Failing their first checks", "Working", "Disabled",
-    "Removed", "Ready for crawls", "Top quality", "In use by crawls", "Typical response time",
+    "All proxies",
+    "Not checked yet",
+    "Failing their first checks",
+    "Working",
+    "Disabled",
+    "Removed",
+    "Ready for crawls",
+    "Top quality",
+    "In use by crawls",
+    "Typical response time",
     "Last passed check",
-    "Second-best picks", "Removed in the last hour",
-}  # fmt: skip
+    "Second-best picks",
+    "Removed in the last hour",
+}
 
 
 @pytest.fixture(params=list(SIZES))
@@ -39,8 +48,15 @@ def shoot(page, name: str, width: str) -> None:
 
 def validated_proxy(n: int, **fields) -> Proxy:
     """A proxy that has just passed its first check, as a validation pass leaves it."""
-    fields = {"state": ProxyState.ACTIVE, "score": 6, "latency_ms": 80 + n, "successes": 1,
-              "last_validated_at": timezone.now(), "anonymity": "elite", **fields}  # fmt: skip
+    fields = {
+        "state": ProxyState.ACTIVE,
+        "score": 6,
+        "latency_ms": 80 + n,
+        "successes": 1,
+        "last_validated_at": timezone.now(),
+        "anonymity": "elite",
+        **fields,
+    }
     proxy = Proxy.objects.create(scheme="http", host=f"10.0.0.{n}", port=8080, **fields)
     pool.record_check(proxy=proxy.key, url=proxy.url, ok=True, latency_ms=80 + n)
     return proxy
@@ -49,13 +65,19 @@ def validated_proxy(n: int, **fields) -> Proxy:
 def dead_proxy() -> Proxy:
     """A proxy the validator removed: its connection was refused."""
     proxy = Proxy.objects.create(
-        scheme="socks5h", host="dead-proxy.example", port=1080, username="crawler",
-        password="s3cret", state=ProxyState.REMOVED, score=0, failures=1,
-        last_error="connection refused", removed_at=timezone.now(),
+        scheme="socks5h",
+        host="dead-proxy.example",
+        port=1080,
+        username="crawler",
+        password="s3cret",
+        state=ProxyState.REMOVED,
+        score=0,
+        failures=1,
+        last_error="connection refused",
+        removed_at=timezone.now(),
         removed_why="validation: connection refused",
-    )  # fmt: skip
-    ProxyEvent.record([proxy], ProxyEvent.Kind.REMOVED, actor="validator",
-                      detail=proxy.removed_why)  # fmt: skip
+    )
+    ProxyEvent.record([proxy], ProxyEvent.Kind.REMOVED, actor="validator", detail=proxy.removed_why)
     return proxy
 
 
@@ -96,8 +118,11 @@ def test_the_proxies_pages_show_every_date_the_same_way(page, dashboard, staff, 
     log_in(page, dashboard, "sam")
     page.goto(dashboard + "/proxies/")
     page.wait_for_selector("#pool-health #live.ok")
-    wait_until(lambda: page.locator('[data-h="last_validated_age_s"]').inner_text() != "…",
-               timeout=15, what="the live age")  # fmt: skip
+    wait_until(
+        lambda: page.locator('[data-h="last_validated_age_s"]').inner_text() != "…",
+        timeout=15,
+        what="the live age",
+    )
     dates = page.locator("main time").all_inner_texts()
     dates.append(page.locator('[data-h="last_validated_age_s"]').inner_text())
     assert len(dates) >= 3 and all(AGE.match(d.strip()) for d in dates), dates
@@ -156,24 +181,36 @@ def test_a_dead_proxy_is_found_with_its_reason(page, dashboard, staff, width):
 
 def test_the_proxies_pages_do_not_scroll_sideways_on_a_phone(page, dashboard, staff, width):
     long_error = "proxy failed: " + "Tunnel connection failed: 502 Bad Gateway " * 6
-    proxy = validated_proxy(1, source="https://lists.example.com/" + "free-proxies/" * 8,
-                            last_error=long_error)  # fmt: skip
+    proxy = validated_proxy(
+        1, source="https://lists.example.com/" + "free-proxies/" * 8, last_error=long_error
+    )
     socks = Proxy.objects.create(
-        scheme="socks5h", host="a-rather-long-proxy-host-name.proxies.example.com", port=1080,
-        username="a-long-user-name-for-the-proxy", password="x", last_error=long_error,
-    )  # fmt: skip
+        scheme="socks5h",
+        host="a-rather-long-proxy-host-name.proxies.example.com",
+        port=1080,
+        username="a-long-user-name-for-the-proxy",
+        password="x",
+        last_error=long_error,
+    )
     ProxyEvent.record([socks], ProxyEvent.Kind.CHECK_FAILED, actor="validator", detail=long_error)
     dead_proxy()
     job = ProxyJob.objects.create(
-        kind=ProxyJob.Kind.IMPORT, source="https://lists.example.com/" + "long-name-" * 10,
-        state=ProxyJob.State.DONE, total=1, done=1, user=staff,
-    )  # fmt: skip
+        kind=ProxyJob.Kind.IMPORT,
+        source="https://lists.example.com/" + "long-name-" * 10,
+        state=ProxyJob.State.DONE,
+        total=1,
+        done=1,
+        user=staff,
+    )
     log_in(page, dashboard, "sam")
     for path, name in [
-        ("/proxies/", "proxies-list"), ("/proxies/?state=removed", "proxies-list-removed"),
-        (f"/proxies/{proxy.pk}/", "proxy-detail"), (f"/proxies/{socks.pk}/", "proxy-detail-socks"),
-        ("/proxies/import", "proxy-import"), (f"/proxies/jobs/{job.pk}/", "proxy-job"),
-    ]:  # fmt: skip
+        ("/proxies/", "proxies-list"),
+        ("/proxies/?state=removed", "proxies-list-removed"),
+        (f"/proxies/{proxy.pk}/", "proxy-detail"),
+        (f"/proxies/{socks.pk}/", "proxy-detail-socks"),
+        ("/proxies/import", "proxy-import"),
+        (f"/proxies/jobs/{job.pk}/", "proxy-job"),
+    ]:
         page.goto(dashboard + path)
         shoot(page, name, width)
         assert no_sideways_scroll(page), f"{path} scrolls sideways at {width} px"

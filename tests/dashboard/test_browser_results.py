@@ -20,14 +20,14 @@ from tests.support.sites import Response, pages_site
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 SHOP = {
-    "/": '<html><head><title>Shop</title></head><body><h1>Shop</h1>'
-         '<a href="/product/1">Lamp</a> <a href="/product/2">Chair</a></body></html>',
-    "/product/1": '<html><head><title>Lamp</title></head><body><h1>Lamp</h1>'
-                  '<p class="price">$12</p><script>document.title = "owned"</script></body></html>',
-    "/product/2": '<html><head><title>Chair</title></head><body><h1>Chair</h1>'
-                  '<p class="price">$40</p></body></html>',
+    "/": "<html><head><title>Shop</title></head><body><h1>Shop</h1>"
+    '<a href="/product/1">Lamp</a> <a href="/product/2">Chair</a></body></html>',
+    "/product/1": "<html><head><title>Lamp</title></head><body><h1>Lamp</h1>"
+    '<p class="price">$12</p><script>document.title = "owned"</script></body></html>',
+    "/product/2": "<html><head><title>Chair</title></head><body><h1>Chair</h1>"
+    '<p class="price">$40</p></body></html>',
     "/robots.txt": Response(body="User-agent: *\nAllow: /\n", content_type="text/plain"),
-}  # fmt: skip
+}
 
 
 WIDEST = """() => [...document.querySelectorAll("body *")]
@@ -82,8 +82,9 @@ def test_rules_are_written_and_tried_in_the_form_then_browsed_on_the_crawl_s_pag
     page.click("button[type=submit].primary >> text=Create crawl")
     page.wait_for_url(re.compile(r"/crawls/\d+/$"))
     crawl = Crawl.objects.get()
-    wait_for_js(page, "document.getElementById('state').textContent.trim() === 'Finished'",
-                timeout=120)  # fmt: skip
+    wait_for_js(
+        page, "document.getElementById('state').textContent.trim() === 'Finished'", timeout=120
+    )
     page.click("text=Browse the pages")
     page.wait_for_url(re.compile(r"/crawls/\d+/pages/$"))
     table = page.locator("table.pages-table")
@@ -110,8 +111,9 @@ def test_rules_are_written_and_tried_in_the_form_then_browsed_on_the_crawl_s_pag
     body = page.locator("pre.body").inner_text()
     assert '<script>document.title = "owned"</script>' in body
     assert page.locator("#h-fields + table").inner_text().split("\n")[:2] == [
-        "name\tLamp", "price\t$12"
-    ]  # fmt: skip
+        "name\tLamp",
+        "price\t$12",
+    ]
     assert "Linked from 1 page of this crawl" in page.locator("#h-found ~ h3").inner_text()
     shoot(page, "page-detail")
     page.set_viewport_size(PHONE)
@@ -121,15 +123,22 @@ def test_rules_are_written_and_tried_in_the_form_then_browsed_on_the_crawl_s_pag
 def test_two_runs_are_compared_on_their_own_page(page, dashboard, user):
     now = timezone.now()
     runs = []
-    for name, pages in (("monday", {"/a": "1", "/b": "2", "/c": "3"}),
-                        ("tuesday", {"/a": "1", "/b": "2b", "/d": "4"})):  # fmt: skip
+    for name, pages in (
+        ("monday", {"/a": "1", "/b": "2", "/c": "3"}),
+        ("tuesday", {"/a": "1", "/b": "2b", "/d": "4"}),
+    ):
         crawl = services.crawl_create(user=user, name=name, seeds=["http://shop.test/"])
         Crawl.objects.filter(pk=crawl.pk).update(state=CrawlState.FINISHED)
         for path, digest in pages.items():
             Page.objects.create(
-                crawl=crawl, url="http://shop.test" + path, url_hash=path, fp=hash(path) >> 1,
-                digest=digest, status=200, fetched_at=now,
-            )  # fmt: skip
+                crawl=crawl,
+                url="http://shop.test" + path,
+                url_hash=path,
+                fp=hash(path) >> 1,
+                digest=digest,
+                status=200,
+                fetched_at=now,
+            )
         runs.append(crawl)
     log_in(page, dashboard, "alice")
     page.goto(f"{dashboard}/crawls/compare/?a={runs[0].pk}&b={runs[1].pk}")
@@ -155,10 +164,19 @@ def test_a_short_search_on_a_big_crawl_says_which_pages_it_read(page, dashboard,
     total = SEARCH_LIMIT + 20
     urls = [f"http://big.test/{'zq-' if n >= total - 3 else ''}page/{n}" for n in range(total)]
     Page.objects.bulk_create(
-        [Page(crawl=crawl, url=u, url_hash=url_hash(u), status=200, title=f"Page {n}",
-              fetched_at=now) for n, u in enumerate(urls)],
+        [
+            Page(
+                crawl=crawl,
+                url=u,
+                url_hash=url_hash(u),
+                status=200,
+                title=f"Page {n}",
+                fetched_at=now,
+            )
+            for n, u in enumerate(urls)
+        ],
         batch_size=2000,
-    )  # fmt: skip
+    )
     log_in(page, dashboard, "alice")
     page.set_viewport_size(WIDE)
     page.goto(f"{dashboard}/crawls/{crawl.pk}/pages/?q=zq")

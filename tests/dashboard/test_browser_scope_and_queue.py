@@ -39,9 +39,16 @@ def test_an_owner_excludes_urls_of_a_running_crawl_and_reads_its_queue(
 ):
     ARTIFACTS.mkdir(exist_ok=True)
     site = make_site(tree_site)
-    crawl = services.crawl_create(user=user, name="scoped", seeds=[site.url + "/"],
-                                  obey_robots=False, max_depth=20, max_pages=100_000,
-                                  threads=2, slices=1)  # fmt: skip
+    crawl = services.crawl_create(
+        user=user,
+        name="scoped",
+        seeds=[site.url + "/"],
+        obey_robots=False,
+        max_depth=20,
+        max_pages=100_000,
+        threads=2,
+        slices=1,
+    )
     services.crawl_start(crawl=crawl, user=user)
     frontier = Frontier(crawl.pk)
     wait_until(lambda: frontier.stats()["queued"] >= 80, timeout=120, what="a queue of 80")
@@ -55,8 +62,11 @@ def test_an_owner_excludes_urls_of_a_running_crawl_and_reads_its_queue(
     page.click("form.crawl-form button[type=submit]")
     page.wait_for_url(re.compile(rf"/crawls/{crawl.pk}/$"))
     said = page.locator(".messages li").inner_text()
-    match = re.fullmatch(r"Settings changed: exclude patterns: none -> /s/; ([\d,]+) queued "
-                         r"request\(s\) dropped: they no longer fit(; .*)?\.", said)  # fmt: skip
+    match = re.fullmatch(
+        r"Settings changed: exclude patterns: none -> /s/; ([\d,]+) queued "
+        r"request\(s\) dropped: they no longer fit(; .*)?\.",
+        said,
+    )
     assert match, said
     dropped = int(match.group(1).replace(",", ""))
     assert dropped > 0

@@ -52,12 +52,20 @@ def test_four_crawls_each_say_why_they_ended_in_the_list_the_page_and_the_api(
     slow_site = make_site(slow)
     create = services.crawl_create
     finished = create(user=user, name="finished", seeds=[site.url + "/"], obey_robots=False)
-    capped = create(user=user, name="capped", seeds=[site.url + "/"], obey_robots=False,
-                    max_pages=5)  # fmt: skip
-    failed = create(user=user, name="dead host", seeds=["http://127.0.0.1:9/"],
-                    obey_robots=False, max_retries=0)  # fmt: skip
-    cancelled = create(user=user, name="cancelled", seeds=[slow_site.url + "/"],
-                       obey_robots=False, threads=1, slices=1)  # fmt: skip
+    capped = create(
+        user=user, name="capped", seeds=[site.url + "/"], obey_robots=False, max_pages=5
+    )
+    failed = create(
+        user=user, name="dead host", seeds=["http://127.0.0.1:9/"], obey_robots=False, max_retries=0
+    )
+    cancelled = create(
+        user=user,
+        name="cancelled",
+        seeds=[slow_site.url + "/"],
+        obey_robots=False,
+        threads=1,
+        slices=1,
+    )
     for crawl in (finished, capped, failed, cancelled):
         services.crawl_start(crawl=crawl, user=user)
     for crawl in (finished, capped):
@@ -72,8 +80,11 @@ def test_four_crawls_each_say_why_they_ended_in_the_list_the_page_and_the_api(
     for crawl in (finished, capped, failed, cancelled):
         crawl.refresh_from_db()
     assert [c.end_reason for c in (finished, capped, failed, cancelled)] == [
-        EndReason.FINISHED, EndReason.MAX_PAGES, EndReason.FAILED, EndReason.CANCELLED,
-    ]  # fmt: skip
+        EndReason.FINISHED,
+        EndReason.MAX_PAGES,
+        EndReason.FAILED,
+        EndReason.CANCELLED,
+    ]
 
     log_in(page, dashboard, "alice")
     page.goto(dashboard + "/")
@@ -96,8 +107,10 @@ def test_four_crawls_each_say_why_they_ended_in_the_list_the_page_and_the_api(
         percent = page.locator("#percent").inner_text()
         assert (percent == "100") == (crawl in (finished, failed)), (crawl.name, percent)
         if crawl in (capped, cancelled):
-            bar = page.evaluate("[document.getElementById('progress').value, "
-                                "document.getElementById('progress').max]")  # fmt: skip
+            bar = page.evaluate(
+                "[document.getElementById('progress').value, "
+                "document.getElementById('progress').max]"
+            )
             assert bar[0] < bar[1], f"{crawl.name}: a full bar for work left undone"
         api = page.request.get(f"{dashboard}/api/crawls/{crawl.pk}/").json()
         assert (api["end_reason"], api["end_line"]) == (crawl.end_reason, crawl.end_line)

@@ -41,17 +41,29 @@ def cookies_txt(host: str, *extra: str) -> bytes:
 
 def form_data(site, **changes) -> dict:
     data = {
-        "name": "behind a login", "channel": "", "seeds": site.url + "/home",
-        "max_depth": 20, "max_pages": 100, "priority": 0, "threads": 4, "slices": 1,
-        "timeout": 10, "max_bytes": 1_000_000, "max_retries": 1, "keep_bodies": "on",
+        "name": "behind a login",
+        "channel": "",
+        "seeds": site.url + "/home",
+        "max_depth": 20,
+        "max_pages": 100,
+        "priority": 0,
+        "threads": 4,
+        "slices": 1,
+        "timeout": 10,
+        "max_bytes": 1_000_000,
+        "max_retries": 1,
+        "keep_bodies": "on",
         "host_concurrency": 0,
-        "exclude_patterns": "/logout", "start_now": "on",
-        "headers": f"X-Api-Key: {HEADER_SECRET}", "cookie": f"theme=dark; ck={COOKIE_SECRET}",
-        "basic_user": "bob", "basic_password": BASIC_SECRET,
+        "exclude_patterns": "/logout",
+        "start_now": "on",
+        "headers": f"X-Api-Key: {HEADER_SECRET}",
+        "cookie": f"theme=dark; ck={COOKIE_SECRET}",
+        "basic_user": "bob",
+        "basic_password": BASIC_SECRET,
         "login_url": site.url + "/login",
         "login_fields": f"username={LoginSite.USER}\npassword={LoginSite.PASSWORD}",
         "login_check_selector": "#logout",
-    }  # fmt: skip
+    }
     data["channel"] = Channel.default().pk
     data.update(changes)
     return data
@@ -61,8 +73,16 @@ def secrets_of(login: LoginSite) -> list[str]:
     basic = base64.b64encode(f"bob:{BASIC_SECRET}".encode()).decode()
     sessions = list(login.sessions)
     assert sessions, "the site saw no login"
-    return [HEADER_SECRET, COOKIE_SECRET, TXT_SECRET, BASIC_SECRET, LoginSite.PASSWORD, basic,
-            "tok-123", *sessions]  # fmt: skip
+    return [
+        HEADER_SECRET,
+        COOKIE_SECRET,
+        TXT_SECRET,
+        BASIC_SECRET,
+        LoginSite.PASSWORD,
+        basic,
+        "tok-123",
+        *sessions,
+    ]
 
 
 def guarded_site(login: LoginSite):
@@ -103,18 +123,27 @@ def test_no_secret_comes_back_out_of_a_crawl_behind_a_login(
     crawl = drive(crawl)
     assert crawl.state == "finished", crawl.error
     assert {p.url.removeprefix(site.url): p.status for p in crawl.pages.all()} == {
-        "/home": 200, "/a": 200, "/b": 200,
-    }  # fmt: skip
+        "/home": 200,
+        "/a": 200,
+        "/b": 200,
+    }
     assert login.logins >= 2  # sessions of 3 requests: logged in again
 
     seen: dict[str, str] = {}
     pk = crawl.pk
-    for url in ("/", f"/crawls/{pk}/", f"/crawls/{pk}/activity", f"/crawls/{pk}/pages/",
-                *(p.get_absolute_url() for p in crawl.pages.all()),
-                *(f"/crawls/{pk}/export.{fmt}" for fmt in ("jsonl", "csv")),
-                "/api/crawls/", f"/api/crawls/{pk}/", f"/api/crawls/{pk}/pages/",
-                *(f"/api/crawls/{pk}/pages/{p.pk}/" for p in crawl.pages.all()),
-                f"/api/crawls/{pk}/export/?format=jsonl"):  # fmt: skip
+    for url in (
+        "/",
+        f"/crawls/{pk}/",
+        f"/crawls/{pk}/activity",
+        f"/crawls/{pk}/pages/",
+        *(p.get_absolute_url() for p in crawl.pages.all()),
+        *(f"/crawls/{pk}/export.{fmt}" for fmt in ("jsonl", "csv")),
+        "/api/crawls/",
+        f"/api/crawls/{pk}/",
+        f"/api/crawls/{pk}/pages/",
+        *(f"/api/crawls/{pk}/pages/{p.pk}/" for p in crawl.pages.all()),
+        f"/api/crawls/{pk}/export/?format=jsonl",
+    ):
         response = user_client.get(url)
         assert response.status_code == 200, url
         body = b"".join(response.streaming_content) if response.streaming else response.content
@@ -151,20 +180,36 @@ def test_the_new_crawl_page_has_an_authentication_section_that_shows_no_secret(u
 @pytest.mark.parametrize(
     ("changes", "field", "message"),
     [
-        ({"headers": f"X-Api-Key: {HEADER_SECRET}\nno colon here"}, "headers",
-         "line 2: not a header; write 'Name: value' (found no colon)"),
+        (
+            {"headers": f"X-Api-Key: {HEADER_SECRET}\nno colon here"},
+            "headers",
+            "line 2: not a header; write 'Name: value' (found no colon)",
+        ),
         ({"headers": "Host: evil.example"}, "headers", "line 1: Host is set by crawlhub"),
         ({"cookie": f"ck={COOKIE_SECRET}; justaword"}, "cookie", "part 2"),
-        ({"login_url": "http://other.example/login"}, "login_url",
-         "is not on the crawl's own hosts"),
+        (
+            {"login_url": "http://other.example/login"},
+            "login_url",
+            "is not on the crawl's own hosts",
+        ),
         ({"login_check_selector": "a[["}, "login_check_selector", "is not a CSS selector"),
-        ({"basic_user": "", "basic_password": BASIC_SECRET}, "basic_user",
-         "give the user name with the password"),
+        (
+            {"basic_user": "", "basic_password": BASIC_SECRET},
+            "basic_user",
+            "give the user name with the password",
+        ),
         ({"login_url": "", "login_check_selector": ""}, "login_fields", "give the login URL too"),
     ],
-    ids=["header-line", "header-forbidden", "cookie", "login-off-scope", "selector", "no-user",
-         "fields-without-url"],
-)  # fmt: skip
+    ids=[
+        "header-line",
+        "header-forbidden",
+        "cookie",
+        "login-off-scope",
+        "selector",
+        "no-user",
+        "fields-without-url",
+    ],
+)
 def test_bad_credentials_are_refused_at_the_form_naming_the_field(
     user_client, make_site, changes, field, message
 ):
@@ -185,12 +230,16 @@ def test_bad_credentials_are_refused_at_the_form_naming_the_field(
     ("line", "message"),
     [
         ("garbage without tabs", "cookies.txt line 4: 7 fields separated by tabs expected"),
-        ("127.0.0.1\tMAYBE\t/\tFALSE\t0\tn\tv",
-         "cookies.txt line 4: the subdomains field (the second) is not TRUE or FALSE"),
-        ("127.0.0.1\tFALSE\t/\tFALSE\tsoon\tn\tv",
-         "cookies.txt line 4: the expiry field (the fifth) is not a Unix time"),
+        (
+            "127.0.0.1\tMAYBE\t/\tFALSE\t0\tn\tv",
+            "cookies.txt line 4: the subdomains field (the second) is not TRUE or FALSE",
+        ),
+        (
+            "127.0.0.1\tFALSE\t/\tFALSE\tsoon\tn\tv",
+            "cookies.txt line 4: the expiry field (the fifth) is not a Unix time",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_bad_cookies_txt_is_refused_naming_its_line(user_client, make_site, line, message):
     site = make_site(LoginSite({}))
     upload = SimpleUploadedFile("cookies.txt", cookies_txt("127.0.0.1", line))
@@ -210,9 +259,11 @@ def test_a_cookies_txt_that_is_not_text_is_refused(user_client, make_site):
 def test_the_api_takes_credentials_write_only_and_refuses_bad_ones(user_client, make_site):
     site = make_site(LoginSite({}))
     auth = {
-        "headers": f"X-Api-Key: {HEADER_SECRET}", "basic_user": "bob",
-        "basic_password": BASIC_SECRET, "cookies_txt": cookies_txt("127.0.0.1").decode(),
-    }  # fmt: skip
+        "headers": f"X-Api-Key: {HEADER_SECRET}",
+        "basic_user": "bob",
+        "basic_password": BASIC_SECRET,
+        "cookies_txt": cookies_txt("127.0.0.1").decode(),
+    }
     body = {"name": "api", "seeds": [site.url + "/"], "auth": auth}
     response = user_client.post("/api/crawls/", body, content_type="application/json")
     assert response.status_code == 201, response.content
@@ -234,27 +285,41 @@ def test_the_cli_reads_credentials_from_files(tmp_path, make_site, capsys):
     auth.write_text(json.dumps({"basic_user": "bob", "basic_password": BASIC_SECRET}))
     jar = tmp_path / "cookies.txt"
     jar.write_bytes(cookies_txt("127.0.0.1"))
-    call_command("crawl", "create", "--name", "cli", "--seed", site.url + "/",
-                 "--auth-file", str(auth), "--cookies-file", str(jar))  # fmt: skip
+    call_command(
+        "crawl",
+        "create",
+        "--name",
+        "cli",
+        "--seed",
+        site.url + "/",
+        "--auth-file",
+        str(auth),
+        "--cookies-file",
+        str(jar),
+    )
     crawl = Crawl.objects.get()
     assert services.credentials_shown(crawl)["basic_password"] == MASK
     assert [c["name"] for c in crawl.auth.cookies] == ["prefs"]
     auth.write_text("{not json")
     with pytest.raises(CommandError, match="--auth-file: .* is not valid JSON"):
-        call_command("crawl", "create", "--name", "cli", "--seed", site.url + "/",
-                     "--auth-file", str(auth))  # fmt: skip
+        call_command(
+            "crawl", "create", "--name", "cli", "--seed", site.url + "/", "--auth-file", str(auth)
+        )
     auth.write_text(json.dumps({"password": "x"}))
     with pytest.raises(CommandError, match="unknown: password"):
-        call_command("crawl", "create", "--name", "cli", "--seed", site.url + "/",
-                     "--auth-file", str(auth))  # fmt: skip
+        call_command(
+            "crawl", "create", "--name", "cli", "--seed", site.url + "/", "--auth-file", str(auth)
+        )
 
 
 def test_a_schedule_run_keeps_its_template_s_credentials_unseen(user, make_site):
     site = make_site(LoginSite({}))
     template = services.crawl_create(
-        user=user, name="nightly", seeds=[site.url + "/"],
+        user=user,
+        name="nightly",
+        seeds=[site.url + "/"],
         auth={"basic_user": "bob", "basic_password": BASIC_SECRET, "cookie": f"ck={COOKIE_SECRET}"},
-    )  # fmt: skip
+    )
     schedule = schedules.schedule_create(user=user, template=template, cron="@daily")
     run = schedules.schedule_run(schedule=schedule)
     assert run.pk != template.pk

@@ -26,21 +26,37 @@ BAD_AUTH = {
 
 def form_data(**changes) -> dict:
     data = {
-        "name": "rounds", "channel": Channel.default().pk, "seeds": SEED,
-        "max_depth": 20, "max_pages": 100, "priority": 0, "threads": 4, "slices": 1,
-        "timeout": 10, "max_bytes": "1 MB", "max_retries": 1, "host_concurrency": 0,
-    }  # fmt: skip
+        "name": "rounds",
+        "channel": Channel.default().pk,
+        "seeds": SEED,
+        "max_depth": 20,
+        "max_pages": 100,
+        "priority": 0,
+        "threads": 4,
+        "slices": 1,
+        "timeout": 10,
+        "max_bytes": "1 MB",
+        "max_retries": 1,
+        "host_concurrency": 0,
+    }
     data.update(changes)
     return data
 
 
 def saved_draft(user) -> Crawl:
     return services.crawl_create(
-        user=user, name="draft", seeds=[SEED],
-        auth={"headers": f"X-Api-Key: {SECRETS[0]}", "cookie": f"ck={SECRETS[1]}",
-              "basic_user": "bob", "basic_password": SECRETS[2],
-              "login_url": SEED + "login", "login_fields": f"password={SECRETS[3]}"},
-    )  # fmt: skip
+        user=user,
+        name="draft",
+        seeds=[SEED],
+        auth={
+            "headers": f"X-Api-Key: {SECRETS[0]}",
+            "cookie": f"ck={SECRETS[1]}",
+            "basic_user": "bob",
+            "basic_password": SECRETS[2],
+            "login_url": SEED + "login",
+            "login_fields": f"password={SECRETS[3]}",
+        },
+    )
 
 
 def errors_of(response) -> dict:
@@ -64,39 +80,54 @@ def test_bad_seeds_and_bad_credentials_are_refused_together_by_the_service(user)
 
 def test_every_login_problem_comes_at_once():
     with pytest.raises(credentials.CredentialsProblems) as caught:
-        credentials.parse([SEED], {
-            "headers": "no colon here", "login_url": "https://elsewhere.example/login",
-            "login_check_selector": "a[[", "login_check_url": "ftp://x",
-        })  # fmt: skip
+        credentials.parse(
+            [SEED],
+            {
+                "headers": "no colon here",
+                "login_url": "https://elsewhere.example/login",
+                "login_check_selector": "a[[",
+                "login_check_url": "ftp://x",
+            },
+        )
     assert set(caught.value.problems) == {
-        "headers", "login_url", "login_fields", "login_check_selector", "login_check_url"
-    }, caught.value.problems  # fmt: skip
+        "headers",
+        "login_url",
+        "login_fields",
+        "login_check_selector",
+        "login_check_url",
+    }, caught.value.problems
 
 
 def test_with_seeds_refused_what_depends_on_their_hosts_is_left_for_later():
     jar = "other.example\tFALSE\t/\tFALSE\t0\tn\tv\n"
     found = credentials.parse(
-        None, {"cookies_txt": jar, "login_url": "https://elsewhere.example/login",
-               "login_fields": "a=b"},
-    )  # fmt: skip
+        None,
+        {"cookies_txt": jar, "login_url": "https://elsewhere.example/login", "login_fields": "a=b"},
+    )
     assert found.login_url == "https://elsewhere.example/login"
     with pytest.raises(credentials.CredentialsProblems) as caught:
-        credentials.parse([SEED], {"cookies_txt": jar, "login_url": "https://elsewhere.example/",
-                                   "login_fields": "a=b"})  # fmt: skip
+        credentials.parse(
+            [SEED],
+            {"cookies_txt": jar, "login_url": "https://elsewhere.example/", "login_fields": "a=b"},
+        )
     assert set(caught.value.problems) == {"cookies_txt", "login_url"}
 
 
 def test_the_new_crawl_form_shows_seed_and_credentials_errors_in_one_round(user_client):
     jar = SimpleUploadedFile("cookies.txt", b"example.com\tFALSE\t/\n")
     response = user_client.post(
-        "/crawls/new/", form_data(seeds="ftp://nope/", timeout="soon", cookies_txt=jar,
-                                  **BAD_AUTH),
-    )  # fmt: skip
+        "/crawls/new/",
+        form_data(seeds="ftp://nope/", timeout="soon", cookies_txt=jar, **BAD_AUTH),
+    )
     assert response.status_code == 200
     summary = response.context["form"].error_summary()
     assert [label for _, label, _ in summary] == [
-        "Seeds", "Timeout", "Extra headers", "cookies.txt", "Login form fields"
-    ], summary  # fmt: skip
+        "Seeds",
+        "Timeout",
+        "Extra headers",
+        "cookies.txt",
+        "Login form fields",
+    ], summary
     assert no_secret_in(response.content.decode())
     assert Crawl.objects.count() == 0
 
@@ -112,9 +143,10 @@ def test_a_draft_edit_says_unreadable_and_refused_values_in_one_round(user, user
     crawl = saved_draft(user)
     response = user_client.post(
         f"/crawls/{crawl.pk}/edit/",
-        form_data(seeds="ftp://nope/", timeout="soon", include_patterns="(unclosed",
-                  headers="no colon"),
-    )  # fmt: skip
+        form_data(
+            seeds="ftp://nope/", timeout="soon", include_patterns="(unclosed", headers="no colon"
+        ),
+    )
     assert set(errors_of(response)) == {"seeds", "timeout", "include_patterns", "headers"}
     assert no_secret_in(response.content.decode())
     crawl.refresh_from_db()
@@ -124,9 +156,12 @@ def test_a_draft_edit_says_unreadable_and_refused_values_in_one_round(user, user
 def test_a_draft_offers_to_remove_each_kind_of_saved_credentials_by_name(user, user_client):
     crawl = saved_draft(user)
     page = user_client.get(f"/crawls/{crawl.pk}/edit/").content.decode()
-    for name, words in (("headers", "extra headers (X-Api-Key)"), ("cookies", "cookies (ck)"),
-                        ("basic_auth", "basic auth (user bob)"),
-                        ("login", f"login step (at {SEED}login)")):  # fmt: skip
+    for name, words in (
+        ("headers", "extra headers (X-Api-Key)"),
+        ("cookies", "cookies (ck)"),
+        ("basic_auth", "basic auth (user bob)"),
+        ("login", f"login step (at {SEED}login)"),
+    ):
         assert f'name="remove_{name}"' in page and f"Remove the saved {words}" in page
     assert no_secret_in(page)
     fresh = services.crawl_create(user=user, name="none", seeds=[SEED])
@@ -150,8 +185,13 @@ def test_a_draft_removes_saved_credentials_kind_by_kind_audited(user, user_clien
     assert "set (user bob, password set)" in shown and no_secret_in(shown)
 
     # Once the last kind goes, so does the row: the crawl has no credentials.
-    services.crawl_update(crawl=crawl, user=user, name="draft", seeds=[SEED],
-                         remove_credentials=["cookies", "basic_auth"])  # fmt: skip
+    services.crawl_update(
+        crawl=crawl,
+        user=user,
+        name="draft",
+        seeds=[SEED],
+        remove_credentials=["cookies", "basic_auth"],
+    )
     assert not CrawlAuth.objects.filter(crawl=crawl).exists()
     assert services.credentials_shown(Crawl.objects.get(pk=crawl.pk)) == {}
 
@@ -181,9 +221,10 @@ def test_removing_and_giving_the_same_kind_at_once_is_refused(user, user_client)
 
 def test_the_api_says_seed_and_credentials_problems_in_one_answer(user_client):
     response = user_client.post(
-        "/api/crawls/", {"name": "api", "seeds": ["ftp://nope/"], "auth": BAD_AUTH},
+        "/api/crawls/",
+        {"name": "api", "seeds": ["ftp://nope/"], "auth": BAD_AUTH},
         content_type="application/json",
-    )  # fmt: skip
+    )
     assert response.status_code == 400
     body = response.json()
     text = str(body)

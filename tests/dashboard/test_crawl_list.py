@@ -69,8 +69,15 @@ def test_a_finished_crawl_reads_100_percent_in_the_list_whatever_its_max_pages(u
     """Progress is done against known work, as on the crawl's page: 13 answered of 13 known,
     not 13 requests of a max of 60."""
     now = timezone.now()
-    a_crawl(user, "small site", max_pages=60, state=CrawlState.FINISHED, started_at=now,
-            finished_at=now, stats={"requests": 13, "responses": 12, "errors": 1})  # fmt: skip
+    a_crawl(
+        user,
+        "small site",
+        max_pages=60,
+        state=CrawlState.FINISHED,
+        started_at=now,
+        finished_at=now,
+        stats={"requests": 13, "responses": 12, "errors": 1},
+    )
     response = user_client.get("/")
     ((crawl, stats, progress, duration),) = response.context["rows"]
     assert (progress["done"], progress["known"], progress["percent"]) == (13, 13, 100)

@@ -86,11 +86,22 @@ def test_the_list_is_paginated_and_keeps_filters(user, user_client):
 def test_the_form_says_what_is_wrong_next_to_each_field(user_client):
     response = user_client.post(
         "/crawls/new/",
-        {"name": "x", "seeds": "ftp://nope", "max_pages": "0", "threads": "1", "slices": "1",
-         "max_depth": "3", "priority": "0", "timeout": "15", "max_bytes": "100000",
-         "max_retries": "2", "include_patterns": "a(b", "channel": Channel.default().pk,
-         "host_concurrency": "0"},
-    )  # fmt: skip
+        {
+            "name": "x",
+            "seeds": "ftp://nope",
+            "max_pages": "0",
+            "threads": "1",
+            "slices": "1",
+            "max_depth": "3",
+            "priority": "0",
+            "timeout": "15",
+            "max_bytes": "100000",
+            "max_retries": "2",
+            "include_patterns": "a(b",
+            "channel": Channel.default().pk,
+            "host_concurrency": "0",
+        },
+    )
     assert response.status_code == 200
     page = response.content.decode()
     for field in ("seeds", "max_pages", "include_patterns"):
@@ -101,11 +112,22 @@ def test_the_form_says_what_is_wrong_next_to_each_field(user_client):
 def test_the_form_creates_and_starts_a_crawl(user_client):
     response = user_client.post(
         "/crawls/new/",
-        {"name": "site", "seeds": "http://127.0.0.1:9/", "max_pages": "10", "threads": "2",
-         "slices": "1", "max_depth": "3", "priority": "0", "timeout": "15", "max_bytes": "100000",
-         "max_retries": "2", "channel": Channel.default().pk, "start_now": "on",
-         "host_concurrency": "0"},
-    )  # fmt: skip
+        {
+            "name": "site",
+            "seeds": "http://127.0.0.1:9/",
+            "max_pages": "10",
+            "threads": "2",
+            "slices": "1",
+            "max_depth": "3",
+            "priority": "0",
+            "timeout": "15",
+            "max_bytes": "100000",
+            "max_retries": "2",
+            "channel": Channel.default().pk,
+            "start_now": "on",
+            "host_concurrency": "0",
+        },
+    )
     crawl = Crawl.objects.get()
     assert response["Location"] == f"/crawls/{crawl.pk}/"
     assert crawl.state == CrawlState.RUNNING and crawl.max_pages == 10
@@ -131,13 +153,24 @@ def test_the_live_page_has_every_panel_and_the_first_snapshot(user, user_client)
     crawl = create(user, seeds=["http://a.test/", "http://a.test/2", "http://b.test/"])
     services.crawl_start(crawl=crawl, user=user)
     page = user_client.get(f"/crawls/{crawl.pk}/").content.decode()
-    panels = ("Counters", "Pages per second", "Status classes", "Queue per host",
-              "Recent pages", "Recent errors", "Failure queue", 'id="h-log"', "Add seeds",
-              "uplot-1.6.32/uPlot.iife.min.js", f'data-ws="/ws/crawls/{crawl.pk}/"')  # fmt: skip
+    panels = (
+        "Counters",
+        "Pages per second",
+        "Status classes",
+        "Queue per host",
+        "Recent pages",
+        "Recent errors",
+        "Failure queue",
+        'id="h-log"',
+        "Add seeds",
+        "uplot-1.6.32/uPlot.iife.min.js",
+        f'data-ws="/ws/crawls/{crawl.pk}/"',
+    )
     for text in panels:
         assert text in page, text
-    first = json.loads(re.search(r'<script id="snapshot" type="application/json">(.*?)</script>',
-                                 page, re.S)[1])  # fmt: skip
+    first = json.loads(
+        re.search(r'<script id="snapshot" type="application/json">(.*?)</script>', page, re.S)[1]
+    )
     assert first["type"] == "crawl.stats" and first["state"] == "running"
     assert first["hosts"] == [["a.test", 2], ["b.test", 1]]
     assert first["stats"]["queued"] == 3
@@ -300,9 +333,10 @@ def test_with_the_guard_on_the_demo_is_refused_on_a_loopback_address(user_client
     # Posting anyway creates nothing, and says why.
     response = user_client.post("/crawls/demo/", HTTP_HOST="127.0.0.1", follow=True)
     assert response.redirect_chain == [("/", 302)] and Crawl.objects.count() == 0
-    assert ("The demo crawls this server&#x27;s own sample site, http://127.0.0.1/sample/, and "
-            "the private-network guard refuses it: 127.0.0.1 is a loopback address"
-            ) in response.content.decode()  # fmt: skip
+    assert (
+        "The demo crawls this server&#x27;s own sample site, http://127.0.0.1/sample/, and "
+        "the private-network guard refuses it: 127.0.0.1 is a loopback address"
+    ) in response.content.decode()
 
 
 def test_the_sample_site_is_served_under_sample_without_login(client):

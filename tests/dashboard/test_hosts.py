@@ -146,8 +146,9 @@ def test_a_crawl_that_is_over_has_no_host_actions(user, user_client):
     page = user_client.get(f"/crawls/{crawl.pk}/hosts/").content.decode()
     assert "host-hold" not in page
     response = user_client.post(
-        f"/crawls/{crawl.pk}/host-hold/", {"host": "a.test", "minutes": "5"},
+        f"/crawls/{crawl.pk}/host-hold/",
+        {"host": "a.test", "minutes": "5"},
         HTTP_ACCEPT="application/json",
-    )  # fmt: skip
+    )
     assert response.status_code == 409
     assert "cancelled crawl has no hosts" in response.json()["message"]

@@ -45,9 +45,14 @@ def test_the_workers_page_names_only_your_own_crawls_jobs(
 ):
     server = make_site(sample_handler(SampleSite(pages=200, seed=5), 0.3))
     crawl = services.crawl_create(
-        user=user, name="alice's", seeds=[server.url + "/"], obey_robots=False, max_depth=100,
-        threads=1, slices=1,
-    )  # fmt: skip
+        user=user,
+        name="alice's",
+        seeds=[server.url + "/"],
+        obey_robots=False,
+        max_depth=100,
+        threads=1,
+        slices=1,
+    )
     services.crawl_start(crawl=crawl, user=user)
     fleet.start_worker()
     deadline = time.monotonic() + 120
@@ -77,9 +82,10 @@ def channel_deliveries(user, other_user, staff):
         crawl.save(update_fields=["state"])
         [delivery_id] = webhooks.crawl_ended(crawl.pk, "finished")
         WebhookDelivery.objects.filter(pk=delivery_id).update(
-            status=WebhookDelivery.Status.DELIVERED, response_status=200,
+            status=WebhookDelivery.Status.DELIVERED,
+            response_status=200,
             response_snippet=f"answer about {who}'s crawl",
-        )  # fmt: skip
+        )
         crawls[who.username] = crawl
     return hook, crawls
 

@@ -159,8 +159,11 @@ async def test_the_list_gets_the_crawls_that_can_change_on_connect(
     rows = {row["id"]: row for row in await drain(listing, 0.5)}
     assert set(rows) == {running.pk, draft.pk}  # not the cancelled one, not bob's
     assert rows[running.pk]["state"] == "running" and rows[running.pk]["on_connect"] is True
-    assert rows[running.pk]["stats"] == {**dict.fromkeys(live.LIST_COUNTERS, 0),
-                                         "requests": 3, "queued": 3}  # fmt: skip
+    assert rows[running.pk]["stats"] == {
+        **dict.fromkeys(live.LIST_COUNTERS, 0),
+        "requests": 3,
+        "queued": 3,
+    }
     assert rows[draft.pk]["actions"] == ["start"]
     full = await sync_to_async(live.snapshot)(running)
     assert set(rows[running.pk]) == set(live.compact(full)) | {"on_connect"}
@@ -329,15 +332,22 @@ async def test_the_throttle_holds_across_two_publishing_processes(user, user_cli
     crawl = await sync_to_async(started_crawl)(user)
     page, _, _ = await connect(f"/ws/crawls/{crawl.pk}/", user_client)
     await receive(page)
-    env = {**os.environ, "DATABASE_URL": await sync_to_async(database_url)(),
-           "REDIS_URL": redis_server.url}  # fmt: skip
+    env = {
+        **os.environ,
+        "DATABASE_URL": await sync_to_async(database_url)(),
+        "REDIS_URL": redis_server.url,
+    }
     procs = [
         processes.spawn(
-            [sys.executable, "-c", PUBLISHER, str(crawl.pk)], cwd=ROOT, env=env,
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            [sys.executable, "-c", PUBLISHER, str(crawl.pk)],
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
         )
         for _ in range(2)
-    ]  # fmt: skip
+    ]
     for proc in procs:  # both set up, then both publish for the same 2 s
         assert await sync_to_async(proc.stdout.readline)() == "ready\n"
     start = time.time() + 0.3
@@ -466,9 +476,14 @@ async def test_staff_see_pool_health_change_when_a_proxy_is_removed(staff, staff
     first = await receive(page)
     assert first["type"] == "proxies.health" and first["pooled"] == 3
     assert first["inventory"] == {
-        "known": 3, "new": 0, "unchecked": 0, "failing": 0, "active": 3, "disabled": 0,
+        "known": 3,
+        "new": 0,
+        "unchecked": 0,
+        "failing": 0,
+        "active": 3,
+        "disabled": 0,
         "removed": 0,
-    }  # fmt: skip
+    }
     assert sum(n for _, n in first["score_histogram"]) == 3
     assert first["removed_last_hour"] == 0 and first["last_validated_age_s"] < 5
     await sync_to_async(proxy_services.remove_proxies)(proxies=proxies[:1], why="test", user=staff)
@@ -485,5 +500,13 @@ async def test_staff_see_pool_health_change_when_a_proxy_is_removed(staff, staff
 
 def test_the_score_histogram_bins_every_score():
     bins = pool.score_histogram([0, 1.5, 5, 6, 6.5, 10, 25])
-    assert dict(bins) == {"0-2": 2, "2-4": 0, "4-6": 1, "6-8": 2, "8-10": 0, "10-15": 1,
-                          "15-20": 0, "20+": 1}  # fmt: skip
+    assert dict(bins) == {
+        "0-2": 2,
+        "2-4": 0,
+        "4-6": 1,
+        "6-8": 2,
+        "8-10": 0,
+        "10-15": 1,
+        "15-20": 0,
+        "20+": 1,
+    }

@@ -36,15 +36,23 @@ def make_pages(crawl, n: int, *, seed: int = 3) -> list[Page]:
     for i in range(n):
         status = rng.choice([200, 200, 200, 301, 404, 500, None])
         url = f"http://site{i % 3}.test/{rng.choice(['docs', 'blog', 'shop'])}/{i:04d}"
-        pages.append(Page(
-            crawl=crawl, url=url, url_hash=url_hash(url), status=status,
-            title=rng.choice(["Alpha", "Beta guide", "Gamma", ""]) + f" {i}",
-            content_type=rng.choice(TYPES), bytes=rng.randrange(0, 50_000),
-            elapsed_ms=rng.randrange(1, 3000), depth=rng.randrange(0, 6),
-            fetched_at=now - timedelta(seconds=rng.randrange(0, 3600)),
-            change=rng.choice(["", "new", "changed", "unchanged"]), fp=rng.getrandbits(63),
-            extracted={"price": f"{rng.randrange(1, 99)}.00"} if i % 2 else {},
-        ))  # fmt: skip
+        pages.append(
+            Page(
+                crawl=crawl,
+                url=url,
+                url_hash=url_hash(url),
+                status=status,
+                title=rng.choice(["Alpha", "Beta guide", "Gamma", ""]) + f" {i}",
+                content_type=rng.choice(TYPES),
+                bytes=rng.randrange(0, 50_000),
+                elapsed_ms=rng.randrange(1, 3000),
+                depth=rng.randrange(0, 6),
+                fetched_at=now - timedelta(seconds=rng.randrange(0, 3600)),
+                change=rng.choice(["", "new", "changed", "unchanged"]),
+                fp=rng.getrandbits(63),
+                extracted={"price": f"{rng.randrange(1, 99)}.00"} if i % 2 else {},
+            )
+        )
     Page.objects.bulk_create(pages)
     return list(crawl.pages.all())
 
@@ -52,9 +60,11 @@ def make_pages(crawl, n: int, *, seed: int = 3) -> list[Page]:
 @pytest.fixture
 def crawl(user):
     crawl = services.crawl_create(
-        user=user, name="browse", seeds=["http://site0.test/"],
+        user=user,
+        name="browse",
+        seeds=["http://site0.test/"],
         extract_rules=[{"name": "price", "kind": "css", "expr": ".price"}],
-    )  # fmt: skip
+    )
     make_pages(crawl, 137)
     return crawl
 
@@ -107,9 +117,20 @@ def walk(crawl, flt: PageFilter) -> list[int]:
 
 
 @pytest.mark.parametrize(
-    "sort", ["id", "url", "status", "title", "content_type", "bytes", "elapsed_ms", "depth",
-             "fetched_at", "change"],
-)  # fmt: skip
+    "sort",
+    [
+        "id",
+        "url",
+        "status",
+        "title",
+        "content_type",
+        "bytes",
+        "elapsed_ms",
+        "depth",
+        "fetched_at",
+        "change",
+    ],
+)
 @pytest.mark.parametrize("desc", [False, True])
 def test_every_sort_pages_through_every_row_once_in_order_both_ways(crawl, sort, desc):
     from django.db import connection
@@ -129,12 +150,20 @@ PLANS = {"sorted": None, "walked": (3, 10_000), "walked, then sorted": (3, 7)}
 
 
 @pytest.mark.parametrize(
-    "query", ["status_class=2xx&sort=bytes&order=desc", "depth_min=2&sort=url",
-              "change=new&sort=fetched_at", "status=404&sort=title&order=desc",
-              "content_type=image/png&sort=id", "q=guide&depth_max=3&sort=depth",
-              "q=GUIDE&sort=bytes", "q=shop&sort=url&order=desc", "status_class=none&sort=status",
-              "q=/0&sort=elapsed_ms"],
-)  # fmt: skip
+    "query",
+    [
+        "status_class=2xx&sort=bytes&order=desc",
+        "depth_min=2&sort=url",
+        "change=new&sort=fetched_at",
+        "status=404&sort=title&order=desc",
+        "content_type=image/png&sort=id",
+        "q=guide&depth_max=3&sort=depth",
+        "q=GUIDE&sort=bytes",
+        "q=shop&sort=url&order=desc",
+        "status_class=none&sort=status",
+        "q=/0&sort=elapsed_ms",
+    ],
+)
 @pytest.mark.parametrize("plan", PLANS)
 def test_a_filter_gives_the_same_screens_whichever_way_it_is_read(crawl, query, plan, monkeypatch):
     """Few matches are read through the filter's index and sorted; many, by walking a window
@@ -233,9 +262,13 @@ def test_bad_filters_are_a_400_naming_each_one(crawl, user_client):
     )
     assert response.status_code == 400
     text = lxml.html.fromstring(response.content).text_content()
-    for message in ("The status is a whole number, not 'abc'.", "The status class is one of",
-                    "The page size is one of 25, 50, 100, 200.", "Sort by one of",
-                    "The minimum depth is from 0 to 4000, not -1."):  # fmt: skip
+    for message in (
+        "The status is a whole number, not 'abc'.",
+        "The status class is one of",
+        "The page size is one of 25, 50, 100, 200.",
+        "Sort by one of",
+        "The minimum depth is from 0 to 4000, not -1.",
+    ):
         assert message in text, message
     broken = user_client.get(f"/crawls/{crawl.pk}/pages/?after=not-a-cursor")
     assert broken.status_code == 400
@@ -264,13 +297,21 @@ def test_a_field_sort_that_names_no_possible_rule_is_a_400_on_every_door(crawl, 
 def test_a_field_sort_reads_the_rules_own_name_even_with_double_underscores(user, user_client):
     """A rule may be named `a__b`: its sort reads the key "a__b", not a key b inside a key a."""
     crawl = services.crawl_create(
-        user=user, name="fields", seeds=["http://site0.test/"],
+        user=user,
+        name="fields",
+        seeds=["http://site0.test/"],
         extract_rules=[{"name": "a__b", "kind": "css", "expr": ".x"}],
-    )  # fmt: skip
+    )
     for value in ("2", "3", "1"):
         url = f"http://site0.test/{value}"
-        Page.objects.create(crawl=crawl, url=url, url_hash=url_hash(url), status=200,
-                            fetched_at=timezone.now(), extracted={"a__b": value})  # fmt: skip
+        Page.objects.create(
+            crawl=crawl,
+            url=url,
+            url_hash=url_hash(url),
+            status=200,
+            fetched_at=timezone.now(),
+            extracted={"a__b": value},
+        )
     found = page_slice(crawl, PageFilter.from_params({"sort": "field:a__b"}))
     assert [p.extracted["a__b"] for p in found.rows] == ["1", "2", "3"]
     api = user_client.get(f"/api/crawls/{crawl.pk}/pages/", {"sort": "field:a__b", "order": "desc"})
@@ -307,8 +348,9 @@ def test_exports_hold_what_is_filtered_with_a_column_per_field(crawl, user_clien
     assert [int(r["id"]) for r in rows] == [p.pk for p in expected]
     assert "field:price" in rows[0]
     assert [r["field:price"] for r in rows] == [p.extracted.get("price", "") for p in expected]
-    jsonl = b"".join(user_client.get(f"/crawls/{crawl.pk}/export.jsonl?change=new")
-                     .streaming_content).decode()  # fmt: skip
+    jsonl = b"".join(
+        user_client.get(f"/crawls/{crawl.pk}/export.jsonl?change=new").streaming_content
+    ).decode()
     lines = [json.loads(line) for line in jsonl.splitlines()]
     assert {line["change"] for line in lines} == {"new"}
     assert len(lines) == crawl.pages.filter(change="new").count()
@@ -326,25 +368,44 @@ HOSTILE = (
 def test_a_hostile_body_is_shown_as_text_and_downloaded_as_bytes(user, user_client):
     crawl = services.crawl_create(user=user, name="k", seeds=["http://x.test/"], keep_bodies=True)
     page = Page.objects.create(
-        crawl=crawl, url="http://x.test/<b>", url_hash="h", status=200, fetched_at=timezone.now(),
-        content_type="text/html; charset=utf-8", body=HOSTILE, title="<script>alert(3)</script>",
+        crawl=crawl,
+        url="http://x.test/<b>",
+        url_hash="h",
+        status=200,
+        fetched_at=timezone.now(),
+        content_type="text/html; charset=utf-8",
+        body=HOSTILE,
+        title="<script>alert(3)</script>",
         headers={"content-type": "text/html", "set-cookie": "••••••"},
         request_headers={"User-Agent": "ua/1", "Accept": "*/*"},
         links=[["http://x.test/a", "<i>A</i>", ""], ["http://y.test/", "", "other site (y.test)"]],
-        links_total=2, extracted={"t": "<em>v</em>"}, attempts=3, history=["HTTP 503", "timed out"],
-    )  # fmt: skip
+        links_total=2,
+        extracted={"t": "<em>v</em>"},
+        attempts=3,
+        history=["HTTP 503", "timed out"],
+    )
     response = user_client.get(f"/crawls/{crawl.pk}/pages/{page.pk}/")
     assert response.status_code == 200
     html = lxml.html.fromstring(response.content)
     # Nothing of the body became markup of this page: no script but ours, no iframe, no img.
     assert [s.get("src") for s in html.iter("script")] == [
-        "/static/js/nav.js", "/static/js/dates.js", "/static/js/live.js", "/static/js/health.js"
-    ]  # fmt: skip
+        "/static/js/nav.js",
+        "/static/js/dates.js",
+        "/static/js/live.js",
+        "/static/js/health.js",
+    ]
     assert not html.cssselect("iframe") and not html.cssselect("main img")
     assert html.cssselect("pre.body")[0].text_content() == HOSTILE.decode()
     text = html.text_content()
-    for shown in ("<script>alert(3)</script>", "<i>A</i>", "<em>v</em>", "HTTP 503",
-                  "other site (y.test)", "ua/1", "Fetches3"):  # fmt: skip
+    for shown in (
+        "<script>alert(3)</script>",
+        "<i>A</i>",
+        "<em>v</em>",
+        "HTTP 503",
+        "other site (y.test)",
+        "ua/1",
+        "Fetches3",
+    ):
         assert shown in text.replace("\n", "").replace(" ", "") or shown in text, shown
     raw = user_client.get(f"/crawls/{crawl.pk}/pages/{page.pk}/body")
     assert raw.content == HOSTILE
@@ -357,22 +418,38 @@ def test_a_hostile_body_is_shown_as_text_and_downloaded_as_bytes(user, user_clie
 @pytest.mark.parametrize(
     ("content_type", "extension"),
     [
-        ("text/html; charset=utf-8", "html"), ("application/json", "json"), ("image/png", "png"),
-        ("image/jpeg", "jpg"), ("application/pdf", "pdf"), ("text/plain", "txt"),
-        ("application/xml", "xml"), ("text/xml; charset=utf-8", "xml"), ("TEXT/CSS", "css"),
-        ("text/javascript", "js"), ("image/svg+xml", "svg"), ("image/webp", "webp"),
-        ("application/xhtml+xml", "xhtml"), ("application/rss+xml", "xml"),
-        ("application/x-unheard-of", "bin"), ("", "bin"), ('text/html"; x=<y>', "bin"),
+        ("text/html; charset=utf-8", "html"),
+        ("application/json", "json"),
+        ("image/png", "png"),
+        ("image/jpeg", "jpg"),
+        ("application/pdf", "pdf"),
+        ("text/plain", "txt"),
+        ("application/xml", "xml"),
+        ("text/xml; charset=utf-8", "xml"),
+        ("TEXT/CSS", "css"),
+        ("text/javascript", "js"),
+        ("image/svg+xml", "svg"),
+        ("image/webp", "webp"),
+        ("application/xhtml+xml", "xhtml"),
+        ("application/rss+xml", "xml"),
+        ("application/x-unheard-of", "bin"),
+        ("", "bin"),
+        ('text/html"; x=<y>', "bin"),
     ],
-)  # fmt: skip
+)
 def test_a_kept_body_downloads_with_the_extension_of_its_type(
     user, user_client, content_type, extension
 ):
     crawl = services.crawl_create(user=user, name="k", seeds=["http://x.test/"], keep_bodies=True)
     page = Page.objects.create(
-        crawl=crawl, url="http://x.test/", url_hash="h", status=200, fetched_at=timezone.now(),
-        content_type=content_type, body=HOSTILE,
-    )  # fmt: skip
+        crawl=crawl,
+        url="http://x.test/",
+        url_hash="h",
+        status=200,
+        fetched_at=timezone.now(),
+        content_type=content_type,
+        body=HOSTILE,
+    )
     raw = user_client.get(f"/crawls/{crawl.pk}/pages/{page.pk}/body")
     name = f"crawl-{crawl.pk}-page-{page.pk}.{extension}"
     assert raw["Content-Disposition"] == f'attachment; filename="{name}"'
@@ -383,13 +460,17 @@ def test_a_kept_body_downloads_with_the_extension_of_its_type(
 
 
 def test_a_redirect_chain_shows_on_each_of_its_pages(user, user_client, make_site):
-    site = make_site(pages_site({
-        "/": '<a href="/a">a</a><a href="/out">out</a>',
-        "/a": Response(status=301, headers={"Location": "/b"}),
-        "/b": Response(status=302, headers={"Location": "/c"}),
-        "/c": "<title>C</title>",
-        "/out": Response(status=302, headers={"Location": "http://elsewhere.test/"}),
-    }))  # fmt: skip
+    site = make_site(
+        pages_site(
+            {
+                "/": '<a href="/a">a</a><a href="/out">out</a>',
+                "/a": Response(status=301, headers={"Location": "/b"}),
+                "/b": Response(status=302, headers={"Location": "/c"}),
+                "/c": "<title>C</title>",
+                "/out": Response(status=302, headers={"Location": "http://elsewhere.test/"}),
+            }
+        )
+    )
     crawl = drive(start_site_crawl(user, site))
     pages = {p.url.removeprefix(site.url): p for p in crawl.pages.all()}
 
@@ -416,8 +497,9 @@ def test_a_redirect_chain_shows_on_each_of_its_pages(user, user_client, make_sit
     listed = user_client.get(f"/crawls/{crawl.pk}/pages/?source=redirect")
     rows = lxml.html.fromstring(listed.content).cssselect("table.pages-table tbody tr")
     assert [r.cssselect("td.url a")[0].text_content() for r in rows] == [
-        site.url + "/b", site.url + "/c"
-    ]  # fmt: skip
+        site.url + "/b",
+        site.url + "/c",
+    ]
     everything = lxml.html.fromstring(user_client.get(f"/crawls/{crawl.pk}/pages/").content)
     assert "→ http://elsewhere.test/" in everything.text_content()
 
@@ -425,9 +507,14 @@ def test_a_redirect_chain_shows_on_each_of_its_pages(user, user_client, make_sit
 def test_a_binary_body_is_not_shown_as_text(user, user_client):
     crawl = services.crawl_create(user=user, name="k", seeds=["http://x.test/"], keep_bodies=True)
     page = Page.objects.create(
-        crawl=crawl, url="http://x.test/i.png", url_hash="i", status=200, body=b"\x89PNG\x00\x01",
-        fetched_at=timezone.now(), content_type="image/png",
-    )  # fmt: skip
+        crawl=crawl,
+        url="http://x.test/i.png",
+        url_hash="i",
+        status=200,
+        body=b"\x89PNG\x00\x01",
+        fetched_at=timezone.now(),
+        content_type="image/png",
+    )
     html = lxml.html.fromstring(user_client.get(f"/crawls/{crawl.pk}/pages/{page.pk}/").content)
     assert not html.cssselect("pre.body")
     assert "Binary content: not shown as text." in html.text_content()
@@ -437,9 +524,14 @@ def test_a_huge_body_shows_its_first_megabyte_as_text(user, user_client):
     crawl = services.crawl_create(user=user, name="k", seeds=["http://x.test/"], keep_bodies=True)
     body = b"<p>" + b"a" * (3 * 1024 * 1024) + b"</p>"
     page = Page.objects.create(
-        crawl=crawl, url="http://x.test/big", url_hash="b", status=200, body=body,
-        fetched_at=timezone.now(), content_type="text/html",
-    )  # fmt: skip
+        crawl=crawl,
+        url="http://x.test/big",
+        url_hash="b",
+        status=200,
+        body=body,
+        fetched_at=timezone.now(),
+        content_type="text/html",
+    )
     html = lxml.html.fromstring(user_client.get(f"/crawls/{crawl.pk}/pages/{page.pk}/").content)
     assert len(html.cssselect("pre.body")[0].text_content()) == 1024 * 1024
     assert "the first 1 MB" in html.text_content()
@@ -450,9 +542,12 @@ def test_someone_elses_pages_are_404(user, other_user, user_client):
     page = Page.objects.create(
         crawl=theirs, url="http://x.test/", url_hash="x", fetched_at=timezone.now(), body=b"s"
     )
-    for path in (f"/crawls/{theirs.pk}/pages/", f"/crawls/{theirs.pk}/pages/{page.pk}/",
-                 f"/crawls/{theirs.pk}/pages/{page.pk}/body",
-                 f"/api/crawls/{theirs.pk}/pages/{page.pk}/"):  # fmt: skip
+    for path in (
+        f"/crawls/{theirs.pk}/pages/",
+        f"/crawls/{theirs.pk}/pages/{page.pk}/",
+        f"/crawls/{theirs.pk}/pages/{page.pk}/body",
+        f"/api/crawls/{theirs.pk}/pages/{page.pk}/",
+    ):
         assert user_client.get(path).status_code == 404, path
 
 
@@ -465,8 +560,15 @@ def test_the_comparison_page_counts_and_lists_each_kind(user, user_client):
     now = timezone.now()
 
     def add(crawl, path, digest, status=200):
-        Page.objects.create(crawl=crawl, url="http://x.test" + path, url_hash=path, fp=hash(path),
-                            digest=digest, status=status, fetched_at=now)  # fmt: skip
+        Page.objects.create(
+            crawl=crawl,
+            url="http://x.test" + path,
+            url_hash=path,
+            fp=hash(path),
+            digest=digest,
+            status=status,
+            fetched_at=now,
+        )
 
     for path, digest in (("/same", "d1"), ("/edit", "d2"), ("/gone", "d3"), ("/nm", "d4")):
         add(older, path, digest)
@@ -495,10 +597,14 @@ def preview(client, url, rules, **fields):
 
 
 def test_the_preview_fetches_one_page_and_shows_what_each_rule_yields(user_client, make_site):
-    site = make_site(pages_site({
-        "/p": '<h1>Lamp</h1><span class="price">$12</span><a href="/x">x</a>',
-        "/data": Response(body='{"a": {"b": [1, 2]}}', content_type="application/json"),
-    }))  # fmt: skip
+    site = make_site(
+        pages_site(
+            {
+                "/p": '<h1>Lamp</h1><span class="price">$12</span><a href="/x">x</a>',
+                "/data": Response(body='{"a": {"b": [1, 2]}}', content_type="application/json"),
+            }
+        )
+    )
     rules = [
         {"name": "name", "kind": "css", "expr": "h1"},
         {"name": "price", "kind": "regex", "expr": r"\$(\d+)"},
@@ -519,9 +625,13 @@ def test_the_preview_shows_no_fields_on_a_page_the_crawl_would_not_keep_them_of(
 ):
     """It showed a 404's fields, which a crawl never keeps (results.extract: 2xx only)."""
     site = make_site(pages_site({}))  # every page a 404 with an <h1>
-    answer = preview(user_client, site.url + "/gone", [
-        {"name": "heading", "kind": "css", "expr": "h1"},
-    ]).json()  # fmt: skip
+    answer = preview(
+        user_client,
+        site.url + "/gone",
+        [
+            {"name": "heading", "kind": "css", "expr": "h1"},
+        ],
+    ).json()
     assert answer["status"] == 404
     assert answer["fields"] == {} and answer["skipped"] == []
     assert answer["not_kept"] == (

@@ -21,25 +21,50 @@ from crawls.pages import PageFilter, page_slice
 pytestmark = pytest.mark.django_db
 
 TITLES = [
-    "Pricing Plans", "pricing for teams", "100% Cotton_Shirt", "1000 cotton shirts",
-    "CottonXShirt sale", 'Say "hello" to us', "Straße und Weg", "", "ab initio", "Docs home",
-]  # fmt: skip
+    "Pricing Plans",
+    "pricing for teams",
+    "100% Cotton_Shirt",
+    "1000 cotton shirts",
+    "CottonXShirt sale",
+    'Say "hello" to us',
+    "Straße und Weg",
+    "",
+    "ab initio",
+    "Docs home",
+]
 URLS = [
-    "https://shop.test/pricing", "https://shop.test/teams", "https://shop.test/p/1",
-    "https://shop.test/p/2", "https://shop.test/p/3", "https://shop.test/PRICING-old",
-    "https://de.test/strasse", "https://shop.test/docs/ab", "https://shop.test/x",
+    "https://shop.test/pricing",
+    "https://shop.test/teams",
+    "https://shop.test/p/1",
+    "https://shop.test/p/2",
+    "https://shop.test/p/3",
+    "https://shop.test/PRICING-old",
+    "https://de.test/strasse",
+    "https://shop.test/docs/ab",
+    "https://shop.test/x",
     "https://shop.test/docs/",
-]  # fmt: skip
+]
 
 
 def add_pages(crawl, urls: list[str], titles: list[str]) -> None:
     """Pages written as the engine writes them (crawls.engine.rows.PAGE_ROWS)."""
     now = timezone.now()
-    PAGE_ROWS.write([
-        PAGE_ROWS.row(Page(crawl=crawl, url=url, url_hash=url_hash(url), status=200, title=title,
-                           fetched_at=now, bytes=len(title)))
-        for url, title in zip(urls, titles, strict=True)
-    ])  # fmt: skip
+    PAGE_ROWS.write(
+        [
+            PAGE_ROWS.row(
+                Page(
+                    crawl=crawl,
+                    url=url,
+                    url_hash=url_hash(url),
+                    status=200,
+                    title=title,
+                    fetched_at=now,
+                    bytes=len(title),
+                )
+            )
+            for url, title in zip(urls, titles, strict=True)
+        ]
+    )
 
 
 @pytest.fixture
@@ -66,9 +91,22 @@ def containing(crawl, q: str) -> list[int]:
 
 
 @pytest.mark.parametrize(
-    "q", ["pricing", "PRICING", "PrIcInG pLaNs", "cotton_shirt", "100%", '"hello"', "Straße",
-          "/docs/", "ab", "x", "zzqx", "zq"],
-)  # fmt: skip
+    "q",
+    [
+        "pricing",
+        "PRICING",
+        "PrIcInG pLaNs",
+        "cotton_shirt",
+        "100%",
+        '"hello"',
+        "Straße",
+        "/docs/",
+        "ab",
+        "x",
+        "zzqx",
+        "zq",
+    ],
+)
 def test_a_search_finds_the_pages_whose_url_or_title_contains_it_whatever_the_case(crawl, q):
     ids, count = search(crawl, q)
     assert ids == containing(crawl, q) and count == len(ids)
@@ -99,8 +137,13 @@ def test_the_index_follows_rows_as_they_are_written_renamed_and_deleted(crawl):
     assert search(crawl, "zebra") == ([], 0)
     assert search(crawl, "okapi")[0] == [zebra]
     # A page saved alone (the admin) is indexed too.
-    Page.objects.create(crawl=crawl, url="https://shop.test/z", url_hash="z",
-                        title="Zebras again", fetched_at=timezone.now())  # fmt: skip
+    Page.objects.create(
+        crawl=crawl,
+        url="https://shop.test/z",
+        url_hash="z",
+        title="Zebras again",
+        fetched_at=timezone.now(),
+    )
     assert len(search(crawl, "zebra")[0]) == 1
     crawl.pages.filter(title__startswith="Zebras").delete()
     Page.objects.filter(pk=zebra).delete()
@@ -133,13 +176,30 @@ def test_every_page_of_a_batch_is_indexed_once_when_some_of_its_rows_are_ignored
         crawl.pages.filter(url__in=urls).values_list("id", flat=True)
     )
     # Made by Django's bulk_create, with and without ignored conflicts, indexed alike.
-    Page.objects.bulk_create([Page(crawl=crawl, url="https://shop.test/bulk", url_hash="b1",
-                                   title="Quagga bulk", fetched_at=timezone.now())])  # fmt: skip
     Page.objects.bulk_create(
-        [Page(crawl=crawl, url=f"https://shop.test/bulk/{n}", url_hash=f"b{n}",
-              title=f"Quagga {n}", fetched_at=timezone.now()) for n in range(3)],
+        [
+            Page(
+                crawl=crawl,
+                url="https://shop.test/bulk",
+                url_hash="b1",
+                title="Quagga bulk",
+                fetched_at=timezone.now(),
+            )
+        ]
+    )
+    Page.objects.bulk_create(
+        [
+            Page(
+                crawl=crawl,
+                url=f"https://shop.test/bulk/{n}",
+                url_hash=f"b{n}",
+                title=f"Quagga {n}",
+                fetched_at=timezone.now(),
+            )
+            for n in range(3)
+        ],
         ignore_conflicts=True,
-    )  # fmt: skip
+    )
     index_is_whole()
     assert len(search(crawl, "quagga")[0]) == 3
     crawl.pages.filter(title__startswith="Okapi").delete()
@@ -171,9 +231,14 @@ def test_the_text_index_migration_goes_back_and_forth(crawl):
     )
     url = "https://shop.test/while-unindexed"
     then.get_model("crawls", "Page").objects.create(
-        crawl_id=crawl.pk, url=url, url_hash=url_hash(url), status=200,
-        title="Written while unindexed", fetched_at=timezone.now(), bytes=23,
-    )  # fmt: skip
+        crawl_id=crawl.pk,
+        url=url,
+        url_hash=url_hash(url),
+        status=200,
+        title="Written while unindexed",
+        fetched_at=timezone.now(),
+        bytes=23,
+    )
     call_command("migrate", "crawls", verbosity=0)
     assert text_index_exists()
     # Rows written before the index was made are in it.
@@ -198,10 +263,17 @@ def search_through(crawl, flt: PageFilter) -> tuple[list[int], list[int]]:
         cursor = found.next
 
 
-@pytest.mark.parametrize(("q", "sort", "desc"), [
-    ("ab", "id", False), ("ab", "bytes", True), ("x", "url", False), ("zq", "id", False),
-    ("pricing", "id", False), ("shop.test/p", "title", True),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("q", "sort", "desc"),
+    [
+        ("ab", "id", False),
+        ("ab", "bytes", True),
+        ("x", "url", False),
+        ("zq", "id", False),
+        ("pricing", "id", False),
+        ("shop.test/p", "title", True),
+    ],
+)
 def test_a_search_reading_a_window_at_a_time_says_it_is_partial_and_misses_nothing(
     crawl, monkeypatch, q, sort, desc
 ):

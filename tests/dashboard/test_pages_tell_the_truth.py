@@ -40,8 +40,9 @@ def test_the_user_agent_the_settings_panel_names_is_the_one_the_site_gets(
     assert "crawlhub's own" not in shown, shown
     assert shown.startswith("not sent: a random browser's per request")
 
-    fixed = services.crawl_create(user=user, name="fixed", seeds=[site.url + "/"],
-                                  user_agent_mode="fixed", obey_robots=False)  # fmt: skip
+    fixed = services.crawl_create(
+        user=user, name="fixed", seeds=[site.url + "/"], user_agent_mode="fixed", obey_robots=False
+    )
     services.crawl_start(crawl=fixed, user=user)
     site.log.clear()
     drive(fixed)
@@ -86,8 +87,9 @@ def test_priority_does_what_its_field_says(user, django_capture_on_commit_callba
     queue = django_rq.get_queue("crawls")
     queue.empty()
     plain = services.crawl_create(user=user, name="plain", seeds=["http://127.0.0.1:9/"])
-    urgent = services.crawl_create(user=user, name="urgent", seeds=["http://127.0.0.1:9/"],
-                                   priority=5)  # fmt: skip
+    urgent = services.crawl_create(
+        user=user, name="urgent", seeds=["http://127.0.0.1:9/"], priority=5
+    )
     with django_capture_on_commit_callbacks(execute=True):
         services.crawl_start(crawl=plain, user=user)
     with django_capture_on_commit_callbacks(execute=True):
@@ -112,13 +114,17 @@ def test_the_webhook_form_names_its_event_boxes_in_a_fieldset(user_client):
     assert not html.xpath("//label//label")
 
 
-def test_a_5xx_out_of_retries_is_pointed_to_where_it_is(user, user_client, make_site,
-                                                         quick_slices):  # fmt: skip
+def test_a_5xx_out_of_retries_is_pointed_to_where_it_is(user, user_client, make_site, quick_slices):
     """The 5xx bar counted it, the pages browser's 5xx filter could not find it, and nothing
     said it was in the failure queue."""
-    site = make_site(pages_site({
-        "/": '<a href="/down">down</a>', "/down": Response(status=500, body="oops"),
-    }))  # fmt: skip
+    site = make_site(
+        pages_site(
+            {
+                "/": '<a href="/down">down</a>',
+                "/down": Response(status=500, body="oops"),
+            }
+        )
+    )
     crawl = drive(start_site_crawl(user, site, max_retries=0))
     assert crawl.stats["status_5xx"] == 1 and crawl.failures.count() == 1
     listed = lxml.html.fromstring(

@@ -29,11 +29,44 @@ pytestmark = [pytest.mark.slow, pytest.mark.django_db]
 
 EXAMPLES = 60
 HOSTILE = [
-    "", " ", "\u00b2", "\u0663", "\U0001d7d9", "-1", "0", "9" * 30, "1e309", "nan", "Infinity",
-    "field:-1", "field:a__b", "field:\u00e9", "field:" + "a" * 65, "field:$[0]", "%", "%%00",
-    "\\", "'", '"', "<script>", "../..", "[]", "{}", "null", "\u202e", "\ufeff", "\r\n", "\x00",
-    "a" * 10_000, "eyJ4IjoxfQ", "WyJpZCIsZmFsc2UsbnVsbCwtMV0", "desc", "asc", "new", "csv",
-]  # fmt: skip
+    "",
+    " ",
+    "\u00b2",
+    "\u0663",
+    "\U0001d7d9",
+    "-1",
+    "0",
+    "9" * 30,
+    "1e309",
+    "nan",
+    "Infinity",
+    "field:-1",
+    "field:a__b",
+    "field:\u00e9",
+    "field:" + "a" * 65,
+    "field:$[0]",
+    "%",
+    "%%00",
+    "\\",
+    "'",
+    '"',
+    "<script>",
+    "../..",
+    "[]",
+    "{}",
+    "null",
+    "\u202e",
+    "\ufeff",
+    "\r\n",
+    "\x00",
+    "a" * 10_000,
+    "eyJ4IjoxfQ",
+    "WyJpZCIsZmFsc2UsbnVsbCwtMV0",
+    "desc",
+    "asc",
+    "new",
+    "csv",
+]
 hostile = st.sampled_from(HOSTILE)
 values = st.one_of(
     hostile,
@@ -73,10 +106,12 @@ def world(user, staff) -> dict:
     staff.is_superuser = True
     staff.save()
     rules = [{"name": "price", "kind": "css", "expr": ".price"}]
-    older = services.crawl_create(user=user, name="old", seeds=["http://site0.test/"],
-                                  extract_rules=rules)  # fmt: skip
-    newer = services.crawl_create(user=user, name="new", seeds=["http://site0.test/"],
-                                  extract_rules=rules)  # fmt: skip
+    older = services.crawl_create(
+        user=user, name="old", seeds=["http://site0.test/"], extract_rules=rules
+    )
+    newer = services.crawl_create(
+        user=user, name="new", seeds=["http://site0.test/"], extract_rules=rules
+    )
     pages = make_pages(newer, 60)
     make_pages(older, 20, seed=4)
     FailedRequest.objects.create(
@@ -87,15 +122,32 @@ def world(user, staff) -> dict:
     client = Client()
     client.force_login(staff)
     return {
-        "client": client, "crawl": newer.pk, "older": older.pk, "page": pages[0].pk,
-        "proxy": Proxy.objects.get().pk, "job": ProxyJob.objects.get().pk,
-    }  # fmt: skip
+        "client": client,
+        "crawl": newer.pk,
+        "older": older.pk,
+        "page": pages[0].pk,
+        "proxy": Proxy.objects.get().pk,
+        "job": ProxyJob.objects.get().pk,
+    }
 
 
 # Every page that reads its query string (and the admin's lists of crawls and of the proxy
 # audit log), by a name for the test's id: its path, and the names it reads.
-FILTERS = ["q", "status_class", "status", "content_type", "depth_min", "depth_max", "change",
-           "source", "sort", "order", "size", "after", "before"]  # fmt: skip
+FILTERS = [
+    "q",
+    "status_class",
+    "status",
+    "content_type",
+    "depth_min",
+    "depth_max",
+    "change",
+    "source",
+    "sort",
+    "order",
+    "size",
+    "after",
+    "before",
+]
 PAGES = {
     "crawl list": ("/", ["q", "state", "channel", "sort", "page"]),
     "pages browser": ("/crawls/{crawl}/pages/", FILTERS),
@@ -110,7 +162,7 @@ PAGES = {
     "proxies": (
         "/proxies/",
         ["state", "channel", "score", "anonymity", "source", "q", "sort", "page", "all"],
-    ),  # fmt: skip
+    ),
     "proxy": ("/proxies/{proxy}/", ["next", "page"]),
     "proxy job": ("/proxies/jobs/{job}.json", ["report"]),
     "schedules": ("/schedules/new/", ["template"]),
@@ -118,7 +170,7 @@ PAGES = {
     "crawl admin": (
         "/admin/crawls/crawl/",
         ["q", "o", "p", "e", "state__exact", "channel__id__exact", "_to_field"],
-    ),  # fmt: skip
+    ),
     "proxy audit": ("/admin/proxies/proxyevent/", ["q", "o", "p", "e", "kind__exact"]),
 }
 
@@ -130,8 +182,13 @@ def test_no_query_string_makes_a_page_answer_a_server_error(name, world):
     client = world["client"]
     sent = []
 
-    @settings(max_examples=EXAMPLES, derandomize=True, database=None, deadline=None,
-              suppress_health_check=list(HealthCheck))  # fmt: skip
+    @settings(
+        max_examples=EXAMPLES,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+    )
     @given(query=query_strings(known))
     def send(query: str) -> None:
         response = client.get(path, QUERY_STRING=query)

@@ -19,10 +19,19 @@ NOWHERE = "/nonexistent/chromium"
 
 def form_data(**changes) -> dict:
     data = {
-        "name": "spa", "channel": Channel.default().pk, "seeds": "http://127.0.0.1:9/",
-        "max_depth": 2, "max_pages": 10, "priority": 0, "threads": 2, "slices": 1,
-        "timeout": 10, "max_bytes": 1_000_000, "max_retries": 1, "host_concurrency": 0,
-    }  # fmt: skip
+        "name": "spa",
+        "channel": Channel.default().pk,
+        "seeds": "http://127.0.0.1:9/",
+        "max_depth": 2,
+        "max_pages": 10,
+        "priority": 0,
+        "threads": 2,
+        "slices": 1,
+        "timeout": 10,
+        "max_bytes": 1_000_000,
+        "max_retries": 1,
+        "host_concurrency": 0,
+    }
     data.update(changes)
     return data
 

@@ -26,9 +26,14 @@ pytestmark = pytest.mark.django_db
 
 def running(user, **options):
     crawl = services.crawl_create(
-        user=user, name="scope", seeds=["http://a.test/"], obey_robots=False, max_pages=10_000,
-        allowed_domains=["a.test", "b.test", "c.test"], **options,
-    )  # fmt: skip
+        user=user,
+        name="scope",
+        seeds=["http://a.test/"],
+        obey_robots=False,
+        max_pages=10_000,
+        allowed_domains=["a.test", "b.test", "c.test"],
+        **options,
+    )
     services.crawl_start(crawl=crawl, user=user)
     frontier = Frontier(crawl.pk)
     frontier.add_seeds([f"http://a.test/s/{i}" for i in range(30)], depth=1)
@@ -74,7 +79,8 @@ def test_the_change_limits_page_adds_an_exclusion_and_says_what_was_dropped(user
     assert (stats["cancelled"], stats["descoped"], stats["queued"]) == (30, 30, 91)
     event = crawl.events.get(kind=CrawlEvent.Kind.CHANGED)
     assert event.user == user and event.detail == said[0].removeprefix(
-        "Settings changed: ").removesuffix(".")  # fmt: skip
+        "Settings changed: "
+    ).removesuffix(".")
 
     # Removed again: nothing is dropped, and the trail has the old and new value.
     data = form_data(user_client, path, exclude_patterns="\\.pdf$")
@@ -95,9 +101,11 @@ def test_a_bad_pattern_on_the_page_is_refused_with_the_message_by_its_field(user
     }
     with pytest.raises(ValidationError) as at_creation:
         services.crawl_clean(
-            name="x", seeds=["http://a.test/"], include_patterns=["(unclosed"],
+            name="x",
+            seeds=["http://a.test/"],
+            include_patterns=["(unclosed"],
             exclude_patterns=["a{2,1}"],
-        )  # fmt: skip
+        )
     assert errors == at_creation.value.message_dict
     crawl.refresh_from_db()
     assert crawl.include_patterns == ["a.test|b.test|c.test"] and crawl.exclude_patterns == []
@@ -112,11 +120,14 @@ def test_the_api_changes_the_scope_and_returns_what_was_dropped(client, user):
     assert response.status_code == 200, response.json()
     body = response.json()
     assert body["dropped"] == 40 and body["dropping"] is False and body["in_flight"] == 0
-    assert body["changed"][:2] == ["max pages: 10000 -> 500",
-                                   "exclude patterns: none -> ^http://b\\.test/"]  # fmt: skip
+    assert body["changed"][:2] == [
+        "max pages: 10000 -> 500",
+        "exclude patterns: none -> ^http://b\\.test/",
+    ]
     assert body["crawl"]["stats"]["cancelled"] == 40
-    bad = post(client, f"/api/crawls/{crawl.pk}/change/",
-               {"include_patterns": ["ok", "(?<=x)y"]}, **auth)  # fmt: skip
+    bad = post(
+        client, f"/api/crawls/{crawl.pk}/change/", {"include_patterns": ["ok", "(?<=x)y"]}, **auth
+    )
     assert bad.status_code == 400
     [message] = bad.json()["include_patterns"]
     assert message.startswith("line 2: ") and "lookbehind" in message
@@ -154,9 +165,12 @@ def test_the_queue_page_counts_and_pages_what_redis_holds(user_client, user):
         f"{len(expected)} queued · 0 retrying"
     ]
     by_host = dict(
-        zip(texts(first.content, "//table[@id='by-host']//td[1]"),
-            map(int, texts(first.content, "//table[@id='by-host']//td[2]")), strict=True)
-    )  # fmt: skip
+        zip(
+            texts(first.content, "//table[@id='by-host']//td[1]"),
+            map(int, texts(first.content, "//table[@id='by-host']//td[2]")),
+            strict=True,
+        )
+    )
     assert by_host == {"c.test": 50 - 3, "b.test": 40, "a.test": 31}
     by_depth = texts(first.content, "//table[@id='by-depth']//tr/td")
     assert by_depth == ["0", "1", "1", "30", "2", "87"]
@@ -182,8 +196,11 @@ def test_the_api_and_the_command_line_page_through_the_queue(client, user):
     body = client.get(f"/api/crawls/{crawl.pk}/queue/?size=50", **auth).json()
     assert body["queued"] == 121 and body["retrying"] == 0
     assert body["by_host"][0] == {"host": "c.test", "queued": 50}
-    assert body["by_depth"] == [{"depth": 0, "queued": 1}, {"depth": 1, "queued": 30},
-                                {"depth": 2, "queued": 90}]  # fmt: skip
+    assert body["by_depth"] == [
+        {"depth": 0, "queued": 1},
+        {"depth": 1, "queued": 30},
+        {"depth": 2, "queued": 90},
+    ]
     urls = [r["url"] for r in body["results"]]
     while body["next"]:
         body = client.get(body["next"], **auth).json()
@@ -202,8 +219,9 @@ def test_the_api_and_the_command_line_page_through_the_queue(client, user):
 # --- Who may ----------------------------------------------------------------------------------
 
 
-def test_another_user_gets_404_and_staff_may(client, user, other_user, other_client,
-                                             staff_client, staff):  # fmt: skip
+def test_another_user_gets_404_and_staff_may(
+    client, user, other_user, other_client, staff_client, staff
+):
     crawl = running(user)
     for path in (f"/crawls/{crawl.pk}/queue/", f"/crawls/{crawl.pk}/edit/"):
         assert other_client.get(path).status_code == 404
@@ -212,8 +230,9 @@ def test_another_user_gets_404_and_staff_may(client, user, other_user, other_cli
     assert response.status_code == 404
     other = bearer(other_user)
     assert client.get(f"/api/crawls/{crawl.pk}/queue/", **other).status_code == 404
-    response = post(client, f"/api/crawls/{crawl.pk}/change/", {"exclude_patterns": [".*"]},
-                    **other)  # fmt: skip
+    response = post(
+        client, f"/api/crawls/{crawl.pk}/change/", {"exclude_patterns": [".*"]}, **other
+    )
     assert response.status_code == 404
     assert client.get(f"/api/crawls/{crawl.pk}/queue/").status_code == 401
     crawl.refresh_from_db()

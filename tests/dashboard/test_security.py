@@ -133,9 +133,16 @@ class World:
 
 
 PARAMS = {
-    "action": "cancel", "fmt": "jsonl", "format": "json", "path": "p/1", "app_label": "crawls",
-    "url": "nowhere/", "queue_index": "0", "scheduler_index": "0", "connection_index": "0",
-}  # fmt: skip
+    "action": "cancel",
+    "fmt": "jsonl",
+    "format": "json",
+    "path": "p/1",
+    "app_label": "crawls",
+    "url": "nowhere/",
+    "queue_index": "0",
+    "scheduler_index": "0",
+    "connection_index": "0",
+}
 # THIRD_PARTY_500S: django-rq answers 500 to staff for a job, worker or scheduler that does not
 # exist, so for admin routes with parameters only who is kept out is checked, not what staff get.
 
@@ -200,20 +207,34 @@ def world(user, other_user, staff) -> World:
             user=who, url="http://127.0.0.1:9/hook", events=["finished"], crawl=crawl
         )
         page = Page.objects.create(
-            crawl=crawl, url=crawl.seeds[0], url_hash=f"h{crawl.pk}", status=200,
-            fetched_at=timezone.now(), body=b"<h1>a kept body</h1>",
-        )  # fmt: skip
+            crawl=crawl,
+            url=crawl.seeds[0],
+            url_hash=f"h{crawl.pk}",
+            status=200,
+            fetched_at=timezone.now(),
+            body=b"<h1>a kept body</h1>",
+        )
         rule = alerts.rule_create(user=who, crawl=crawl, kind="no_progress", minutes=5)
-        alert = Alert.objects.create(rule=rule, crawl=crawl, kind=rule.kind, line="No progress",
-                                     fired_at=timezone.now())  # fmt: skip
+        alert = Alert.objects.create(
+            rule=rule, crawl=crawl, kind=rule.kind, line="No progress", fired_at=timezone.now()
+        )
         owned[who.pk] = {
-            "schedule": schedule.pk, "webhook": hook.pk, "token": token_id, "page": page.pk,
-            "alert_rule": rule.pk, "alert": alert.pk,
-        }  # fmt: skip
+            "schedule": schedule.pk,
+            "webhook": hook.pk,
+            "token": token_id,
+            "page": page.pk,
+            "alert_rule": rule.pk,
+            "alert": alert.pk,
+        }
     return World(
-        own, foreign, Proxy.objects.get(), token.pk, Channel.default(),
-        own=owned[user.pk], foreign=owned[other_user.pk],
-    )  # fmt: skip
+        own,
+        foreign,
+        Proxy.objects.get(),
+        token.pk,
+        Channel.default(),
+        own=owned[user.pk],
+        foreign=owned[other_user.pk],
+    )
 
 
 def client_for(who) -> Client:
@@ -395,9 +416,13 @@ def ws_path(route: str, crawl_id: int) -> str:
 
 
 async def ws_try(
-    path: str, *, client: Client | None, origin: str | None, host: str = "127.0.0.1:8000",
+    path: str,
+    *,
+    client: Client | None,
+    origin: str | None,
+    host: str = "127.0.0.1:8000",
     extra: list[tuple[bytes, bytes]] = (),
-) -> bool:  # fmt: skip
+) -> bool:
     """Whether the full ASGI app accepts a websocket that a browser on a page of `origin`
     opens to `host` (the address it connects to), signed in as `client` (if given)."""
     from crawlhub.asgi import application
@@ -496,10 +521,13 @@ async def test_a_websocket_opens_only_from_a_page_of_the_same_scheme_host_and_po
     # A public name the proxy serves the dashboard on, given in CSRF_TRUSTED_ORIGINS.
     settings.CSRF_TRUSTED_ORIGINS = ["https://crawl.example.com", "https://*.example.org"]
     for origin, allowed in (
-        ("https://crawl.example.com", True), ("https://crawl.example.com:443", True),
-        ("https://crawl.example.com:8443", False), ("http://crawl.example.com", False),
-        ("https://a.example.org", True), ("https://example.org.evil.example", False),
-    ):  # fmt: skip
+        ("https://crawl.example.com", True),
+        ("https://crawl.example.com:443", True),
+        ("https://crawl.example.com:8443", False),
+        ("http://crawl.example.com", False),
+        ("https://a.example.org", True),
+        ("https://example.org.evil.example", False),
+    ):
         if await ws_try(path, client=client, origin=origin) != allowed:
             problems.append(f"{origin} (trusted origins): expected connected={allowed}")
     assert problems == []
@@ -588,11 +616,17 @@ def test_proxy_passwords_are_never_rendered(world, staff, capsys):
     proxy = world.proxy
     assert proxy.password == SECRET  # stored, so the pages could show it
     paths = {p for p in staff_pages(world)} | {
-        "/proxies/?all=1", f"/proxies/{proxy.pk}/", "/admin/proxies/proxy/",
-        f"/admin/proxies/proxy/{proxy.pk}/change/", f"/admin/proxies/proxy/{proxy.pk}/history/",
-        "/api/proxies/", f"/api/proxies/{proxy.pk}/", "/api/proxies/?state=new",
-        "/api/pool/health/", "/api/schema/",
-    }  # fmt: skip
+        "/proxies/?all=1",
+        f"/proxies/{proxy.pk}/",
+        "/admin/proxies/proxy/",
+        f"/admin/proxies/proxy/{proxy.pk}/change/",
+        f"/admin/proxies/proxy/{proxy.pk}/history/",
+        "/api/proxies/",
+        f"/api/proxies/{proxy.pk}/",
+        "/api/proxies/?state=new",
+        "/api/pool/health/",
+        "/api/schema/",
+    }
     shown = []
     checked = 0
     for path in sorted(paths):
@@ -615,10 +649,14 @@ def test_proxy_passwords_are_never_rendered(world, staff, capsys):
 # -- Content-Security-Policy -----------------------------------------------------------------
 
 CSP_DIRECTIVES = {
-    "script-src": "'self'", "style-src": "'self'", "frame-ancestors": "'none'",
-    "object-src": "'none'", "base-uri": "'self'", "form-action": "'self'",
+    "script-src": "'self'",
+    "style-src": "'self'",
+    "frame-ancestors": "'none'",
+    "object-src": "'none'",
+    "base-uri": "'self'",
+    "form-action": "'self'",
     "connect-src": "'self' ws://testserver",
-}  # fmt: skip
+}
 
 
 def csp_of(response) -> dict[str, str]:
@@ -675,14 +713,12 @@ def test_production_settings_pass_check_deploy(tmp_path):
         CRAWLHUB_DATA_DIR=str(tmp_path),
     )
     command = [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"]
-    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True,
-                            timeout=120)  # fmt: skip
+    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "no issues" in result.stdout
     # ... and the same check does fail when production is misconfigured.
     env["CRAWLHUB_HTTPS"] = "0"
-    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True,
-                            timeout=120)  # fmt: skip
+    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode != 0 and "security.W004" in result.stderr + result.stdout
 
 

@@ -54,8 +54,14 @@ def crawl_with(user, make_site):
             bad = "/bad"
         pages["/"] = page("/a", bad, "/b", title="Hub")
         hub = make_site(pages_site(pages))
-        options = {"obey_robots": False, "threads": 4, "timeout": 1, "max_retries": 0,
-                   "max_bytes": MB, **options}  # fmt: skip
+        options = {
+            "obey_robots": False,
+            "threads": 4,
+            "timeout": 1,
+            "max_retries": 0,
+            "max_bytes": MB,
+            **options,
+        }
         crawl = services.crawl_create(user=user, name="bad", seeds=[hub.url + "/"], **options)
         services.crawl_start(crawl=crawl, user=user)
         return drive(crawl, timeout=limit, budget=10), hub
@@ -260,10 +266,15 @@ def test_odd_characters_in_links_are_encoded_or_dropped(user, make_site):
         " \t/tab\nbed\r ",  # whitespace stripped, inner tabs/newlines dropped (as browsers)
         "/quote'&quot;&lt;&gt;",
         "/%zz%",  # a bad escape: the % itself is escaped
-        "javascript:alert(1)", "mailto:x@y.z", "data:text/html,hi", "tel:123",
-        "http://[::1", "http://127.0.0.1:99999/", "http://",  # malformed: dropped
+        "javascript:alert(1)",
+        "mailto:x@y.z",
+        "data:text/html,hi",
+        "tel:123",
+        "http://[::1",
+        "http://127.0.0.1:99999/",
+        "http://",  # malformed: dropped
         "#only-a-fragment",
-    ]  # fmt: skip
+    ]
     seen: list[str] = []
 
     def handler(request: Request) -> Response:
@@ -273,8 +284,9 @@ def test_odd_characters_in_links_are_encoded_or_dropped(user, make_site):
         return Response(body=page(title="leaf"))
 
     site = make_site(handler)
-    crawl = services.crawl_create(user=user, name="odd", seeds=[site.url + "/"],
-                                  obey_robots=False, max_retries=0)  # fmt: skip
+    crawl = services.crawl_create(
+        user=user, name="odd", seeds=[site.url + "/"], obey_robots=False, max_retries=0
+    )
     services.crawl_start(crawl=crawl, user=user)
     crawl = drive(crawl, timeout=30)
     assert crawl.state == CrawlState.FINISHED
@@ -288,9 +300,13 @@ def test_odd_characters_in_links_are_encoded_or_dropped(user, make_site):
 def test_idn_hosts_are_punycoded_and_an_unknown_one_is_a_dns_error(user, make_site):
     site = make_site(pages_site({"/": page("http://BÜCHER.invalid/straße", title="Hub")}))
     crawl = services.crawl_create(
-        user=user, name="idn", seeds=[site.url + "/"], obey_robots=False, max_retries=0,
+        user=user,
+        name="idn",
+        seeds=[site.url + "/"],
+        obey_robots=False,
+        max_retries=0,
         allowed_domains=["bücher.invalid", "127.0.0.1"],
-    )  # fmt: skip
+    )
     services.crawl_start(crawl=crawl, user=user)
     crawl = drive(crawl, timeout=30)
     assert crawl.state == CrawlState.FINISHED
@@ -317,8 +333,9 @@ def test_a_page_with_100000_links_is_parsed_and_capped_by_max_pages(user, make_s
     site = make_site(
         lambda r: Response(body=f"<title>Hub</title>{hub}" if r.path == "/" else page())
     )
-    crawl = services.crawl_create(user=user, name="many", seeds=[site.url + "/"],
-                                  obey_robots=False, max_pages=30, threads=8)  # fmt: skip
+    crawl = services.crawl_create(
+        user=user, name="many", seeds=[site.url + "/"], obey_robots=False, max_pages=30, threads=8
+    )
     services.crawl_start(crawl=crawl, user=user)
     # How long it takes is bench/'s to say; a parse that never ends fails drive's timeout.
     crawl = drive(crawl, timeout=120)
@@ -333,19 +350,26 @@ def test_a_page_with_100000_links_is_parsed_and_capped_by_max_pages(user, make_s
     [
         (Response(body=bytes(range(256)) * 100, content_type="text/plain"), []),
         (Response(body="<html><body>Disallow: / <b>User-agent: *</b></body></html>"), []),
-        (Response(body="\x00\x00\ufffd junk\nUser-agent: *\nDisallow: /b\nCrawl-delay: lots\n"),
-         ["/b"]),
+        (
+            Response(body="\x00\x00\ufffd junk\nUser-agent: *\nDisallow: /b\nCrawl-delay: lots\n"),
+            ["/b"],
+        ),
         (Response(status=302, headers={"Location": "/robots.txt"}), []),  # a loop
         (Response(body="User-agent: *\n" + "Disallow: /x*y*z*\n" * 20_000), []),  # 400 KB
     ],
     ids=["binary", "html", "junk-around-a-rule", "redirect-loop", "huge"],
-)  # fmt: skip
+)
 def test_a_garbage_robots_txt_never_stops_the_crawl(user, make_site, robots, blocked):
-    pages = {"/robots.txt": robots, "/": page("/a", "/b", title="Hub"),
-             "/a": page(title="A"), "/b": page(title="B")}  # fmt: skip
+    pages = {
+        "/robots.txt": robots,
+        "/": page("/a", "/b", title="Hub"),
+        "/a": page(title="A"),
+        "/b": page(title="B"),
+    }
     site = make_site(pages_site(pages))
-    crawl = services.crawl_create(user=user, name="robots", seeds=[site.url + "/"],
-                                  obey_robots=True, max_retries=0)  # fmt: skip
+    crawl = services.crawl_create(
+        user=user, name="robots", seeds=[site.url + "/"], obey_robots=True, max_retries=0
+    )
     services.crawl_start(crawl=crawl, user=user)
     crawl = drive(crawl, timeout=30)
     assert crawl.state == CrawlState.FINISHED
@@ -371,35 +395,69 @@ def crawl_form_errors(client, **overrides) -> dict:
 @pytest.mark.parametrize(
     ("overrides", "field", "message"),
     [
-        ({"seeds": "ftp://example.com/"}, "seeds",
-         "line 1: 'ftp://example.com/' is not an http(s) URL"),
-        ({"seeds": "http://example.com/\n\njavascript:alert(1)"}, "seeds",
-         "line 3: 'javascript:alert(1)' is not an http(s) URL"),
-        ({"seeds": "http://example.com/" + "a" * 10_000}, "seeds",
-         "line 1: 'http://example.com/" + "a" * 181 + "...' is longer than 8000 characters "
-         "(10019)"),
-        ({"seeds": "http://exa mple.com/"}, "seeds",
-         "line 1: 'http://exa mple.com/' has a space or a control character"),
+        (
+            {"seeds": "ftp://example.com/"},
+            "seeds",
+            "line 1: 'ftp://example.com/' is not an http(s) URL",
+        ),
+        (
+            {"seeds": "http://example.com/\n\njavascript:alert(1)"},
+            "seeds",
+            "line 3: 'javascript:alert(1)' is not an http(s) URL",
+        ),
+        (
+            {"seeds": "http://example.com/" + "a" * 10_000},
+            "seeds",
+            "line 1: 'http://example.com/" + "a" * 181 + "...' is longer than 8000 characters "
+            "(10019)",
+        ),
+        (
+            {"seeds": "http://exa mple.com/"},
+            "seeds",
+            "line 1: 'http://exa mple.com/' has a space or a control character",
+        ),
         ({"seeds": "http://[::1/"}, "seeds", "line 1: 'http://[::1/' has a malformed IPv6 address"),
         ({"seeds": "http://example.com\x00/"}, "seeds", "Null characters are not allowed."),
-        ({"include_patterns": "ok\n(unclosed"}, "include_patterns",
-         "line 2: '(unclosed' is not a valid regular expression: "
-         "missing ), unterminated subpattern at position 0"),
-        ({"allowed_domains": "https://example.com/x"}, "allowed_domains",
-         "'https://example.com/x' is not a domain name (no scheme, path or port)"),
+        (
+            {"include_patterns": "ok\n(unclosed"},
+            "include_patterns",
+            "line 2: '(unclosed' is not a valid regular expression: "
+            "missing ), unterminated subpattern at position 0",
+        ),
+        (
+            {"allowed_domains": "https://example.com/x"},
+            "allowed_domains",
+            "'https://example.com/x' is not a domain name (no scheme, path or port)",
+        ),
         ({"max_pages": "0"}, "max_pages", "Ensure this value is greater than or equal to 1."),
         ({"threads": "100000"}, "threads", "Ensure this value is less than or equal to 128."),
         ({"timeout": "NaN"}, "timeout", "Enter a number."),
         ({"name": "   "}, "name", "This field is required."),
         ({"max_bytes": str(10**18)}, "max_bytes", "At most 50 MB (52,428,800 bytes)."),
-        ({"max_bytes": str(50 * MB), "threads": "16"}, "max_bytes",
-         "Threads x max bytes is at most 256 MB, the memory one slice may hold in bodies: "
-         "16 x 52428800 bytes is 800 MB. Lower one of them."),
+        (
+            {"max_bytes": str(50 * MB), "threads": "16"},
+            "max_bytes",
+            "Threads x max bytes is at most 256 MB, the memory one slice may hold in bodies: "
+            "16 x 52428800 bytes is 800 MB. Lower one of them.",
+        ),
     ],
-    ids=["ftp", "javascript-line-3", "10k-url", "space-in-host", "broken-ipv6", "nul",
-         "bad-regex", "domain-with-scheme", "zero-pages", "too-many-threads", "nan", "blank-name",
-         "10^18-bytes", "threads-x-bytes"],
-)  # fmt: skip
+    ids=[
+        "ftp",
+        "javascript-line-3",
+        "10k-url",
+        "space-in-host",
+        "broken-ipv6",
+        "nul",
+        "bad-regex",
+        "domain-with-scheme",
+        "zero-pages",
+        "too-many-threads",
+        "nan",
+        "blank-name",
+        "10^18-bytes",
+        "threads-x-bytes",
+    ],
+)
 def test_the_new_crawl_form_names_the_bad_field(user_client, overrides, field, message):
     assert crawl_form_errors(user_client, **overrides)[field] == [message]
 
@@ -462,7 +520,9 @@ def test_a_proxy_list_of_odd_lines_reports_each_by_line_number(staff):
     )
     report = proxy_services.import_proxies(text=text, source="paste", user=staff)
     assert [p.masked_url for p in report.added] == [
-        "http://1.2.3.4:8080", "http://xn--bcher-kva.example:81"]  # fmt: skip
+        "http://1.2.3.4:8080",
+        "http://xn--bcher-kva.example:81",
+    ]
     assert [(e.line, e.reason) for e in report.errors] == [
         (2, "port must be a number from 1 to 65535"),
         (3, "invalid host: a name with letters outside a-z is written in punycode (xn--...)"),
@@ -520,27 +580,50 @@ def test_the_cli_reports_bad_proxy_lines_with_numbers(tmp_path):
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["create", "--name", "x", "--seed", "nope"],
-         "invalid crawl:\n  seeds: line 1: 'nope' is not an http(s) URL"),
-        (["create", "--name", "x", "--seed", "http://e.com/", "--include", "(("],
-         "invalid crawl:\n  include_patterns: line 1: '((' is not a valid "
-         "regular expression: missing ), unterminated subpattern at position 1"),
-        (["create", "--name", "x", "--seed", "http://e.com/", "--max-pages", "0"],
-         "invalid crawl:\n  max_pages: Ensure this value is greater than or equal to 1."),
-        (["create", "--name", "x", "--seed", "http://e.com/", "--timeout", "nan"],
-         "invalid crawl:\n  timeout: Enter a finite number."),
-        (["create", "--name", "x", "--seed", "http://e.com/", "--channel", "nosuch"],
-         "no channel with slug 'nosuch'"),
-        (["create", "--name", "x", "--seed", "http://e.com/", "--user", "ghost"],
-         "no user named 'ghost'"),
+        (
+            ["create", "--name", "x", "--seed", "nope"],
+            "invalid crawl:\n  seeds: line 1: 'nope' is not an http(s) URL",
+        ),
+        (
+            ["create", "--name", "x", "--seed", "http://e.com/", "--include", "(("],
+            "invalid crawl:\n  include_patterns: line 1: '((' is not a valid "
+            "regular expression: missing ), unterminated subpattern at position 1",
+        ),
+        (
+            ["create", "--name", "x", "--seed", "http://e.com/", "--max-pages", "0"],
+            "invalid crawl:\n  max_pages: Ensure this value is greater than or equal to 1.",
+        ),
+        (
+            ["create", "--name", "x", "--seed", "http://e.com/", "--timeout", "nan"],
+            "invalid crawl:\n  timeout: Enter a finite number.",
+        ),
+        (
+            ["create", "--name", "x", "--seed", "http://e.com/", "--channel", "nosuch"],
+            "no channel with slug 'nosuch'",
+        ),
+        (
+            ["create", "--name", "x", "--seed", "http://e.com/", "--user", "ghost"],
+            "no user named 'ghost'",
+        ),
         (["start", "999999"], "no crawl with id 999999"),
         (["add-seeds", "999999", "http://e.com/"], "no crawl with id 999999"),
-        (["create", "--name", "x", "--seed", "http://e.com/", "--max-bytes", "3000000000"],
-         "invalid crawl:\n  max_bytes: At most 52428800 bytes (50 MB)."),
+        (
+            ["create", "--name", "x", "--seed", "http://e.com/", "--max-bytes", "3000000000"],
+            "invalid crawl:\n  max_bytes: At most 52428800 bytes (50 MB).",
+        ),
     ],
-    ids=["bad-seed", "bad-regex", "zero-pages", "nan-timeout", "no-channel", "no-user", "no-crawl",
-         "add-seeds-no-crawl", "3-gb"],
-)  # fmt: skip
+    ids=[
+        "bad-seed",
+        "bad-regex",
+        "zero-pages",
+        "nan-timeout",
+        "no-channel",
+        "no-user",
+        "no-crawl",
+        "add-seeds-no-crawl",
+        "3-gb",
+    ],
+)
 def test_the_crawl_cli_says_what_is_wrong(args, message):
     with pytest.raises(CommandError) as caught:
         call_command("crawl", *args, stdout=io.StringIO())
@@ -563,25 +646,48 @@ api = pytest.mark.skipif(not HAS_API, reason="the REST API (crawls/api.py) is no
 @pytest.mark.parametrize(
     ("body", "field", "message"),
     [
-        ({"name": "x", "seeds": ["gopher://x/"]}, "seeds",
-         "line 1: 'gopher://x/' is not an http(s) URL"),
-        ({"name": "x", "seeds": "http://e.com/"}, "seeds",
-         'Expected a list of items but got type "str".'),
+        (
+            {"name": "x", "seeds": ["gopher://x/"]},
+            "seeds",
+            "line 1: 'gopher://x/' is not an http(s) URL",
+        ),
+        (
+            {"name": "x", "seeds": "http://e.com/"},
+            "seeds",
+            'Expected a list of items but got type "str".',
+        ),
         ({"name": "x", "seeds": [{"url": "http://e.com/"}]}, "seeds", None),
         ({"name": "x", "seeds": []}, "seeds", "This list may not be empty."),
         ({"name": "x", "seeds": ["http://e.com/"], "max_pages": -5}, "max_pages", None),
-        ({"name": "x", "seeds": ["http://e.com/"], "threads": "many"}, "threads",
-         "A valid integer is required."),
-        ({"name": "x", "seeds": ["http://e.com/"], "include_patterns": ["[z-a]"]},
-         "include_patterns", None),
-        ({"name": "x", "seeds": ["http://e.com/"], "max_bytes": 3 * 10**9}, "max_bytes",
-         "52428800"),
-        ({"name": "x", "seeds": ["http://e.com/"], "max_bytes": 10**18}, "max_bytes",
-         "52428800"),
+        (
+            {"name": "x", "seeds": ["http://e.com/"], "threads": "many"},
+            "threads",
+            "A valid integer is required.",
+        ),
+        (
+            {"name": "x", "seeds": ["http://e.com/"], "include_patterns": ["[z-a]"]},
+            "include_patterns",
+            None,
+        ),
+        (
+            {"name": "x", "seeds": ["http://e.com/"], "max_bytes": 3 * 10**9},
+            "max_bytes",
+            "52428800",
+        ),
+        ({"name": "x", "seeds": ["http://e.com/"], "max_bytes": 10**18}, "max_bytes", "52428800"),
     ],
-    ids=["scheme", "string-not-list", "object-in-list", "empty", "negative", "word", "regex",
-         "3-gb", "10^18-bytes"],
-)  # fmt: skip
+    ids=[
+        "scheme",
+        "string-not-list",
+        "object-in-list",
+        "empty",
+        "negative",
+        "word",
+        "regex",
+        "3-gb",
+        "10^18-bytes",
+    ],
+)
 def test_the_api_answers_400_naming_the_field(user_client, body, field, message):
     response = user_client.post("/api/crawls/", body, content_type="application/json")
     assert response.status_code == 400, response.content
@@ -636,14 +742,21 @@ def test_the_api_proxy_import_reports_bad_lines_by_number(staff_client):
 NESTED_5000 = "(" * 5000 + "a" + ")" * 5000
 HOSTILE_PATTERNS = [
     # (lines, the message on include_patterns)
-    (["a" * MB], f"line 1: {'a' * 40!r}... is 1,048,576 characters long; a "
-     "pattern has at most 1,000"),
-    ([NESTED_5000], f"line 1: {'(' * 40!r}... is 10,001 characters long; a "
-     "pattern has at most 1,000"),
-    (["/docs/", r"/(\w+)/\1/"], r"line 2: '/(\\w+)/\\1/' uses a backreference "
-     r"(\1), which crawlhub's linear-time pattern engine does not support"),
+    (
+        ["a" * MB],
+        f"line 1: {'a' * 40!r}... is 1,048,576 characters long; a pattern has at most 1,000",
+    ),
+    (
+        [NESTED_5000],
+        f"line 1: {'(' * 40!r}... is 10,001 characters long; a pattern has at most 1,000",
+    ),
+    (
+        ["/docs/", r"/(\w+)/\1/"],
+        r"line 2: '/(\\w+)/\\1/' uses a backreference "
+        r"(\1), which crawlhub's linear-time pattern engine does not support",
+    ),
     ([f"/p{n}/" for n in range(101)], "101 patterns; at most 100"),
-]  # fmt: skip
+]
 HOSTILE_IDS = ["1-mb", "5000-nested-groups", "backreference", "101-patterns"]
 
 
@@ -685,8 +798,12 @@ def test_a_user_agent_with_a_line_break_is_refused_by_the_form(user_client):
 
 @api
 def test_a_user_agent_with_a_line_break_is_refused_by_the_api(user_client):
-    body = {"name": "x", "seeds": ["http://e.com/"], "user_agent_mode": "fixed",
-            "user_agent": "Bot/1\nX-Evil: 1"}  # fmt: skip
+    body = {
+        "name": "x",
+        "seeds": ["http://e.com/"],
+        "user_agent_mode": "fixed",
+        "user_agent": "Bot/1\nX-Evil: 1",
+    }
     response = user_client.post("/api/crawls/", body, content_type="application/json")
     assert (response.status_code, response.json()) == (400, {"user_agent": [UA_ERROR]})
     assert Crawl.objects.count() == 0
@@ -694,8 +811,17 @@ def test_a_user_agent_with_a_line_break_is_refused_by_the_api(user_client):
 
 def test_a_user_agent_with_a_line_break_is_refused_by_the_cli():
     with pytest.raises(CommandError) as caught:
-        call_command("crawl", "create", "--name", "x", "--seed", "http://e.com/",
-                     "--user-agent", "Bot/1\rX-Evil: 1", stdout=io.StringIO())  # fmt: skip
+        call_command(
+            "crawl",
+            "create",
+            "--name",
+            "x",
+            "--seed",
+            "http://e.com/",
+            "--user-agent",
+            "Bot/1\rX-Evil: 1",
+            stdout=io.StringIO(),
+        )
     assert str(caught.value) == "invalid crawl:\n  user_agent: " + UA_ERROR
     assert Crawl.objects.count() == 0
 
@@ -707,9 +833,13 @@ def test_a_backtracking_include_pattern_does_not_stall_the_crawl(user, make_site
     wanted = "/" + "a" * 40
     site = make_site(pages_site({"/": page(*attacks, wanted), wanted: page(*attacks, "/")}))
     crawl = services.crawl_create(
-        user=user, name="attack", seeds=[site.url + "/"], include_patterns=["(a+)+$"],
-        obey_robots=False, threads=4,
-    )  # fmt: skip
+        user=user,
+        name="attack",
+        seeds=[site.url + "/"],
+        include_patterns=["(a+)+$"],
+        obey_robots=False,
+        threads=4,
+    )
     started = time.monotonic()
     services.crawl_start(crawl=crawl, user=user)
     crawl = drive(crawl, timeout=60)
@@ -726,8 +856,9 @@ def test_on_a_real_worker_a_crawl_whose_settings_broke_fails_and_says_why(user, 
     deliveries: list[Request] = []
     receiver = make_site(lambda request: deliveries.append(request) or Response(body="ok"))
     site = make_site(pages_site({"/": page("/a"), "/a": page()}))
-    crawl = services.crawl_create(user=user, name="broken", seeds=[site.url + "/"],
-                                  obey_robots=False)  # fmt: skip
+    crawl = services.crawl_create(
+        user=user, name="broken", seeds=[site.url + "/"], obey_robots=False
+    )
     webhooks.webhook_create(user=user, url=receiver.url + "/hook", events=["failed"], crawl=crawl)
     services.crawl_start(crawl=crawl, user=user)
     # Past crawl_clean, as a row saved before an upgrade, or edited in the database, would be.
@@ -735,9 +866,12 @@ def test_on_a_real_worker_a_crawl_whose_settings_broke_fails_and_says_why(user, 
     started = time.monotonic()
     worker = processes.run(
         [sys.executable, "manage.py", "rqworker", "crawls", "control", "--burst"],
-        cwd=ROOT, env={**os.environ, "DATABASE_URL": database_url()}, timeout=120,
-        capture_output=True, text=True,
-    )  # fmt: skip
+        cwd=ROOT,
+        env={**os.environ, "DATABASE_URL": database_url()},
+        timeout=120,
+        capture_output=True,
+        text=True,
+    )
     print(f"the worker ended the crawl and exited in {time.monotonic() - started:.1f} s")
     assert worker.returncode == 0, worker.stderr[-2000:]
     crawl.refresh_from_db()

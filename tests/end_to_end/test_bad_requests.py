@@ -100,9 +100,8 @@ def test_json_nested_past_what_python_reads_is_a_400(user, lenient):
 
 @pytest.mark.parametrize(
     "path",
-    ["/api/crawls/?state=%00", "/api/proxies/?q=a%00b", "/api/channels/%00/",
-     "/api/crawls/?%00=1"],
-)  # fmt: skip
+    ["/api/crawls/?state=%00", "/api/proxies/?q=a%00b", "/api/channels/%00/", "/api/crawls/?%00=1"],
+)
 def test_a_nul_in_an_api_address_is_a_400_in_json(staff, lenient, path):
     """PostgreSQL refuses a NUL in any text it compares: ?state=%00 was a 500 there."""
     json_says(lenient.get(path, **bearer(staff)), 400, "The address has a NUL character (%00)")
@@ -122,18 +121,26 @@ def test_a_nul_in_a_page_address_is_a_400_page(staff, lenient, path):
 def test_a_nul_in_a_slug_sent_to_the_api_is_a_400_naming_the_field(user, staff, lenient):
     """PostgreSQL refuses a NUL in any text it compares: `slug = 'a\\x00'` was a 500."""
     Channel.objects.create(name="Team", slug="team")
-    crawl = post(lenient, "/api/crawls/",
-                 {"name": "x", "seeds": ["http://127.0.0.1:9/"], "channel": "team\x00"},
-                 **bearer(user))  # fmt: skip
+    crawl = post(
+        lenient,
+        "/api/crawls/",
+        {"name": "x", "seeds": ["http://127.0.0.1:9/"], "channel": "team\x00"},
+        **bearer(user),
+    )
     assert crawl.status_code == 400, crawl.content[:300]
     assert list(crawl.json()) == ["channel"]
     assert not Crawl.objects.exists()
-    hook = post(lenient, "/api/webhooks/",
-                {"channel": "\x00", "url": "https://hooks.example/x"}, **bearer(staff))  # fmt: skip
+    hook = post(
+        lenient,
+        "/api/webhooks/",
+        {"channel": "\x00", "url": "https://hooks.example/x"},
+        **bearer(staff),
+    )
     assert hook.status_code == 400 and "channel" in hook.json(), hook.content[:300]
     # The same filter without a NUL still finds the channel: the lookup is only narrowed.
     assert list(Channel.objects.filter(slug__in=["team", "t\x00"])) == [
-        Channel.objects.get(slug="team")]  # fmt: skip
+        Channel.objects.get(slug="team")
+    ]
     assert not Channel.objects.filter(slug__contains="\x00").exists()
     assert Channel.objects.exclude(slug="team\x00").filter(slug="team").exists()
 
@@ -192,8 +199,7 @@ def test_odd_crawl_numbers_in_the_comparison_say_they_are_not_crawl_ids(user, le
     lenient.force_login(user)
     page = lenient.get("/crawls/compare/", {"a": value, "b": str(crawl.pk)})
     page_says(page, 400, "is not a crawl id.")
-    csv = lenient.get("/crawls/compare/export.csv", {"a": str(crawl.pk), "b": value,
-                                                     "show": "new"})  # fmt: skip
+    csv = lenient.get("/crawls/compare/export.csv", {"a": str(crawl.pk), "b": value, "show": "new"})
     assert csv.status_code == 400 and b"is not a crawl id." in csv.content
 
 
@@ -231,21 +237,39 @@ def test_a_webhook_url_with_a_control_character_is_refused(user, client):
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("seeds", "5"), ("seeds", '{"a": 1}'), ("allowed_domains", "7"),
-     ("include_patterns", "[[1]]")],
-)  # fmt: skip
+    [
+        ("seeds", "5"),
+        ("seeds", '{"a": 1}'),
+        ("allowed_domains", "7"),
+        ("include_patterns", "[[1]]"),
+    ],
+)
 def test_the_admin_refuses_json_of_the_wrong_shape_on_the_field(staff, lenient, field, value):
     """The admin's JSON fields take any JSON; crawl_clean used to iterate over a number."""
     staff.is_superuser = True
     staff.save()
     lenient.force_login(staff)
     data = {
-        "name": "admin", "channel": Channel.default().pk, "seeds": '["http://127.0.0.1:9/"]',
-        "allowed_domains": "[]", "include_patterns": "[]", "exclude_patterns": "[]",
-        "max_depth": 2, "max_pages": 10, "priority": 0, "threads": 2, "slices": 1,
-        "timeout": 5, "max_bytes": 100000, "max_retries": 1, "user_agent_mode": "",
-        "user_agent": "", "events-TOTAL_FORMS": 0, "events-INITIAL_FORMS": 0, field: value,
-    }  # fmt: skip
+        "name": "admin",
+        "channel": Channel.default().pk,
+        "seeds": '["http://127.0.0.1:9/"]',
+        "allowed_domains": "[]",
+        "include_patterns": "[]",
+        "exclude_patterns": "[]",
+        "max_depth": 2,
+        "max_pages": 10,
+        "priority": 0,
+        "threads": 2,
+        "slices": 1,
+        "timeout": 5,
+        "max_bytes": 100000,
+        "max_retries": 1,
+        "user_agent_mode": "",
+        "user_agent": "",
+        "events-TOTAL_FORMS": 0,
+        "events-INITIAL_FORMS": 0,
+        field: value,
+    }
     response = lenient.post("/admin/crawls/crawl/add/", data)
     assert response.status_code == 200, response.status_code
     errors = response.context["adminform"].form.errors

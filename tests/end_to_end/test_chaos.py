@@ -42,9 +42,17 @@ ENV = {
 
 def crawl_of(user, site_url, *, channel=None, name="chaos"):
     crawl = services.crawl_create(
-        user=user, name=name, seeds=[site_url + "/"], channel=channel, obey_robots=False,
-        max_pages=100_000, max_depth=1000, max_retries=1, threads=4, slices=2,
-    )  # fmt: skip
+        user=user,
+        name=name,
+        seeds=[site_url + "/"],
+        channel=channel,
+        obey_robots=False,
+        max_pages=100_000,
+        max_depth=1000,
+        max_retries=1,
+        threads=4,
+        slices=2,
+    )
     services.crawl_start(crawl=crawl, user=user)
     return crawl
 

@@ -24,9 +24,18 @@ def crawl_cli(*args: str) -> str:
 def test_create_start_wait_status_and_list(user, make_site):
     site = make_site(pages_site({"/": '<a href="/a">a</a>', "/a": "<title>A</title>"}))
     crawl_id = crawl_cli(
-        "create", "--name", "cli", "--seed", site.url + "/", "--no-robots", "--max-retries", "0",
-        "--user", user.username, "--start",
-    ).strip()  # fmt: skip
+        "create",
+        "--name",
+        "cli",
+        "--seed",
+        site.url + "/",
+        "--no-robots",
+        "--max-retries",
+        "0",
+        "--user",
+        user.username,
+        "--start",
+    ).strip()
     crawl = Crawl.objects.get(pk=int(crawl_id))
     assert (crawl.state, crawl.max_retries, crawl.obey_robots) == (CrawlState.RUNNING, 0, False)
     running = json.loads(crawl_cli("status", crawl_id, "--json"))
@@ -64,31 +73,84 @@ def test_wait_fails_for_a_crawl_that_did_not_finish(user):
 
 def test_the_flags_scripts_and_the_readme_use_keep_working():
     parser = Command().create_parser("manage.py", "crawl")
-    given = parser.parse_args([
-        "create", "--name", "n", "--seed", "http://e.test/", "--allowed-domain", "a.test",
-        "--allowed-domain", "b.test", "--include", "/docs/", "--exclude", r"\.pdf$",
-        "--no-robots", "--keep-bodies", "--max-depth", "2", "--max-pages", "5", "--priority",
-        "1", "--threads", "4", "--slices", "1", "--host-delay", "0.5", "--user-agent-mode",
-        "fixed", "--user-agent", "bot/1", "--timeout", "3", "--max-bytes", "2048",
-        "--max-retries", "0", "--follow-sitemaps", "--extract-rules",
-        '[{"name": "h", "kind": "css", "expr": "h1"}]',
-    ])  # fmt: skip
+    given = parser.parse_args(
+        [
+            "create",
+            "--name",
+            "n",
+            "--seed",
+            "http://e.test/",
+            "--allowed-domain",
+            "a.test",
+            "--allowed-domain",
+            "b.test",
+            "--include",
+            "/docs/",
+            "--exclude",
+            r"\.pdf$",
+            "--no-robots",
+            "--keep-bodies",
+            "--max-depth",
+            "2",
+            "--max-pages",
+            "5",
+            "--priority",
+            "1",
+            "--threads",
+            "4",
+            "--slices",
+            "1",
+            "--host-delay",
+            "0.5",
+            "--user-agent-mode",
+            "fixed",
+            "--user-agent",
+            "bot/1",
+            "--timeout",
+            "3",
+            "--max-bytes",
+            "2048",
+            "--max-retries",
+            "0",
+            "--follow-sitemaps",
+            "--extract-rules",
+            '[{"name": "h", "kind": "css", "expr": "h1"}]',
+        ]
+    )
     assert {name: getattr(given, name) for name in CRAWL_OPTIONS} == {
-        "allowed_domains": ["a.test", "b.test"], "include_patterns": ["/docs/"],
-        "exclude_patterns": [r"\.pdf$"], "max_depth": 2, "max_pages": 5, "priority": 1,
-        "host_concurrency": None, "threads": 4, "slices": 1, "host_delay": 0.5,
+        "allowed_domains": ["a.test", "b.test"],
+        "include_patterns": ["/docs/"],
+        "exclude_patterns": [r"\.pdf$"],
+        "max_depth": 2,
+        "max_pages": 5,
+        "priority": 1,
+        "host_concurrency": None,
+        "threads": 4,
+        "slices": 1,
+        "host_delay": 0.5,
         "obey_robots": False,
-        "user_agent_mode": "fixed", "user_agent": "bot/1", "timeout": 3.0, "max_bytes": 2048,
-        "max_retries": 0, "keep_bodies": True, "follow_sitemaps": True,
+        "user_agent_mode": "fixed",
+        "user_agent": "bot/1",
+        "timeout": 3.0,
+        "max_bytes": 2048,
+        "max_retries": 0,
+        "keep_bodies": True,
+        "follow_sitemaps": True,
         "extract_rules": [{"name": "h", "kind": "css", "expr": "h1"}],
         "keep_structured_data": None,  # left out: the model's default
-        "render_javascript": None, "render_wait_selector": None,  # left out: the channel's
-    }  # fmt: skip
-    assert parser.parse_args(["create", "--name", "n", "--seed", "http://e.test/",
-                              "--obey-robots"]).obey_robots is True  # fmt: skip
+        "render_javascript": None,
+        "render_wait_selector": None,  # left out: the channel's
+    }
+    assert (
+        parser.parse_args(
+            ["create", "--name", "n", "--seed", "http://e.test/", "--obey-robots"]
+        ).obey_robots
+        is True
+    )
     with pytest.raises(CommandError, match="not allowed with argument"):
-        parser.parse_args(["create", "--name", "n", "--seed", "http://e.test/",
-                           "--obey-robots", "--no-robots"])  # fmt: skip
+        parser.parse_args(
+            ["create", "--name", "n", "--seed", "http://e.test/", "--obey-robots", "--no-robots"]
+        )
 
 
 def test_an_option_left_out_is_the_model_s_default(user):
@@ -107,8 +169,16 @@ def test_a_crawl_created_without_user_belongs_to_the_one_admin(user, staff, djan
 
 def test_without_user_and_no_single_admin_create_says_it_has_no_owner(user):
     err = io.StringIO()
-    call_command("crawl", "create", "--name", "cli", "--seed", "http://a.test/",
-                 stdout=io.StringIO(), stderr=err)  # fmt: skip
+    call_command(
+        "crawl",
+        "create",
+        "--name",
+        "cli",
+        "--seed",
+        "http://a.test/",
+        stdout=io.StringIO(),
+        stderr=err,
+    )
     crawl = Crawl.objects.get()
     assert crawl.created_by is None
     assert err.getvalue() == (

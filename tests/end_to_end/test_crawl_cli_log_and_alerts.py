@@ -32,10 +32,12 @@ def finished_crawl_with_a_warning(user, make_site):
     robots.txt lists that is not there)."""
     pages = {"/": "<h1>home</h1>"}
     site = make_site(pages_site(pages))
-    pages["/robots.txt"] = Response(body=f"Sitemap: {site.url}/gone.xml\n",
-                                    content_type="text/plain")  # fmt: skip
-    crawl = services.crawl_create(user=user, name="logged", seeds=[site.url + "/"],
-                                  obey_robots=False, follow_sitemaps=True)  # fmt: skip
+    pages["/robots.txt"] = Response(
+        body=f"Sitemap: {site.url}/gone.xml\n", content_type="text/plain"
+    )
+    crawl = services.crawl_create(
+        user=user, name="logged", seeds=[site.url + "/"], obey_robots=False, follow_sitemaps=True
+    )
     services.crawl_start(crawl=crawl, user=user)
     return drive(crawl), site
 
@@ -128,13 +130,30 @@ def test_log_follow_prints_new_lines_as_they_come_until_the_crawl_ends(user):
 def test_alert_rules_are_added_listed_and_removed(user, staff):
     crawl = make_crawl(user)
     channel = Channel.default()
-    added = crawl_cli("alerts", "add", "--crawl", str(crawl.pk), "--kind", "error_rate",
-                      "--percent", "20", "--minutes", "5", "--email", "ops@example.com",
-                      "--user", "alice")  # fmt: skip
+    added = crawl_cli(
+        "alerts",
+        "add",
+        "--crawl",
+        str(crawl.pk),
+        "--kind",
+        "error_rate",
+        "--percent",
+        "20",
+        "--minutes",
+        "5",
+        "--email",
+        "ops@example.com",
+        "--user",
+        "alice",
+    )
     rule = AlertRule.objects.get(crawl=crawl)
     assert added.strip() == f"alert rule {rule.pk}: Error rate over 20% in 5 min on crawl {crawl}"
     assert (rule.percent, rule.minutes, rule.emails, rule.created_by) == (
-        20, 5, ["ops@example.com"], user)  # fmt: skip
+        20,
+        5,
+        ["ops@example.com"],
+        user,
+    )
     crawl_cli("alerts", "add", "--channel", channel.slug, "--kind", "ended_badly", "--user", "sam")
     on_channel = AlertRule.objects.get(channel=channel)
     # A crawl's rules: its own and its channel's.
@@ -146,7 +165,8 @@ def test_alert_rules_are_added_listed_and_removed(user, staff):
     ]
     rows = json.loads(crawl_cli("alerts", "list", "--channel", channel.slug, "--json"))
     assert [(r["id"], r["kind"], r["channel"]) for r in rows] == [
-        (on_channel.pk, "ended_badly", channel.slug)]  # fmt: skip
+        (on_channel.pk, "ended_badly", channel.slug)
+    ]
     removed = crawl_cli("alerts", "remove", str(rule.pk))
     assert removed.strip() == (
         f"alert rule {rule.pk} removed: Error rate over 20% in 5 min on crawl {crawl}"
@@ -159,26 +179,40 @@ def test_alert_rules_are_added_listed_and_removed(user, staff):
     ("args", "message"),
     [
         (["--crawl", "999999", "--kind", "ended_badly"], "no crawl with id 999999"),
-        (["--crawl", "{id}", "--kind", "error_rate", "--percent", "150", "--minutes", "5"],
-         "invalid alert rule:\n  --percent: N (the error rate, in percent) must be from 1 to "
-         "100; 150 is not."),
-        (["--crawl", "{id}", "--kind", "error_rate", "--percent", "lots", "--minutes", "0"],
-         "invalid alert rule:\n  --percent: Enter N (the error rate, in percent) as a whole "
-         "number from 1 to 100, not “lots”.\n  --minutes: M (minutes) must be from 1 to 1440; "
-         "0 is not."),
-        (["--crawl", "{id}", "--kind", "no_progress"],
-         "invalid alert rule:\n  --minutes: Enter M (minutes): a whole number from 1 to 1440."),
-        (["--crawl", "{id}", "--kind", "loud"],
-         "invalid alert rule:\n  --kind: Choose one of: error_rate, no_progress, host_parked, "
-         "ended_badly."),
-        (["--crawl", "{id}", "--kind", "ended_badly", "--email", "ops@"],
-         "invalid alert rule:\n  --email: Not an e-mail address: “ops@” (address 1)."),
-        (["--channel", "nowhere", "--kind", "ended_badly"],
-         "--channel: no channel with slug 'nowhere'"),
-        (["--channel", "default", "--kind", "ended_badly"],
-         "--user alice: Only staff add alert rules to a channel."),
+        (
+            ["--crawl", "{id}", "--kind", "error_rate", "--percent", "150", "--minutes", "5"],
+            "invalid alert rule:\n  --percent: N (the error rate, in percent) must be from 1 to "
+            "100; 150 is not.",
+        ),
+        (
+            ["--crawl", "{id}", "--kind", "error_rate", "--percent", "lots", "--minutes", "0"],
+            "invalid alert rule:\n  --percent: Enter N (the error rate, in percent) as a whole "
+            "number from 1 to 100, not “lots”.\n  --minutes: M (minutes) must be from 1 to 1440; "
+            "0 is not.",
+        ),
+        (
+            ["--crawl", "{id}", "--kind", "no_progress"],
+            "invalid alert rule:\n  --minutes: Enter M (minutes): a whole number from 1 to 1440.",
+        ),
+        (
+            ["--crawl", "{id}", "--kind", "loud"],
+            "invalid alert rule:\n  --kind: Choose one of: error_rate, no_progress, host_parked, "
+            "ended_badly.",
+        ),
+        (
+            ["--crawl", "{id}", "--kind", "ended_badly", "--email", "ops@"],
+            "invalid alert rule:\n  --email: Not an e-mail address: “ops@” (address 1).",
+        ),
+        (
+            ["--channel", "nowhere", "--kind", "ended_badly"],
+            "--channel: no channel with slug 'nowhere'",
+        ),
+        (
+            ["--channel", "default", "--kind", "ended_badly"],
+            "--user alice: Only staff add alert rules to a channel.",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_bad_alert_rule_is_refused_naming_each_flag(user, args, message):
     crawl = make_crawl(user)
     Channel.default()

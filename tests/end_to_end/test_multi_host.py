@@ -98,28 +98,43 @@ class Deployment:
         log = self.folder / f"worker-{name}-{time.monotonic_ns()}.log"
         with log.open("w") as out:
             proc = self.net[name].spawn(
-                ["./run", "worker", "--workers", str(WORKERS_PER_HOST)], cwd=ROOT,
-                env=self.host_env(name), stdout=out, stderr=subprocess.STDOUT,
-            )  # fmt: skip
-        wait_until(lambda: f"worker-{WORKERS_PER_HOST} (pid" in log.read_text(),
-                   f"{WORKERS_PER_HOST} workers on host {name}", timeout=180,
-                   proc=proc, log=log)  # fmt: skip
+                ["./run", "worker", "--workers", str(WORKERS_PER_HOST)],
+                cwd=ROOT,
+                env=self.host_env(name),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        wait_until(
+            lambda: f"worker-{WORKERS_PER_HOST} (pid" in log.read_text(),
+            f"{WORKERS_PER_HOST} workers on host {name}",
+            timeout=180,
+            proc=proc,
+            log=log,
+        )
         return proc, log
 
     def manage(self, *args: str) -> str:
         """A management command run on host A, as its operator would; its stdout."""
         result = processes.run(
-            ["ip", "netns", "exec", self.net["a"].namespace, "./run", *args], cwd=ROOT,
-            env=self.host_env("a"), timeout=180, capture_output=True, text=True,
-        )  # fmt: skip
+            ["ip", "netns", "exec", self.net["a"].namespace, "./run", *args],
+            cwd=ROOT,
+            env=self.host_env("a"),
+            timeout=180,
+            capture_output=True,
+            text=True,
+        )
         assert result.returncode == 0, f"./run {' '.join(args)}: {result.stdout}{result.stderr}"
         return result.stdout
 
 
 def wait_until(
-    condition: Callable[[], object], what: str, *, timeout: float,
-    proc: subprocess.Popen | None = None, log: Path | None = None,
-) -> float:  # fmt: skip
+    condition: Callable[[], object],
+    what: str,
+    *,
+    timeout: float,
+    proc: subprocess.Popen | None = None,
+    log: Path | None = None,
+) -> float:
     """Poll until condition() is true; returns when (time.monotonic())."""
     deadline = time.monotonic() + timeout
     while not condition():
@@ -155,40 +170,71 @@ def deployment(tmp_path) -> Iterator[Deployment]:
             PrivatePostgres(host=a.address, launch=launch_on_a) as postgres,
         ):
             clean = {
-                k: v for k, v in os.environ.items()
+                k: v
+                for k, v in os.environ.items()
                 if not k.startswith("REDIS_") and k != "DATABASE_URL"
-            }  # fmt: skip
+            }
             env = {
-                **clean, **redis_server.client_env(), "DATABASE_URL": postgres.url,
-                "SECRET_KEY": secrets.token_urlsafe(40), "PYTHONUNBUFFERED": "1",
-                "CRAWLHUB_LEASE_SECONDS": str(LEASE_SECONDS), "CRAWLHUB_SLICE_SECONDS": "5",
+                **clean,
+                **redis_server.client_env(),
+                "DATABASE_URL": postgres.url,
+                "SECRET_KEY": secrets.token_urlsafe(40),
+                "PYTHONUNBUFFERED": "1",
+                "CRAWLHUB_LEASE_SECONDS": str(LEASE_SECONDS),
+                "CRAWLHUB_SLICE_SECONDS": "5",
                 "CRAWLHUB_SUPERVISOR_SECONDS": "1",
-            }  # fmt: skip
+            }
             site_log = tmp_path / "site-access.log"
             site_log.touch()
             hold = tmp_path / "hold"
             deployment = Deployment(net, redis_server, postgres, env, tmp_path, site_log, hold)
             site = a.spawn(
-                [sys.executable, "-m", "tests.support.site_process", "--pages", str(PAGES),
-                 "--seed", str(SEED), "--host", a.address, "--port", str(SITE_PORT),
-                 "--log", str(site_log), "--hold", str(hold),
-                 "--hold-seconds", str(HOLD_SECONDS)],
-                cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
-            )  # fmt: skip
+                [
+                    sys.executable,
+                    "-m",
+                    "tests.support.site_process",
+                    "--pages",
+                    str(PAGES),
+                    "--seed",
+                    str(SEED),
+                    "--host",
+                    a.address,
+                    "--port",
+                    str(SITE_PORT),
+                    "--log",
+                    str(site_log),
+                    "--hold",
+                    str(hold),
+                    "--hold-seconds",
+                    str(HOLD_SECONDS),
+                ],
+                cwd=ROOT,
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.STDOUT,
+            )
             up_log = tmp_path / "up-a.log"
             with up_log.open("w") as out:
                 up = a.spawn(
-                    ["./run", "up", "--host", a.address, "--port", str(WEB_PORT),
-                     "--workers", "0"],
-                    cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+                    ["./run", "up", "--host", a.address, "--port", str(WEB_PORT), "--workers", "0"],
+                    cwd=ROOT,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
                     env=deployment.host_env(
-                        "a", ALLOWED_HOSTS=a.address, CRAWLHUB_ADMIN_USER=ADMIN,
+                        "a",
+                        ALLOWED_HOSTS=a.address,
+                        CRAWLHUB_ADMIN_USER=ADMIN,
                         CRAWLHUB_ADMIN_PASSWORD=ADMIN_PASSWORD,
                     ),
-                )  # fmt: skip
+                )
             wait_for_port(a.address, SITE_PORT, "the site on host A", site, site_log)
-            wait_until(lambda: "crawlhub is up at" in up_log.read_text(), "web server on A",
-                       timeout=240, proc=up, log=up_log)  # fmt: skip
+            wait_until(
+                lambda: "crawlhub is up at" in up_log.read_text(),
+                "web server on A",
+                timeout=240,
+                proc=up,
+                log=up_log,
+            )
             try:
                 yield deployment
             finally:
@@ -203,9 +249,11 @@ def log_in(web: str) -> str:
     form = session.get(f"{web}/login/", timeout=30).text
     token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', form)[1]
     answer = session.post(
-        f"{web}/login/", timeout=30, allow_redirects=False,
+        f"{web}/login/",
+        timeout=30,
+        allow_redirects=False,
         data={"username": ADMIN, "password": ADMIN_PASSWORD, "csrfmiddlewaretoken": token},
-    )  # fmt: skip
+    )
     assert answer.status_code == 302, answer.text[:500]
     return f"sessionid={session.cookies['sessionid']}"
 
@@ -220,9 +268,10 @@ def fetches_from(log: Path, address: str) -> int:
 
 def responses_in(messages: list[tuple[float, dict]], start: float, end: float) -> list[int]:
     return [
-        m["stats"]["responses"] for at, m in messages
+        m["stats"]["responses"]
+        for at, m in messages
         if start <= at <= end and m.get("type") == "crawl.stats"
-    ]  # fmt: skip
+    ]
 
 
 def say(line: str) -> None:
@@ -235,10 +284,28 @@ def test_a_crawl_survives_a_dead_machine_and_a_lost_network_and_ends_exactly(dep
     b, c = net["b"], net["c"]
     deployment.start_workers("b")
     c_workers, c_log = deployment.start_workers("c")
-    create = ["crawl", "create", "--name", "multi-host", "--seed", f"{deployment.site}/",
-              "--user", ADMIN, "--start", "--no-obey-robots", "--max-pages", "100000",
-              "--max-depth", "1000", "--max-retries", "1", "--threads", "8",
-              "--slices", str(2 * WORKERS_PER_HOST)]  # fmt: skip
+    create = [
+        "crawl",
+        "create",
+        "--name",
+        "multi-host",
+        "--seed",
+        f"{deployment.site}/",
+        "--user",
+        ADMIN,
+        "--start",
+        "--no-obey-robots",
+        "--max-pages",
+        "100000",
+        "--max-depth",
+        "1000",
+        "--max-retries",
+        "1",
+        "--threads",
+        "8",
+        "--slices",
+        str(2 * WORKERS_PER_HOST),
+    ]
     crawl_id = int(deployment.manage(*create).split()[-1])
     started = time.monotonic()
     live = LiveSocket.open(
@@ -247,14 +314,17 @@ def test_a_crawl_survives_a_dead_machine_and_a_lost_network_and_ends_exactly(dep
     frontier = Frontier(crawl_id, client=deployment.redis.client())
     responses = lambda: frontier.stats()["responses"]  # noqa: E731
     fetches = lambda host: fetches_from(deployment.site_log, host.address)  # noqa: E731
-    say(f"\n{PAGES} pages on hosts B and C, {WORKERS_PER_HOST} workers each, "
-        f"leases of {LEASE_SECONDS} s")  # fmt: skip
+    say(
+        f"\n{PAGES} pages on hosts B and C, {WORKERS_PER_HOST} workers each, "
+        f"leases of {LEASE_SECONDS} s"
+    )
     try:
         # Both worker machines at work, a tenth of the site done.
         wait_until(
             lambda: responses() >= PAGES // 10 and fetches(b) > 0 and fetches(c) > 0,
-            "progress from both B and C", timeout=600,
-        )  # fmt: skip
+            "progress from both B and C",
+            timeout=600,
+        )
 
         # From here until C is back, the crawl goes at the held site's pace.
         deployment.hold.touch()
@@ -267,20 +337,25 @@ def test_a_crawl_survives_a_dead_machine_and_a_lost_network_and_ends_exactly(dep
         b_dead_at = time.monotonic()
         held_at_kill = leases(frontier)
         progress_at_kill = responses()
-        say(f"  {time.monotonic() - started:.0f} s: {progress_at_kill} pages; B killed "
-            f"({killed} processes), {len(held_at_kill)} leases held (B's and C's)")  # fmt: skip
+        say(
+            f"  {time.monotonic() - started:.0f} s: {progress_at_kill} pages; B killed "
+            f"({killed} processes), {len(held_at_kill)} leases held (B's and C's)"
+        )
         progress_again = wait_until(
             lambda: responses() >= progress_at_kill + 100, "progress after B died", timeout=300
         )
         # B's leases are recovered when none held at the kill stands: each was completed, or
         # requeued by the supervisor (and perhaps claimed again, with a new deadline).
         b_recovered = wait_until(
-            lambda: not any(
-                leases(frontier).get(member) == deadline
-                for member, deadline in held_at_kill.items()
+            lambda: (
+                not any(
+                    leases(frontier).get(member) == deadline
+                    for member, deadline in held_at_kill.items()
+                )
             ),
-            "recovery of B's leases", timeout=LEASE_SECONDS + 300,
-        )  # fmt: skip
+            "recovery of B's leases",
+            timeout=LEASE_SECONDS + 300,
+        )
         say(
             f"  +100 pages (by C) {progress_again - b_dead_at:.1f} s after the kill; every "
             f"lease held at the kill recovered {b_recovered - b_dead_at:.1f} s after it"
@@ -289,8 +364,9 @@ def test_a_crawl_survives_a_dead_machine_and_a_lost_network_and_ends_exactly(dep
         # B comes back (`./run worker` again), and fetches again.
         b_before, b_restart = fetches(b), time.monotonic()
         deployment.start_workers("b")
-        b_fetching = wait_until(lambda: fetches(b) > b_before + 50,
-                                "fetches from the restarted B", timeout=300)  # fmt: skip
+        b_fetching = wait_until(
+            lambda: fetches(b) > b_before + 50, "fetches from the restarted B", timeout=300
+        )
         say(f"  B started again: 50 fetches {b_fetching - b_restart:.1f} s after `./run worker`")
 
         # C's cable is pulled at the switch for OUTAGE_SECONDS.
@@ -310,19 +386,26 @@ def test_a_crawl_survives_a_dead_machine_and_a_lost_network_and_ends_exactly(dep
             f"  {plugged_at - started:.0f} s: C unplugged for {OUTAGE_SECONDS} s holding "
             f"{len(held_at_cut)} leases (B's and C's); B did {during_outage} pages meanwhile"
         )
-        c_first = wait_until(lambda: fetches(c) > c_before,
-                             "a fetch from C after its link came back", timeout=300)  # fmt: skip
-        c_fetching = wait_until(lambda: fetches(c) > c_before + 50,
-                                "fetches from C after its link came back", timeout=300)  # fmt: skip
-        say(f"  C fetched again {c_first - plugged_at:.1f} s after its link came back, "
-            f"50 more pages {c_fetching - plugged_at:.1f} s after")  # fmt: skip
+        c_first = wait_until(
+            lambda: fetches(c) > c_before, "a fetch from C after its link came back", timeout=300
+        )
+        c_fetching = wait_until(
+            lambda: fetches(c) > c_before + 50,
+            "fetches from C after its link came back",
+            timeout=300,
+        )
+        say(
+            f"  C fetched again {c_first - plugged_at:.1f} s after its link came back, "
+            f"50 more pages {c_fetching - plugged_at:.1f} s after"
+        )
         assert c_workers.poll() is None, c_log.read_text()[-3000:]
         deployment.hold.unlink()
 
         wait_until(
             lambda: any(m.get("state") == "finished" for _, m in live.messages),
-            "the live page showing the crawl finished", timeout=900,
-        )  # fmt: skip
+            "the live page showing the crawl finished",
+            timeout=900,
+        )
     finally:
         live.close()
     say(f"  {time.monotonic() - started:.0f} s: the crawl finished")
@@ -356,8 +439,10 @@ def test_a_crawl_survives_a_dead_machine_and_a_lost_network_and_ends_exactly(dep
     # Refetches: only work a lost machine held (B's at its death, C's while it was away).
     served = [path for _, path in read_log(deployment.site_log) if path != "/robots.txt"]
     refetched = len(served) - len(expected) - status["retries"]
-    say(f"  {len(expected)} URLs, {refetched} fetched twice, {status['recovered']} leases "
-        f"recovered, {len(live.messages)} live-page messages")  # fmt: skip
+    say(
+        f"  {len(expected)} URLs, {refetched} fetched twice, {status['recovered']} leases "
+        f"recovered, {len(live.messages)} live-page messages"
+    )
     # Each refetch is a request handed out again after its lease ran out: B's at its death,
     # C's while it was away, and any a busy machine's live worker let run out meanwhile.
     assert status["recovered"] >= 1

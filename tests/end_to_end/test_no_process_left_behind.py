@@ -115,8 +115,9 @@ def test_a_readiness_wait_ends_when_the_process_exits_and_shows_its_log(tmp_path
     with log.open("w") as out:
         proc = processes.spawn(
             [sys.executable, "-c", "import sys; print('port in use'); sys.exit(3)"],
-            stdout=out, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     url = f"http://127.0.0.1:{free_port()}/"
     with pytest.raises(AssertionError, match="(?s)the server exited with code 3.*port in use"):
         processes.wait_for_http(url, what="the server", proc=proc, log=log, timeout=60)

@@ -103,8 +103,11 @@ def test_a_worker_waits_for_a_redis_that_went_away_mid_job_instead_of_exiting(tm
         with log.open("w") as out:
             worker = processes.spawn(
                 [sys.executable, "manage.py", "rqworker", "default"],
-                cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
-            )  # fmt: skip
+                cwd=ROOT,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
         try:
             _outlive_an_outage(server, worker, log)
         finally:
@@ -161,9 +164,14 @@ def test_a_page_whose_row_is_refused_ends_in_the_failure_queue_and_the_crawl_fin
     links = "".join(f'<a href="/p/{n}">x</a>' for n in range(20)) + '<a href="/refused">x</a>'
     site = make_site(lambda r: Response(body=links if r.path == "/" else "<title>leaf</title>"))
     crawl = services.crawl_create(
-        user=user, name="refused", seeds=[site.url + "/"], obey_robots=False, threads=4,
-        slices=2, max_retries=0,
-    )  # fmt: skip
+        user=user,
+        name="refused",
+        seeds=[site.url + "/"],
+        obey_robots=False,
+        threads=4,
+        slices=2,
+        max_retries=0,
+    )
     with database_refuses_pages("/refused"):
         fleet.start_worker()
         fleet.start_worker()
@@ -193,9 +201,14 @@ def test_slices_stuck_in_a_page_are_stopped_within_seconds_of_a_cancel_or_pause(
     hub = "".join(f'<a href="{path}">x</a>' for path in ("/stuck/1", "/a", "/stuck/2", "/b"))
     site = make_site(lambda r: Response(body=hub if r.path == "/" else "<title>leaf</title>"))
     crawl = services.crawl_create(
-        user=user, name="stuck", seeds=[site.url + "/"], obey_robots=False, threads=2,
-        slices=2, max_retries=0,
-    )  # fmt: skip
+        user=user,
+        name="stuck",
+        seeds=[site.url + "/"],
+        obey_robots=False,
+        threads=2,
+        slices=2,
+        max_retries=0,
+    )
     fleet = WorkerFleet(
         env=FAST_WORKERS, worker_class="tests.support.stuck_worker.StuckPagesWorker"
     )
@@ -206,8 +219,10 @@ def test_slices_stuck_in_a_page_are_stopped_within_seconds_of_a_cancel_or_pause(
         services.crawl_start(crawl=crawl, user=user)
         # Both workers stuck: a slice whose lease ran out hands its stuck page to the other.
         deadline = time.monotonic() + 120
-        while not (any(p.startswith("/stuck") for p in site.paths()) and
-                   len(crawl_jobs_running(crawl)) == 2):  # fmt: skip
+        while not (
+            any(p.startswith("/stuck") for p in site.paths())
+            and len(crawl_jobs_running(crawl)) == 2
+        ):
             assert time.monotonic() < deadline, f"no slice got stuck: {site.paths()}"
             time.sleep(0.1)
         time.sleep(2)  # stuck for a while: nothing ends it by itself
@@ -223,8 +238,10 @@ def test_slices_stuck_in_a_page_are_stopped_within_seconds_of_a_cancel_or_pause(
         expected = CrawlState.CANCELLED if action == "cancel" else CrawlState.PAUSED
         crawl = wait_for_state(crawl, {expected}, timeout=10)
         settled = time.monotonic() - asked
-        print(f"{action}: stuck slices stopped in {idle:.1f} s, crawl {crawl.state} in "
-              f"{settled:.1f} s")  # fmt: skip
+        print(
+            f"{action}: stuck slices stopped in {idle:.1f} s, crawl {crawl.state} in "
+            f"{settled:.1f} s"
+        )
         assert idle < 10 and settled < 10
         stats = Frontier(crawl.pk).stats()
         assert stats["in_flight"] == 0

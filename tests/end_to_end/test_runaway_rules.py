@@ -44,9 +44,11 @@ TOO_LONG = "the rule took too long: over "
 def web(redis_server, tmp_path) -> Iterator[tuple[psutil.Process, str]]:
     """daphne on the test database: (its process, its base URL)."""
     env = {
-        **os.environ, "DATABASE_URL": database_url(), "REDIS_URL": redis_server.url,
+        **os.environ,
+        "DATABASE_URL": database_url(),
+        "REDIS_URL": redis_server.url,
         "CRAWLHUB_DATA_DIR": str(tmp_path),
-    }  # fmt: skip
+    }
     with web_server(env, tmp_path / "daphne.log") as (daphne, base):
         yield psutil.Process(daphne.pid), base
 
@@ -81,9 +83,11 @@ def signed_in(user, base: str) -> requests.Session:
     session.get(base + "/login/", timeout=60)
     token = session.cookies["csrftoken"]
     answer = session.post(
-        base + "/login/", data={"username": user.username, "password": PASSWORD},
-        headers={"X-CSRFToken": token}, timeout=60,
-    )  # fmt: skip
+        base + "/login/",
+        data={"username": user.username, "password": PASSWORD},
+        headers={"X-CSRFToken": token},
+        timeout=60,
+    )
     assert answer.status_code == 200 and "/login/" not in answer.url, answer.url
     session.headers["X-CSRFToken"] = session.cookies["csrftoken"]
     session.headers["Accept"] = "application/json"
@@ -159,9 +163,10 @@ def test_a_preview_whose_client_has_gone_ends_at_its_deadline(user, web, make_si
     session = signed_in(user, base)
     with pytest.raises(requests.ReadTimeout):
         session.post(
-            base + "/crawls/preview/", data=preview_data(site.url + "/big", rules),
+            base + "/crawls/preview/",
+            data=preview_data(site.url + "/big", rules),
             timeout=(10, 1),
-        )  # fmt: skip
+        )
     session.close()
     deadline = time.monotonic() + services.PREVIEW_RULES_SECONDS + 20
     while rule_processes(daphne) and time.monotonic() < deadline:
@@ -172,20 +177,29 @@ def test_a_preview_whose_client_has_gone_ends_at_its_deadline(user, web, make_si
 
 def test_a_crawl_whose_rules_run_away_finishes_with_the_errors_on_their_pages(user, make_site):
     links = '<title>Home</title><a href="/data.json">d</a><a href="/big">b</a>'
-    site = make_site(pages_site({
-        "/": links,
-        "/data.json": Response(body='{"a": 1}', content_type="application/json"),
-        "/big": Response(body=PARAGRAPHS),
-    }))  # fmt: skip
+    site = make_site(
+        pages_site(
+            {
+                "/": links,
+                "/data.json": Response(body='{"a": 1}', content_type="application/json"),
+                "/big": Response(body=PARAGRAPHS),
+            }
+        )
+    )
     rules = [
         {"name": "tenfold", "kind": "json", "expr": TENFOLD, "url_pattern": r"\.json$"},
         {"name": "siblings", "kind": "css", "expr": SIBLINGS_CSS, "many": True},
         {"name": "title", "kind": "css", "expr": "title"},
     ]
     crawl = services.crawl_create(
-        user=user, name="runaway", seeds=[site.url + "/"], obey_robots=False, threads=2,
-        max_retries=0, extract_rules=rules,
-    )  # fmt: skip
+        user=user,
+        name="runaway",
+        seeds=[site.url + "/"],
+        obey_robots=False,
+        threads=2,
+        max_retries=0,
+        extract_rules=rules,
+    )
     fleet = WorkerFleet(env=FAST_WORKERS)
     try:
         worker = fleet.start_worker()
@@ -202,8 +216,9 @@ def test_a_crawl_whose_rules_run_away_finishes_with_the_errors_on_their_pages(us
             .extract_errors["tenfold"]
             .startswith((TOO_LONG, "the rule needed more than 512 MB"))
         )
-        assert pages["/big"].extract_errors == {"siblings": TOO_LONG + "1 s of CPU on this "
-                                                "page; it was stopped"}  # fmt: skip
+        assert pages["/big"].extract_errors == {
+            "siblings": TOO_LONG + "1 s of CPU on this page; it was stopped"
+        }
         assert pages["/big"].extracted["title"] == "Big"
         assert pages["/"].extracted == {"siblings": [], "title": "Home"}
         # The slices ended their rule processes with them.

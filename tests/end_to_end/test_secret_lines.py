@@ -83,8 +83,9 @@ def assert_unmarked(*texts: str) -> None:
 
 
 @pytest.mark.parametrize("auth", BAD_CREDENTIALS, ids=lambda auth: repr(auth)[:60])
-def test_bad_credentials_are_refused_without_a_fragment_of_them(user, user_client, logs, auth,
-                                                                tmp_path):  # fmt: skip
+def test_bad_credentials_are_refused_without_a_fragment_of_them(
+    user, user_client, logs, auth, tmp_path
+):
     with pytest.raises(ValidationError) as refused:
         services.crawl_create(user=user, name="x", seeds=[SEED], auth=auth)
     assert_unmarked(json.dumps(refused.value.message_dict))
@@ -162,18 +163,21 @@ def test_a_bad_proxy_line_shows_only_what_cannot_be_a_secret():
         )
     }
     assert shown[f"http://user:{MARK}"] == (
-        "http://****:****", "port must be a number from 1 to 65535"
-    )  # fmt: skip
+        "http://****:****",
+        "port must be a number from 1 to 65535",
+    )
     assert shown[f"1.2.3.4:8080:user:{MARK}"] == (
         "1.2.3.4:****",
         "looks like host:port:user:password; write it as http://user:password@host:port",
     )
     assert shown[f"http://{MARK}@1.2.3.4:8080"] == (
-        "http://****@1.2.3.4:8080", "credentials must be user:password"
-    )  # fmt: skip
+        "http://****@1.2.3.4:8080",
+        "credentials must be user:password",
+    )
     assert shown[f"http://user:pass@1.2.3.4:8080/{MARK}"] == (
-        "http://user:****@1.2.3.4:8080/****", "unexpected path after host:port"
-    )  # fmt: skip
+        "http://user:****@1.2.3.4:8080/****",
+        "unexpected path after host:port",
+    )
     assert shown[f"socks5://user:{MARK}@bad_host:1080"] == (
         "socks5://user:****@****:1080",
         "invalid host: not an IP address or a host name (letters a-z, digits, - and .)",

@@ -72,9 +72,13 @@ def deployment_env(tmp_path: Path, name: str, group: SentinelRedis) -> dict[str,
         k: v for k, v in os.environ.items() if not k.startswith("REDIS_") and k != "DATABASE_URL"
     }
     return {
-        **clean, **FAST_WORKERS, **group.client_env(), "DATABASE_URL": database_url(),
-        "CRAWLHUB_DATA_DIR": str(tmp_path / name), "PYTHONUNBUFFERED": "1",
-    }  # fmt: skip
+        **clean,
+        **FAST_WORKERS,
+        **group.client_env(),
+        "DATABASE_URL": database_url(),
+        "CRAWLHUB_DATA_DIR": str(tmp_path / name),
+        "PYTHONUNBUFFERED": "1",
+    }
 
 
 def start(command: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
@@ -116,12 +120,14 @@ def test_a_crawl_goes_on_through_a_failover_of_its_redis_and_loses_nothing(
     up_log, worker_log = tmp_path / "up.log", tmp_path / "worker.log"
     up = start(
         [sys.executable, "manage.py", "up", "--workers", "0", "--port", str(web_port)],
-        deployment_env(tmp_path, "web", group), up_log,
-    )  # fmt: skip
+        deployment_env(tmp_path, "web", group),
+        up_log,
+    )
     worker = start(
-        ["./run", "worker", "--workers", "2"], deployment_env(tmp_path, "worker", group),
+        ["./run", "worker", "--workers", "2"],
+        deployment_env(tmp_path, "worker", group),
         worker_log,
-    )  # fmt: skip
+    )
     wait_for_line(worker_log, "Joined the deployment", worker)
     assert f"the master 'crawlhub' of the sentinels 127.0.0.1:{group.sentinel_ports[0]}" in (
         worker_log.read_text()
@@ -192,9 +198,13 @@ def test_sentinel_settings_that_cannot_work_are_refused_saying_what(tmp_path, se
     for env, expected in cases:
         full = {**deployment_env(tmp_path, "worker", sentinel_redis), **env}
         result = subprocess.run(
-            ["./run", "worker", "--workers", "1"], cwd=ROOT, env=full, capture_output=True,
-            text=True, timeout=600,
-        )  # fmt: skip
+            ["./run", "worker", "--workers", "1"],
+            cwd=ROOT,
+            env=full,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         output = result.stdout + result.stderr
         assert result.returncode != 0, output
         assert expected in output, output

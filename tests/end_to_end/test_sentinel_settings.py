@@ -47,10 +47,15 @@ def test_the_sentinels_reach_rq_the_channel_layer_and_child_processes(tmp_path):
     sentinels = [["10.0.0.5", 26379], ["10.0.0.6", 26379], ["fd00::7", 26380]]
     tls = {"ssl": True, "ssl_ca_certs": str(ca)}
     assert shown["rq"] == {
-        "SENTINELS": sentinels, "MASTER_NAME": "crawlhub", "DB": 2, "USERNAME": "crawler",
-        "PASSWORD": "p@ss", "SENTINEL_KWARGS": {"username": None, "password": "s3nt&nel", **tls},
-        "CONNECTION_KWARGS": tls, "DEFAULT_TIMEOUT": 900,
-    }  # fmt: skip
+        "SENTINELS": sentinels,
+        "MASTER_NAME": "crawlhub",
+        "DB": 2,
+        "USERNAME": "crawler",
+        "PASSWORD": "p@ss",
+        "SENTINEL_KWARGS": {"username": None, "password": "s3nt&nel", **tls},
+        "CONNECTION_KWARGS": tls,
+        "DEFAULT_TIMEOUT": 900,
+    }
     [host] = shown["channels"]
     assert host["sentinels"] == sentinels and host["master_name"] == "crawlhub"
     assert host["sentinel_kwargs"]["password"] == "s3nt&nel" and host["password"] == "p@ss"
@@ -70,8 +75,7 @@ def test_the_sentinels_reach_rq_the_channel_layer_and_child_processes(tmp_path):
 
 @pytest.mark.slow
 def test_without_redis_url_the_sentinels_master_is_used_without_a_password(tmp_path):
-    result = load_settings(tmp_path, REDIS_SENTINELS="10.0.0.5:26379",
-                           REDIS_SENTINEL_SERVICE="m")  # fmt: skip
+    result = load_settings(tmp_path, REDIS_SENTINELS="10.0.0.5:26379", REDIS_SENTINEL_SERVICE="m")
     assert result.returncode == 0, result.stderr
     shown = json.loads(result.stdout)
     assert shown["url"] == "redis:///0?sentinels=10.0.0.5:26379&service=m"

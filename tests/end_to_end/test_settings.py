@@ -83,9 +83,13 @@ def test_manage_py_reports_a_bad_value_in_one_line_without_a_traceback(
     clean = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL")}
     clean.update({"CRAWLHUB_DATA_DIR": str(tmp_path / "data"), variable: value})
     result = subprocess.run(
-        [sys.executable, "manage.py", *command], cwd=ROOT, env=clean, capture_output=True,
-        text=True, timeout=60,
-    )  # fmt: skip
+        [sys.executable, "manage.py", *command],
+        cwd=ROOT,
+        env=clean,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 1
     [line] = result.stderr.splitlines()  # one line: no traceback
     assert line.startswith("crawlhub cannot start: ") and expected in line

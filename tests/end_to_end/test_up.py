@@ -254,9 +254,13 @@ def test_run_migrates_a_fresh_database_before_a_management_command(tmp_path):
 
     def run(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run(
-            [str(ROOT / "run"), *args], cwd=ROOT, env=env, capture_output=True, text=True,
+            [str(ROOT / "run"), *args],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
             timeout=120,
-        )  # fmt: skip
+        )
 
     listed = run("crawl", "list", "--json")
     assert listed.returncode == 0, listed.stderr

@@ -22,8 +22,7 @@ ROUTINE = re.compile(
 
 @pytest.mark.slow
 def test_an_idle_up_sums_up_its_routine_jobs_and_repeats_how_to_log_in(start_up):
-    proc, base, log = start_up(CRAWLHUB_LOG_SUMMARY_SECONDS="6",
-                               CRAWLHUB_LOGIN_HINT_SECONDS="5")  # fmt: skip
+    proc, base, log = start_up(CRAWLHUB_LOG_SUMMARY_SECONDS="6", CRAWLHUB_LOGIN_HINT_SECONDS="5")
     wait_for_workers(base, 2, log)
     printed = wait_for_output(proc, log, "crawlhub is up at")
     password = re.search(r"Created admin user 'admin' with password (\S+)", printed)[1]
@@ -63,8 +62,9 @@ def test_the_first_run_says_it_is_installing_before_the_long_silent_part(tmp_pat
     python.chmod(0o755)
 
     def run() -> subprocess.CompletedProcess:
-        return subprocess.run([str(tmp_path / "run"), "up"], cwd=tmp_path, capture_output=True,
-                              text=True, timeout=60)  # fmt: skip
+        return subprocess.run(
+            [str(tmp_path / "run"), "up"], cwd=tmp_path, capture_output=True, text=True, timeout=60
+        )
 
     first = run()
     assert first.returncode == 0, first.stderr

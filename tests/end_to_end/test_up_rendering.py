@@ -14,16 +14,24 @@ from tests.support.sites import script_site
 from tests.support.up import alive, assert_no_zombie_stays, descendants, stop_up, zombies_below
 
 pytestmark = [
-    pytest.mark.once, pytest.mark.slow, pytest.mark.browser,
+    pytest.mark.once,
+    pytest.mark.slow,
+    pytest.mark.browser,
     pytest.mark.usefixtures("needs_chromium"),
-]  # fmt: skip
+]
 
 
 def start_rendered_crawl(user, site, **options):
     crawl = services.crawl_create(
-        user=user, name="rendered", seeds=[site.url + "/"], obey_robots=False, threads=2,
-        slices=1, render_javascript=True, **options,
-    )  # fmt: skip
+        user=user,
+        name="rendered",
+        seeds=[site.url + "/"],
+        obey_robots=False,
+        threads=2,
+        slices=1,
+        render_javascript=True,
+        **options,
+    )
     services.crawl_start(crawl=crawl, user=user)
     return crawl
 

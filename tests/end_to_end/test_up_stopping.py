@@ -59,9 +59,15 @@ def test_up_stops_within_10_s_with_a_page_being_rendered_which_goes_back_to_the_
     site = make_site(held_api(script_site(2), answer))
     proc, base, log, url = crawl_on_up()
     crawl = services.crawl_create(
-        user=user, name="rendered", seeds=[site.url + "/"], obey_robots=False, threads=2,
-        slices=1, render_javascript=True, timeout=60,
-    )  # fmt: skip
+        user=user,
+        name="rendered",
+        seeds=[site.url + "/"],
+        obey_robots=False,
+        threads=2,
+        slices=1,
+        render_javascript=True,
+        timeout=60,
+    )
     services.crawl_start(crawl=crawl, user=user)
     wait_for("a page being rendered", lambda: "/api/" in site.paths(), log, timeout=120)
 
@@ -99,8 +105,10 @@ def test_up_stops_within_10_s_with_a_proxy_import_running_which_goes_on_after(cr
 
     took = stopped_in(proc, log)
     job.refresh_from_db()
-    print(f"up exited {took:.1f} s after SIGTERM, with a proxy import running ({job.done:,} of "
-          f"{lines:,} lines imported)")  # fmt: skip
+    print(
+        f"up exited {took:.1f} s after SIGTERM, with a proxy import running ({job.done:,} of "
+        f"{lines:,} lines imported)"
+    )
     assert took < STOPS_WITHIN, log.read_text()
     # Handed over after a batch (not killed holding the job): the next run takes it at once.
     assert (job.state, job.runner) == (ProxyJob.State.RUNNING, ""), job.error

@@ -59,8 +59,10 @@ def test_up_brings_back_a_redis_killed_mid_crawl_and_the_crawl_ends_exactly(
     back = wait_for("Redis answers again", lambda: launcher.ping(url), log, timeout=30)
     ok = back + wait_for("/healthz says ok", lambda: healthy(base), log)
     moving = back + wait_for("the crawl goes on", lambda: frontier.stats()["responses"] > done, log)
-    print(f"Redis killed: answers after {back:.2f} s, /healthz ok after {ok:.2f} s, "
-          f"pages completed again after {moving:.2f} s")  # fmt: skip
+    print(
+        f"Redis killed: answers after {back:.2f} s, /healthz ok after {ok:.2f} s, "
+        f"pages completed again after {moving:.2f} s"
+    )
     assert back < 10
 
     crawl = wait_for_state(crawl, {CrawlState.FINISHED}, timeout=180)
@@ -130,9 +132,11 @@ def test_up_replaces_a_killed_worker_and_nothing_the_worker_started_outlives_it(
 
     os.kill(worker, signal.SIGKILL)
     gone = wait_for(
-        "the processes of the killed worker end", lambda: not any(map(alive, left)), log,
+        "the processes of the killed worker end",
+        lambda: not any(map(alive, left)),
+        log,
         timeout=10,
-    )  # fmt: skip
+    )
     print(f"the killed worker's horse {horse} and scheduler ended {gone:.2f} s after it")
 
     def replaced() -> bool:

@@ -56,9 +56,13 @@ def machine_env(tmp_path: Path, **env: str) -> dict[str, str]:
         k: v for k, v in os.environ.items() if not k.startswith("REDIS_") and k != "DATABASE_URL"
     }
     return {
-        **clean, **FAST_WORKERS, "DATABASE_URL": database_url(),
-        "CRAWLHUB_DATA_DIR": str(tmp_path / "machine"), "PYTHONUNBUFFERED": "1", **env,
-    }  # fmt: skip
+        **clean,
+        **FAST_WORKERS,
+        "DATABASE_URL": database_url(),
+        "CRAWLHUB_DATA_DIR": str(tmp_path / "machine"),
+        "PYTHONUNBUFFERED": "1",
+        **env,
+    }
 
 
 def start_worker(env: dict[str, str], log: Path, *args: str) -> subprocess.Popen:
@@ -71,9 +75,13 @@ def start_worker(env: dict[str, str], log: Path, *args: str) -> subprocess.Popen
 def run_worker(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
     """`./run worker` expected to refuse at once."""
     return subprocess.run(
-        ["./run", "worker", *args], cwd=ROOT, env=env, capture_output=True, text=True,
+        ["./run", "worker", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
         timeout=120,
-    )  # fmt: skip
+    )
 
 
 def wait_for_line(log: Path, text: str, proc: subprocess.Popen, *, timeout: float = 120) -> None:
@@ -125,9 +133,12 @@ def test_workers_crawl_exactly_through_a_tls_redis_with_a_password_and_the_live_
     log = tmp_path / "worker.log"
     worker = start_worker(env, log, "--workers", "2")
     cron = processes.spawn(
-        [sys.executable, "manage.py", "rqcron", "crawlhub.cron"], cwd=ROOT, env=env,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        [sys.executable, "manage.py", "rqcron", "crawlhub.cron"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     wait_for_line(log, "worker-2 (pid", worker)
     wait_for_line(log, "worker-1 (pid", worker)
 

@@ -29,15 +29,23 @@ def largest_max_bytes() -> int:
     return min(v.limit_value for v in field.validators if isinstance(v, MaxValueValidator))
 
 
-@pytest.mark.parametrize("encoding", ["", "gzip", "deflate"], ids=["2-gb-stream", "gzip-bomb",
-                                                                  "deflate-bomb"])  # fmt: skip
+@pytest.mark.parametrize(
+    "encoding", ["", "gzip", "deflate"], ids=["2-gb-stream", "gzip-bomb", "deflate-bomb"]
+)
 def test_a_worker_stays_under_300_mb_whatever_size_a_page_has(user, raw_server, encoding):
     server = raw_server(streaming(2 * GB, content_encoding=encoding), lifetime=60)
     max_bytes = largest_max_bytes()
     crawl = services.crawl_create(
-        user=user, name="big", seeds=[server.url + "/"], keep_bodies=True, max_bytes=max_bytes,
-        threads=1, max_retries=0, obey_robots=False, timeout=10,
-    )  # fmt: skip
+        user=user,
+        name="big",
+        seeds=[server.url + "/"],
+        keep_bodies=True,
+        max_bytes=max_bytes,
+        threads=1,
+        max_retries=0,
+        obey_robots=False,
+        timeout=10,
+    )
     services.crawl_start(crawl=crawl, user=user)
     measured = slice_process.peak_rss(crawl.pk, env={**os.environ, "DATABASE_URL": database_url()})
     crawl.refresh_from_db()

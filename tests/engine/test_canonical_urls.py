@@ -37,10 +37,29 @@ pytestmark = pytest.mark.once
 
 
 HOSTS = [
-    "example.com", "a.b.c", "127.0.0.1", "127.1", "0x7f.1", "a---b", "xn--bcher-kva.example",
-    "EXAMPLE.com", "ex_ample.com", "[::1]", "[::0:1]", "bücher.example", "a..b", ".a", "a.",
-    "user@example.com", "u:p@example.com", "1.2.3.4.5", "999.1.1.1", "012.1.1.1", "-a.com", "",
-]  # fmt: skip
+    "example.com",
+    "a.b.c",
+    "127.0.0.1",
+    "127.1",
+    "0x7f.1",
+    "a---b",
+    "xn--bcher-kva.example",
+    "EXAMPLE.com",
+    "ex_ample.com",
+    "[::1]",
+    "[::0:1]",
+    "bücher.example",
+    "a..b",
+    ".a",
+    "a.",
+    "user@example.com",
+    "u:p@example.com",
+    "1.2.3.4.5",
+    "999.1.1.1",
+    "012.1.1.1",
+    "-a.com",
+    "",
+]
 PORTS = ["", ":80", ":443", ":8080", ":0", ":00", ":080", ":65535", ":65536", ":99999", ":", ":x"]
 PATH_CHARS = list("abcXYZ019-._~!$'()*,=:@/;+&%|[]{}\"<>^` \t\\#") + ["é", "%41", "%7e", "%2F"]
 SEGMENTS = ["", ".", "..", "p", "P", "a.b", "%2e", "%2E%2E", "~u", "x y", "a;b=c"]
@@ -136,7 +155,7 @@ def test_canonicalize_equals_w3lib_on_a_large_corpus():
         "HTTP://a/",
         "http://a/b;c",
         "http://a/b+c",
-    ],  # fmt: skip
+    ],
 )
 def test_urls_w3lib_would_change_are_not_taken_as_canonical(url):
     assert not _plain(url)
@@ -289,9 +308,13 @@ def test_a_redirects_target_is_queued_as_its_request_would_be():
         )
         assert _outcome_args(outcome)[6] == parent.depth  # the child depth: no step deeper
         target = Request(
-            urls[n + 3], parent.depth, referrer=parent.url, priority=parent.priority,
-            via=VIA_REDIRECT, redirects=(*chain, parent.url),
-        )  # fmt: skip
+            urls[n + 3],
+            parent.depth,
+            referrer=parent.url,
+            priority=parent.priority,
+            via=VIA_REDIRECT,
+            redirects=(*chain, parent.url),
+        )
         assert queued_by(n + 1, outcome) == [target.pack()]
 
 

@@ -69,9 +69,17 @@ def test_an_invalid_regex_is_rejected_naming_the_field_and_line(user):
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("max_pages", -1), ("max_pages", 0), ("max_depth", -2), ("threads", 0), ("timeout", -1.0),
-     ("max_retries", 99), ("priority", 1000), ("host_delay", -0.5)],
-)  # fmt: skip
+    [
+        ("max_pages", -1),
+        ("max_pages", 0),
+        ("max_depth", -2),
+        ("threads", 0),
+        ("timeout", -1.0),
+        ("max_retries", 99),
+        ("priority", 1000),
+        ("host_delay", -0.5),
+    ],
+)
 def test_a_bad_limit_is_rejected_naming_the_field(user, field, value):
     assert field in errors_of(user, **{field: value})
 
@@ -111,13 +119,19 @@ def test_a_domain_with_a_scheme_is_rejected(user):
     [
         ({"user_agent": "Bot/1\nX-Evil: 1"}, "user_agent", "must be a single line"),
         ({"user_agent": "Bot/1\r"}, "user_agent", "must be a single line"),
-        ({"user_agent": "Bot \u2603"}, "user_agent",
-         "'\u2603' cannot be sent in an HTTP header (Latin-1 only)"),
-        ({"allowed_domains": ["\u00fc" * 64]}, "allowed_domains",
-         f"line 1: {chr(252) * 64!r} is not a domain name"),
+        (
+            {"user_agent": "Bot \u2603"},
+            "user_agent",
+            "'\u2603' cannot be sent in an HTTP header (Latin-1 only)",
+        ),
+        (
+            {"allowed_domains": ["\u00fc" * 64]},
+            "allowed_domains",
+            f"line 1: {chr(252) * 64!r} is not a domain name",
+        ),
     ],
     ids=["line-break", "carriage-return", "not-latin-1", "domain-no-host-name"],
-)  # fmt: skip
+)
 def test_what_a_slice_would_refuse_is_refused_when_the_crawl_is_saved(
     user, options, field, message
 ):
@@ -143,12 +157,18 @@ def test_an_edit_in_the_admin_is_checked_as_a_new_crawl_is(staff_client, django_
     data = {
         # A value left empty (a yes/no/the channel's option) is not sent, as a browser does.
         **{name: value for name in form.fields if (value := form[name].value()) is not None},
-        "seeds": '["http://127.0.0.1:9/"]', "allowed_domains": "[]", "include_patterns": "[]",
-        "exclude_patterns": "[]", "host_delay": "", "user_agent_mode": "fixed",
+        "seeds": '["http://127.0.0.1:9/"]',
+        "allowed_domains": "[]",
+        "include_patterns": "[]",
+        "exclude_patterns": "[]",
+        "host_delay": "",
+        "user_agent_mode": "fixed",
         "user_agent": "Bot/1\nX-Evil: 1",
-        "events-TOTAL_FORMS": 1, "events-INITIAL_FORMS": 1, "events-0-id": crawl.events.get().pk,
+        "events-TOTAL_FORMS": 1,
+        "events-INITIAL_FORMS": 1,
+        "events-0-id": crawl.events.get().pk,
         "events-0-crawl": crawl.pk,
-    }  # fmt: skip
+    }
     response = staff_client.post(f"/admin/crawls/crawl/{crawl.pk}/change/", data)
     assert response.status_code == 200, "the edit was saved"
     assert response.context["adminform"].form.errors["user_agent"] == ["must be a single line"]
@@ -180,13 +200,32 @@ LINES = "Give a list of strings, or text with one value per line."
         ("name", "a\x00b", "Null characters are not allowed."),
         ("user_agent", "bot\x00", "Null characters are not allowed."),
         ("include_patterns", ["/a\x00"], "Null characters are not allowed."),
-        ("allowed_domains", ["a\x01.test"],
-         "'a\\x01.test' is not a domain name (no scheme, path or port)"),
+        (
+            "allowed_domains",
+            ["a\x01.test"],
+            "'a\\x01.test' is not a domain name (no scheme, path or port)",
+        ),
     ],
-    ids=["name-int", "seeds-none", "seeds-int", "seeds-ints", "domains-int", "domains-nested",
-         "patterns-ints", "agent-list", "agent-none", "threads-inf", "timeout-nan",
-         "timeout-nan-text", "delay-nan", "name-nul", "agent-nul", "pattern-nul", "domain-control"],
-)  # fmt: skip
+    ids=[
+        "name-int",
+        "seeds-none",
+        "seeds-int",
+        "seeds-ints",
+        "domains-int",
+        "domains-nested",
+        "patterns-ints",
+        "agent-list",
+        "agent-none",
+        "threads-inf",
+        "timeout-nan",
+        "timeout-nan-text",
+        "delay-nan",
+        "name-nul",
+        "agent-nul",
+        "pattern-nul",
+        "domain-control",
+    ],
+)
 def test_a_value_of_the_wrong_kind_is_refused_naming_the_field(user, field, value, message):
     """What a door that passes its values through (the admin's JSON fields, the CLI's floats, a
     script) may hand over: a ValidationError on the field, never a TypeError or a row that
@@ -196,17 +235,26 @@ def test_a_value_of_the_wrong_kind_is_refused_naming_the_field(user, field, valu
 
 options = {
     name: st.one_of(
-        st.none(), st.booleans(), st.integers(), st.integers(-(10**30), 10**30), st.floats(),
-        st.text(max_size=12), st.sampled_from(["", "nan", "inf", "1e999", "9" * 30, "a\x00b"]),
-        st.lists(st.text(max_size=12), max_size=3), st.lists(st.integers(), max_size=2),
+        st.none(),
+        st.booleans(),
+        st.integers(),
+        st.integers(-(10**30), 10**30),
+        st.floats(),
+        st.text(max_size=12),
+        st.sampled_from(["", "nan", "inf", "1e999", "9" * 30, "a\x00b"]),
+        st.lists(st.text(max_size=12), max_size=3),
+        st.lists(st.integers(), max_size=2),
         st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
     )
     for name in CRAWL_OPTIONS
-}  # fmt: skip
+}
 seeds = st.one_of(
-    st.just(["http://127.0.0.1:9/"]), st.text(max_size=30), st.lists(st.text(max_size=30)),
-    st.none(), st.integers(),
-)  # fmt: skip
+    st.just(["http://127.0.0.1:9/"]),
+    st.text(max_size=30),
+    st.lists(st.text(max_size=30)),
+    st.none(),
+    st.integers(),
+)
 
 
 @pytest.mark.slow
@@ -274,14 +322,27 @@ def test_the_admin_creates_and_starts_crawls_through_the_services(staff_client, 
     response = staff_client.post(
         "/admin/crawls/crawl/add/",
         {
-            "name": "from admin", "channel": Channel.default().pk,
-            "seeds": '["http://127.0.0.1:9/"]', "allowed_domains": "[]",
-            "include_patterns": '["("]', "exclude_patterns": "[]", "max_depth": 2,
-            "max_pages": 10, "priority": 0, "threads": 2, "slices": 1, "timeout": 5,
-            "max_bytes": 100000, "max_retries": 1, "user_agent_mode": "", "user_agent": "",
-            "host_concurrency": 0, "events-TOTAL_FORMS": 0, "events-INITIAL_FORMS": 0,
+            "name": "from admin",
+            "channel": Channel.default().pk,
+            "seeds": '["http://127.0.0.1:9/"]',
+            "allowed_domains": "[]",
+            "include_patterns": '["("]',
+            "exclude_patterns": "[]",
+            "max_depth": 2,
+            "max_pages": 10,
+            "priority": 0,
+            "threads": 2,
+            "slices": 1,
+            "timeout": 5,
+            "max_bytes": 100000,
+            "max_retries": 1,
+            "user_agent_mode": "",
+            "user_agent": "",
+            "host_concurrency": 0,
+            "events-TOTAL_FORMS": 0,
+            "events-INITIAL_FORMS": 0,
         },
-    )  # fmt: skip
+    )
     assert response.status_code == 200  # the bad regex is refused
     assert not Crawl.objects.exists()
     assert "not a valid regular expression" in response.content.decode()

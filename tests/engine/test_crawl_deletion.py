@@ -97,9 +97,15 @@ def test_every_door_deletes_an_active_and_a_finished_crawl_alike(
     site = SampleSite(pages=2000, seed=3)
     server = make_site(sample_handler(site, 0.02))
     active = services.crawl_create(
-        user=staff, name="active", seeds=[server.url + "/"], obey_robots=False,
-        max_pages=100_000, max_depth=1000, threads=2, slices=1,
-    )  # fmt: skip
+        user=staff,
+        name="active",
+        seeds=[server.url + "/"],
+        obey_robots=False,
+        max_pages=100_000,
+        max_depth=1000,
+        threads=2,
+        slices=1,
+    )
     services.crawl_start(crawl=active, user=staff)
     fleet.start_worker()
     wait_for_progress(active, 20, fleet)

@@ -26,8 +26,15 @@ def chain_site(n: int) -> dict:
 
 
 def test_a_500_out_of_retries_is_an_error_a_failure_and_a_5xx(user, make_site):
-    site = make_site(pages_site({"/": page("/boom", "/gone"), "/boom": Response(status=500),
-                                 "/gone": Response(status=404)}))  # fmt: skip
+    site = make_site(
+        pages_site(
+            {
+                "/": page("/boom", "/gone"),
+                "/boom": Response(status=500),
+                "/gone": Response(status=404),
+            }
+        )
+    )
     crawl = drive(start_site_crawl(user, site, max_retries=0))
     stats = crawl.stats
     assert (stats["errors"], stats["failed"], stats["failed_http"]) == (1, 1, 1)
@@ -35,24 +42,37 @@ def test_a_500_out_of_retries_is_an_error_a_failure_and_a_5xx(user, make_site):
     shown = snapshot(crawl)
     assert shown["stats"]["no_response"] == 0
     assert shown["progress"] == {
-        "done": 3, "known": 3, "percent": 100, "capped": False, "open": False}  # fmt: skip
+        "done": 3,
+        "known": 3,
+        "percent": 100,
+        "capped": False,
+        "open": False,
+    }
 
     # Retried: off errors, failed and the 5xx class, and back on them when it fails again.
     assert services.crawl_retry_failed(crawl=crawl, user=user) == 1
     stats = Frontier(crawl.pk).stats()
     assert (stats["errors"], stats["failed"], stats["failed_http"], stats["status_5xx"]) == (
-        0, 0, 0, 0)  # fmt: skip
+        0,
+        0,
+        0,
+        0,
+    )
     crawl = drive(crawl)
     assert (crawl.stats["errors"], crawl.stats["status_5xx"]) == (1, 1)
 
 
 def test_progress_is_done_against_known_and_capped_by_max_pages(user):
-    crawl = services.crawl_create(user=user, name="p", seeds=["https://example.com/"],
-                                  max_pages=10)  # fmt: skip
+    crawl = services.crawl_create(user=user, name="p", seeds=["https://example.com/"], max_pages=10)
     crawl.state = CrawlState.RUNNING
     stats = {"requests": 10, "responses": 4, "errors": 1, "cancelled": 0}
     assert progress(crawl, stats) == {
-        "done": 5, "known": 10, "percent": 50, "capped": True, "open": True}  # fmt: skip
+        "done": 5,
+        "known": 10,
+        "percent": 50,
+        "capped": True,
+        "open": True,
+    }
     crawl.max_pages = 100
     assert progress(crawl, stats)["capped"] is False
 
@@ -60,9 +80,13 @@ def test_progress_is_done_against_known_and_capped_by_max_pages(user):
 def test_a_draft_is_edited_whole_and_audited(user):
     crawl = services.crawl_create(user=user, name="d", seeds=["https://example.com/"])
     changed = services.crawl_update(
-        crawl=crawl, user=user, name="d2", seeds="https://example.com/\nhttps://example.org/",
-        max_pages=5, include_patterns=["^https://example"],
-    )  # fmt: skip
+        crawl=crawl,
+        user=user,
+        name="d2",
+        seeds="https://example.com/\nhttps://example.org/",
+        max_pages=5,
+        include_patterns=["^https://example"],
+    )
     crawl.refresh_from_db()
     assert crawl.name == "d2" and crawl.max_pages == 5 and len(crawl.seeds) == 2
     assert set(changed) >= {"name", "seeds", "max_pages", "include_patterns"}
@@ -86,13 +110,20 @@ def test_a_running_crawl_may_change_only_its_live_settings(user):
     with pytest.raises(services.CrawlActionError):
         services.crawl_update(crawl=crawl, user=user, name="x", seeds=crawl.seeds)
 
-    lines = services.crawl_change_live(crawl=crawl, user=user, max_pages=7, host_delay=0.5,
-                                      host_concurrency=2, max_depth=1).lines  # fmt: skip
+    lines = services.crawl_change_live(
+        crawl=crawl, user=user, max_pages=7, host_delay=0.5, host_concurrency=2, max_depth=1
+    ).lines
     assert "max pages: 1000 -> 7" in lines
-    config = {k.decode(): v.decode() for k, v in
-              Frontier(crawl.pk).redis.hgetall(f"ch:{{c{crawl.pk}}}:config").items()}  # fmt: skip
-    assert (config["max_pages"], config["host_delay_ms"], config["host_concurrency"],
-            config["max_depth"]) == ("7", "500", "2", "1")  # fmt: skip
+    config = {
+        k.decode(): v.decode()
+        for k, v in Frontier(crawl.pk).redis.hgetall(f"ch:{{c{crawl.pk}}}:config").items()
+    }
+    assert (
+        config["max_pages"],
+        config["host_delay_ms"],
+        config["host_concurrency"],
+        config["max_depth"],
+    ) == ("7", "500", "2", "1")
     event = crawl.events.get(kind=CrawlEvent.Kind.CHANGED)
     assert event.user == user and "host delay: none -> 0.5" in event.detail
     services.crawl_cancel(crawl=crawl, user=user)

@@ -59,17 +59,23 @@ def test_a_crawl_logs_its_slices_a_host_pushing_back_a_dead_host_and_retries_giv
                 return Response(status=429, body="slow down", headers={"Retry-After": "0"})
         if request.path == "/broken":
             return Response(status=500, body="oops")
-        return pages_site({
-            "/": f'<a href="/busy">b</a> <a href="/broken">x</a> <a href="http://{dead}/gone">d</a>',
-            "/busy": "fine now",
-        })(request)  # fmt: skip
+        return pages_site(
+            {
+                "/": f'<a href="/busy">b</a> <a href="/broken">x</a> <a href="http://{dead}/gone">d</a>',
+                "/busy": "fine now",
+            }
+        )(request)
 
     site = make_site(handler)
     here = site.url.split("://", 1)[1]
     crawl = services.crawl_create(
-        user=user, name="log", seeds=[site.url + "/", f"http://{dead}/"], obey_robots=False,
-        max_retries=1, threads=2,
-    )  # fmt: skip
+        user=user,
+        name="log",
+        seeds=[site.url + "/", f"http://{dead}/"],
+        obey_robots=False,
+        max_retries=1,
+        threads=2,
+    )
     services.crawl_start(crawl=crawl, user=user)
     crawl = drive(crawl, timeout=90, budget=3)
     assert crawl.state == CrawlState.FINISHED, crawl.end_line
@@ -174,11 +180,16 @@ def test_errors_of_a_host_are_told_at_once_then_at_most_every_few_seconds(user):
 
     def failing(n: int) -> list[Result]:
         return [
-            Result(request=Request(url=f"http://a.test/{k}"), outcome=Outcome(
-                request=Request(url=f"http://a.test/{k}"), kind="retry",
-                error="connection refused"))
+            Result(
+                request=Request(url=f"http://a.test/{k}"),
+                outcome=Outcome(
+                    request=Request(url=f"http://a.test/{k}"),
+                    kind="retry",
+                    error="connection refused",
+                ),
+            )
             for k in range(n)
-        ]  # fmt: skip
+        ]
 
     log.count_errors(failing(4))
     [told] = log.take()
@@ -198,10 +209,12 @@ def test_a_slice_writes_a_bounded_number_of_lines_and_says_how_many_it_left_out(
     for n in range(SLICE_LINES + 30):
         log.note(Kind.SLOWED, f"line {n}", host="a.test")
     # Errors of many hosts are lines too, within the same bound.
-    log.count_errors([
-        Result(request=request, outcome=Outcome(request=request, kind="retry", error="timeout"))
-        for request in (Request(url=f"http://h{n}.test/") for n in range(5))
-    ])  # fmt: skip
+    log.count_errors(
+        [
+            Result(request=request, outcome=Outcome(request=request, kind="retry", error="timeout"))
+            for request in (Request(url=f"http://h{n}.test/") for n in range(5))
+        ]
+    )
     log.slice_ended(pages=0, reason="budget", seconds=1.0, handed_back=0)
     assert crawl.events.filter(kind=Kind.SLOWED).count() == SLICE_LINES
     assert not crawl.events.filter(kind=Kind.ERROR).exists()
@@ -213,10 +226,12 @@ def test_the_log_keeps_the_newest_lines_of_each_level_and_counts_what_it_removed
     crawl = make_crawl(user)
     for n in range(30):
         crawl_log.write([crawl_log.line(crawl.pk, Kind.SLICE, f"info {n}")])
-    crawl_log.write([
-        crawl_log.line(crawl.pk, Kind.PARKED, f"warning {n}", level=Level.WARNING)
-        for n in range(3)
-    ])  # fmt: skip
+    crawl_log.write(
+        [
+            crawl_log.line(crawl.pk, Kind.PARKED, f"warning {n}", level=Level.WARNING)
+            for n in range(3)
+        ]
+    )
     services.crawl_start(crawl=crawl, user=user)  # an audit line, after them all
     assert trim(crawl.pk, keep=10) == 20
     crawl.refresh_from_db()
@@ -240,10 +255,20 @@ def logged(user) -> Crawl:
     crawl = make_crawl(user)
     write = crawl_log.write
     write([crawl_log.line(crawl.pk, Kind.SLICE, f"slice s{n} started") for n in range(3)])
-    write([crawl_log.line(crawl.pk, Kind.SLOWED, "slowed to 2 s", host="a.test",
-                          level=Level.WARNING)])  # fmt: skip
-    write([crawl_log.line(crawl.pk, Kind.GAVE_UP, "3 requests given up: Timeout", host="b.test",
-                          level=Level.ERROR)])  # fmt: skip
+    write(
+        [crawl_log.line(crawl.pk, Kind.SLOWED, "slowed to 2 s", host="a.test", level=Level.WARNING)]
+    )
+    write(
+        [
+            crawl_log.line(
+                crawl.pk,
+                Kind.GAVE_UP,
+                "3 requests given up: Timeout",
+                host="b.test",
+                level=Level.ERROR,
+            )
+        ]
+    )
     services.crawl_start(crawl=crawl, user=user)
     return crawl
 

@@ -49,9 +49,15 @@ def sample(make_site):
 def test_a_generated_site_is_fetched_exactly_once_per_url_with_exact_counters(user, sample):
     site, server, base = sample
     crawl = services.crawl_create(
-        user=user, name="sample", seeds=[base + "/"], obey_robots=False, threads=8,
-        max_pages=100_000, max_depth=1000, max_retries=1,
-    )  # fmt: skip
+        user=user,
+        name="sample",
+        seeds=[base + "/"],
+        obey_robots=False,
+        threads=8,
+        max_pages=100_000,
+        max_depth=1000,
+        max_retries=1,
+    )
     services.crawl_start(crawl=crawl, user=user)
     crawl = drive(crawl, timeout=120)
     assert crawl.state == CrawlState.FINISHED
@@ -107,18 +113,25 @@ def test_each_url_reaches_the_site_once(user, make_site):
 
 
 def test_links_that_are_not_http_are_ignored(user, make_site):
-    site = make_site(pages_site({
-        "/": page("mailto:a@b.c", "javascript:alert(1)", "data:text/html,hi", "tel:123", "/ok"),
-        "/ok": page(),
-    }))  # fmt: skip
+    site = make_site(
+        pages_site(
+            {
+                "/": page(
+                    "mailto:a@b.c", "javascript:alert(1)", "data:text/html,hi", "tel:123", "/ok"
+                ),
+                "/ok": page(),
+            }
+        )
+    )
     crawl = drive(start(user, site))
     assert crawl.stats["requests"] == 2
     assert sorted(page_requests(site)) == ["/", "/ok"]
 
 
 def test_max_depth_stops_following_links(user, make_site):
-    site = make_site(pages_site({"/": page("/1"), "/1": page("/2"), "/2": page("/3"),
-                                 "/3": page()}))  # fmt: skip
+    site = make_site(
+        pages_site({"/": page("/1"), "/1": page("/2"), "/2": page("/3"), "/3": page()})
+    )
     crawl = drive(start(user, site, max_depth=2))
     assert sorted(page_requests(site)) == ["/", "/1", "/2"]
     assert crawl.stats["requests"] == 3
@@ -134,10 +147,18 @@ def test_max_pages_caps_the_requests(user, make_site):
 
 def test_scope_rules_keep_the_crawl_in_bounds(user, make_site):
     other = make_site(pages_site({"/": page()}))
-    site = make_site(pages_site({
-        "/": page("/docs/a", "/docs/private/b", "/blog/c", f"http://localhost:{other.port}/"),
-        "/docs/a": page(), "/docs/private/b": page(), "/blog/c": page(),
-    }))  # fmt: skip
+    site = make_site(
+        pages_site(
+            {
+                "/": page(
+                    "/docs/a", "/docs/private/b", "/blog/c", f"http://localhost:{other.port}/"
+                ),
+                "/docs/a": page(),
+                "/docs/private/b": page(),
+                "/blog/c": page(),
+            }
+        )
+    )
     crawl = drive(
         start(user, site, include_patterns=[r"/docs/", r"/$"], exclude_patterns=["private"])
     )
@@ -147,10 +168,18 @@ def test_scope_rules_keep_the_crawl_in_bounds(user, make_site):
 
 
 def test_robots_txt_is_obeyed(user, make_site):
-    site = make_site(pages_site({
-        "/robots.txt": Response(body="User-agent: *\nDisallow: /secret", content_type="text/plain"),
-        "/": page("/open", "/secret/x"), "/open": page(), "/secret/x": page(),
-    }))  # fmt: skip
+    site = make_site(
+        pages_site(
+            {
+                "/robots.txt": Response(
+                    body="User-agent: *\nDisallow: /secret", content_type="text/plain"
+                ),
+                "/": page("/open", "/secret/x"),
+                "/open": page(),
+                "/secret/x": page(),
+            }
+        )
+    )
     crawl = drive(start(user, site, obey_robots=True))
     assert "/secret/x" not in site.paths()
     assert site.paths().count("/robots.txt") == 1
@@ -222,9 +251,13 @@ def test_fetch_errors_are_recorded_per_page(user, make_site):
     closed = f"http://127.0.0.1:{free_port()}/"
     site = make_site(pages_site({"/": page(closed, "http://nosuch.invalid/")}))
     crawl = services.crawl_create(
-        user=user, name="t", seeds=[site.url + "/"], obey_robots=False, max_retries=0,
+        user=user,
+        name="t",
+        seeds=[site.url + "/"],
+        obey_robots=False,
+        max_retries=0,
         allowed_domains=["127.0.0.1", "nosuch.invalid"],
-    )  # fmt: skip
+    )
     services.crawl_start(crawl=crawl, user=user)
     crawl = drive(crawl)
     errors = dict(crawl.failures.values_list("url", "last_error"))
@@ -237,9 +270,12 @@ def test_a_crawl_that_fetched_nothing_ends_failed_saying_why(user):
     from tests.support.sites import free_port
 
     crawl = services.crawl_create(
-        user=user, name="t", seeds=[f"http://127.0.0.1:{free_port()}/"], obey_robots=False,
+        user=user,
+        name="t",
+        seeds=[f"http://127.0.0.1:{free_port()}/"],
+        obey_robots=False,
         max_retries=0,
-    )  # fmt: skip
+    )
     services.crawl_start(crawl=crawl, user=user)
     crawl = drive(crawl)
     assert crawl.state == CrawlState.FAILED
@@ -280,19 +316,22 @@ def test_a_slice_waits_while_a_retry_is_pending(user, make_site):
     ("breakage", "reason"),
     [
         ({"user_agent": "Bot/1\nX-Evil: 1"}, "user_agent: must be a single line"),
-        ({"include_patterns": ["/docs/", "/(?=guide)"]},
-         "include_patterns: line 2: '/(?=guide)' uses a lookahead (?=...), which crawlhub's "
-         "linear-time pattern engine does not support"),
+        (
+            {"include_patterns": ["/docs/", "/(?=guide)"]},
+            "include_patterns: line 2: '/(?=guide)' uses a lookahead (?=...), which crawlhub's "
+            "linear-time pattern engine does not support",
+        ),
         ({"allowed_domains": ["ü" * 64]}, "allowed_domains: line 1: "),
     ],
     ids=["user-agent-line-break", "lookahead-pattern", "domain-no-host-name"],
-)  # fmt: skip
+)
 def test_a_crawl_whose_saved_settings_no_slice_accepts_fails_with_the_reason(
     user, breakage, reason
 ):
     crawl = services.crawl_create(user=user, name="t", seeds=["http://127.0.0.1:9/"])
-    webhooks.webhook_create(user=user, url="http://127.0.0.1:9/hook", events=["failed"],
-                            crawl=crawl)  # fmt: skip
+    webhooks.webhook_create(
+        user=user, url="http://127.0.0.1:9/hook", events=["failed"], crawl=crawl
+    )
     services.crawl_start(crawl=crawl, user=user)
     # Written past crawl_clean, as a row saved before an upgrade, or edited in the database.
     Crawl.objects.filter(pk=crawl.pk).update(**breakage)

@@ -42,9 +42,14 @@ def start(user, site, *, auth: dict, seed: str = "/home", **options):
     options.setdefault("obey_robots", False)
     options.setdefault("threads", 4)
     crawl = services.crawl_create(
-        user=user, name="behind a login", seeds=[site.url + seed], auth=auth,
-        max_depth=20, exclude_patterns=["/logout"], **options,
-    )  # fmt: skip
+        user=user,
+        name="behind a login",
+        seeds=[site.url + seed],
+        auth=auth,
+        max_depth=20,
+        exclude_patterns=["/logout"],
+        **options,
+    )
     services.crawl_start(crawl=crawl, user=user)
     return crawl
 
@@ -153,14 +158,22 @@ def test_a_site_behind_basic_auth_is_crawled_whole(user, make_site):
 def test_credentials_never_go_to_another_host_not_even_through_a_redirect(user, make_site):
     other = make_site(pages_site({"/moved": "<p>moved</p>", "/linked": "<p>linked</p>"}))
     there = other.url.replace("127.0.0.1", "localhost")
-    site = make_site(basic_auth_site({
-        "/home": f'<a href="/go">go</a><a href="{there}/linked">there</a>',
-        "/go": Response(status=302, headers={"Location": there + "/moved"}),
-    }, user="bob", password="pw-ZZZ"))  # fmt: skip
+    site = make_site(
+        basic_auth_site(
+            {
+                "/home": f'<a href="/go">go</a><a href="{there}/linked">there</a>',
+                "/go": Response(status=302, headers={"Location": there + "/moved"}),
+            },
+            user="bob",
+            password="pw-ZZZ",
+        )
+    )
     auth = {
-        "basic_user": "bob", "basic_password": "pw-ZZZ",
-        "headers": "X-Token: tok-QQQ", "cookie": "sid=cookie-WWW; theme=dark",
-    }  # fmt: skip
+        "basic_user": "bob",
+        "basic_password": "pw-ZZZ",
+        "headers": "X-Token: tok-QQQ",
+        "cookie": "sid=cookie-WWW; theme=dark",
+    }
     crawl = drive(start(user, site, auth=auth, allowed_domains=["127.0.0.1", "localhost"]))
     assert crawl.state == CrawlState.FINISHED, crawl.error
     assert sorted(r.path for r in other.log) == ["/linked", "/moved"]  # both fetched...
@@ -171,8 +184,11 @@ def test_credentials_never_go_to_another_host_not_even_through_a_redirect(user, 
         assert request.headers["X-Token"] == "tok-QQQ"
         assert request.headers["Cookie"] == "sid=cookie-WWW; theme=dark"
     assert statuses(crawl, site) == {
-        "/home": 200, "/go": 302, there + "/linked": 200, there + "/moved": 200,
-    }  # fmt: skip
+        "/home": 200,
+        "/go": 302,
+        there + "/linked": 200,
+        there + "/moved": 200,
+    }
 
 
 @pytest.mark.django_db
@@ -192,8 +208,10 @@ def test_a_login_that_fails_mid_crawl_is_tried_once_and_the_pages_say_why(user, 
     failed = crawl.pages.exclude(error="")
     assert failed.exists()
     for page in failed:
-        assert page.error.startswith("the session expired and the login failed: the login did "
-                                     "not succeed: '#logout' is not on")  # fmt: skip
+        assert page.error.startswith(
+            "the session expired and the login failed: the login did "
+            "not succeed: '#logout' is not on"
+        )
     # The failure is shared for a while: one failed login, not one per page.
     posts = [r for r in site.log if r.method == "POST"]
     assert len(posts) == 2
@@ -223,10 +241,16 @@ def test_robots_txt_and_sitemaps_behind_basic_auth_are_read_with_the_crawl_s_cre
     # without it, robots.txt would be a 401 (allow all: /private crawled) and the sitemaps
     # unread (/hidden, which no page links, never found). A sitemap that redirects to another
     # host is followed there without any credential of the crawl.
-    other = make_site(pages_site({"/moved.xml": Response(
-        body='<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9"></urlset>',
-        content_type="application/xml",
-    )}))  # fmt: skip
+    other = make_site(
+        pages_site(
+            {
+                "/moved.xml": Response(
+                    body='<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9"></urlset>',
+                    content_type="application/xml",
+                )
+            }
+        )
+    )
     there = other.url.replace("127.0.0.1", "localhost")
     holder = {}
 
@@ -237,26 +261,47 @@ def test_robots_txt_and_sitemaps_behind_basic_auth_are_read_with_the_crawl_s_cre
             f"<sitemap><loc>{base}/listed.xml</loc></sitemap>"
             f"<sitemap><loc>{base}/away.xml</loc></sitemap></sitemapindex>"
         )
-        listed = ('<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">'
-                  f"<url><loc>{base}/hidden</loc></url></urlset>")  # fmt: skip
-        return basic_auth_site({
-            "/": '<a href="/private">private</a> <a href="/open">open</a>',
-            "/open": "open", "/private": "private", "/hidden": "only in the sitemap",
-            "/robots.txt": Response(body=f"User-agent: *\nDisallow: /private\n"
-                                    f"Sitemap: {base}/index.xml\n", content_type="text/plain"),
-            "/index.xml": Response(body=index, content_type="application/xml"),
-            "/listed.xml": Response(body=listed, content_type="application/xml"),
-            "/away.xml": Response(status=302, headers={"Location": there + "/moved.xml"}),
-        }, user="bob", password="rob0ts-PW")(request)  # fmt: skip
+        listed = (
+            '<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">'
+            f"<url><loc>{base}/hidden</loc></url></urlset>"
+        )
+        return basic_auth_site(
+            {
+                "/": '<a href="/private">private</a> <a href="/open">open</a>',
+                "/open": "open",
+                "/private": "private",
+                "/hidden": "only in the sitemap",
+                "/robots.txt": Response(
+                    body=f"User-agent: *\nDisallow: /private\nSitemap: {base}/index.xml\n",
+                    content_type="text/plain",
+                ),
+                "/index.xml": Response(body=index, content_type="application/xml"),
+                "/listed.xml": Response(body=listed, content_type="application/xml"),
+                "/away.xml": Response(status=302, headers={"Location": there + "/moved.xml"}),
+            },
+            user="bob",
+            password="rob0ts-PW",
+        )(request)
 
     site = make_site(handler)
     holder["url"] = site.url
-    auth = {"basic_user": "bob", "basic_password": "rob0ts-PW", "headers": "X-Token: tok-RRR",
-            "cookie": "sid=cookie-SSS"}  # fmt: skip
-    crawl = drive(start(
-        user, site, auth=auth, seed="/", obey_robots=True, follow_sitemaps=True,
-        allowed_domains=["127.0.0.1", "localhost"],
-    ))  # fmt: skip
+    auth = {
+        "basic_user": "bob",
+        "basic_password": "rob0ts-PW",
+        "headers": "X-Token: tok-RRR",
+        "cookie": "sid=cookie-SSS",
+    }
+    crawl = drive(
+        start(
+            user,
+            site,
+            auth=auth,
+            seed="/",
+            obey_robots=True,
+            follow_sitemaps=True,
+            allowed_domains=["127.0.0.1", "localhost"],
+        )
+    )
     assert crawl.state == CrawlState.FINISHED, crawl.error
     paths = sorted(site.paths())
     assert "/robots.txt" in paths and "/hidden" in paths and "/listed.xml" in paths

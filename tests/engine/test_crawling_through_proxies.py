@@ -33,9 +33,13 @@ def forward_proxy():
 
 def crawl_in(channel, user, site, **options):
     crawl = services.crawl_create(
-        user=user, name="via proxy", seeds=[site.url + "/"], channel=channel,
-        obey_robots=False, **options,
-    )  # fmt: skip
+        user=user,
+        name="via proxy",
+        seeds=[site.url + "/"],
+        channel=channel,
+        obey_robots=False,
+        **options,
+    )
     services.crawl_start(crawl=crawl, user=user)
     return drive(crawl)
 
@@ -79,8 +83,11 @@ def test_a_ban_drops_the_proxy_from_the_channel_and_another_fetches_the_page(
         def handler(request):
             # The site bans whichever proxy connects first.
             nonlocal banned_port
-            via = next(r for r in [*banned_proxy.relays, *good_proxy.relays]
-                       if r.upstream[1] == request.client[1])  # fmt: skip
+            via = next(
+                r
+                for r in [*banned_proxy.relays, *good_proxy.relays]
+                if r.upstream[1] == request.client[1]
+            )
             if banned_port is None:
                 banned_port = via
             if via is banned_port:
@@ -144,8 +151,9 @@ def test_greedy_keeps_a_fast_proxy_for_the_next_pages_and_gives_it_back_at_the_e
     assert len(members["free"]) == 2
 
 
-def test_greedy_gives_back_a_slow_proxy_after_each_page(user, channel, forward_proxy, make_site,
-                                                         settings):  # fmt: skip
+def test_greedy_gives_back_a_slow_proxy_after_each_page(
+    user, channel, forward_proxy, make_site, settings
+):
     settings.PROXY_GREEDY_MS = 1  # no page is that fast
     channel.proxy_strategy = ProxyStrategy.GREEDY
     channel.save()
@@ -190,8 +198,9 @@ def test_the_ban_statuses_setting_decides_what_a_ban_is(user, channel, make_site
         def handler(request):
             # The site answers 418 through whichever proxy connects first, 403 on /forbidden.
             nonlocal first_port
-            via = next(r for r in [*one.relays, *other.relays]
-                       if r.upstream[1] == request.client[1])  # fmt: skip
+            via = next(
+                r for r in [*one.relays, *other.relays] if r.upstream[1] == request.client[1]
+            )
             first_port = first_port or via
             if via is first_port:
                 return Response(status=418, body="I'm a teapot")

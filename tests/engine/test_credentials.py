@@ -19,8 +19,9 @@ SEEDS = ["http://site.example:8080/", "https://secure.example/"]
 
 def test_headers_are_name_value_lines():
     assert credentials.parse_headers("X-Api-Key: abc\n\nAccept-Language:  fr ") == [
-        ("X-Api-Key", "abc"), ("Accept-Language", "fr"),
-    ]  # fmt: skip
+        ("X-Api-Key", "abc"),
+        ("Accept-Language", "fr"),
+    ]
 
 
 @pytest.mark.parametrize(
@@ -59,36 +60,52 @@ def test_a_cookies_txt_keeps_its_cookies_httponly_ones_included():
 
 
 def test_a_garbage_line_in_a_cookies_txt_is_named():
-    with pytest.raises(CredentialsError, match=r"cookies.txt line 3: 7 fields separated by tabs "
-                       r"expected .* found 1"):  # fmt: skip
+    with pytest.raises(
+        CredentialsError,
+        match=r"cookies.txt line 3: 7 fields separated by tabs "
+        r"expected .* found 1",
+    ):
         credentials.parse_cookies_txt("# comment\nsite.example\tFALSE\t/\tFALSE\t0\ta\t1\n<html>")
 
 
 def test_every_bad_input_is_reported_at_once():
     with pytest.raises(CredentialsProblems) as caught:
-        parse(SEEDS, {
-            "headers": "nope", "cookie": "=1", "login_url": "http://elsewhere.example/login",
-            "basic_password": "pw",
-        })  # fmt: skip
+        parse(
+            SEEDS,
+            {
+                "headers": "nope",
+                "cookie": "=1",
+                "login_url": "http://elsewhere.example/login",
+                "basic_password": "pw",
+            },
+        )
     # The login step's problems too (its URL off the seeds' hosts, no fields), in the same round.
     assert set(caught.value.problems) == {
-        "headers", "cookie", "basic_user", "login_url", "login_fields"
-    }  # fmt: skip
+        "headers",
+        "cookie",
+        "basic_user",
+        "login_url",
+        "login_fields",
+    }
 
 
 def test_the_login_url_must_be_on_a_seeds_origin():
     base = {"login_fields": "u=1"}
     assert parse(SEEDS, {**base, "login_url": "http://site.example:8080/login"}).logs_in
-    for elsewhere in ("http://site.example/login", "http://other.example:8080/login",
-                      "ftp://site.example:8080/"):  # fmt: skip
+    for elsewhere in (
+        "http://site.example/login",
+        "http://other.example:8080/login",
+        "ftp://site.example:8080/",
+    ):
         with pytest.raises(CredentialsProblems) as caught:
             parse(SEEDS, {**base, "login_url": elsewhere})
         assert "login_url" in caught.value.problems
 
 
 def test_credentials_go_to_the_seeds_origins_only():
-    found = parse(SEEDS, {"headers": "X-Key: k", "basic_user": "u", "basic_password": "p",
-                          "cookie": "s=1"})  # fmt: skip
+    found = parse(
+        SEEDS, {"headers": "X-Key: k", "basic_user": "u", "basic_password": "p", "cookie": "s=1"}
+    )
     sent = found.headers_for("http://site.example:8080/a?b")
     assert sent["X-Key"] == "k" and sent["Authorization"].startswith("Basic ")
     assert sent["Cookie"] == "s=1"
@@ -113,10 +130,16 @@ def test_an_http_seed_s_credentials_follow_it_to_https_on_the_default_ports():
 def test_credentials_go_to_exactly_the_origins_saved_with_them_whatever_the_seeds_become():
     # A row as crawls.models.CrawlAuth holds it: bound to one origin, no https twin saved.
     row = SimpleNamespace(
-        headers=[["X-Key", "k"]], cookies=[], basic_user="", basic_password="", login_url="",
-        login_fields=[], login_check_selector="", login_check_url="",
+        headers=[["X-Key", "k"]],
+        cookies=[],
+        basic_user="",
+        basic_password="",
+        login_url="",
+        login_fields=[],
+        login_check_selector="",
+        login_check_url="",
         origins=[["http", "site.example", 80]],
-    )  # fmt: skip
+    )
     found = credentials.from_row(row)
     assert found.sends_to("http://site.example/a") and found.sends_to("http://SITE.example:80/")
     for elsewhere in (
@@ -127,8 +150,9 @@ def test_credentials_go_to_exactly_the_origins_saved_with_them_whatever_the_seed
         assert not found.sends_to(elsewhere), elsewhere
     bound = parse(["http://site.example/"], {"headers": "X-Key: k"})
     assert credentials.to_row_values(bound)["origins"] == [
-        ["http", "site.example", 80], ["https", "site.example", 443],
-    ]  # fmt: skip
+        ["http", "site.example", 80],
+        ["https", "site.example", 443],
+    ]
     assert credentials.origins_left_out(
         found, ["http://site.example/", "http://b.example:81/"]
     ) == ["http://b.example:81"]
@@ -136,8 +160,9 @@ def test_credentials_go_to_exactly_the_origins_saved_with_them_whatever_the_seed
 
 
 def test_a_cookies_txt_keeps_only_the_cookies_of_the_seeds_hosts():
-    text = ("site.example\tFALSE\t/\tFALSE\t0\tmine\t1\n"
-            "tracker.example\tTRUE\t/\tFALSE\t0\ttheirs\t2\n")  # fmt: skip
+    text = (
+        "site.example\tFALSE\t/\tFALSE\t0\tmine\t1\ntracker.example\tTRUE\t/\tFALSE\t0\ttheirs\t2\n"
+    )
     found = parse(SEEDS, {"cookies_txt": text})
     assert [c.name for c in found.cookies] == ["mine"]
     with pytest.raises(CredentialsProblems, match="no cookie in cookies.txt is for the seeds"):
@@ -145,11 +170,17 @@ def test_a_cookies_txt_keeps_only_the_cookies_of_the_seeds_hosts():
 
 
 def test_masked_shows_names_and_never_a_secret_value():
-    found = parse(SEEDS, {
-        "headers": "X-Key: hdr-value", "cookie": "sid=ck-value", "basic_user": "bob",
-        "basic_password": "pw-value", "login_url": "http://site.example:8080/login",
-        "login_fields": "user=u-value\npass=p-value",
-    })  # fmt: skip
+    found = parse(
+        SEEDS,
+        {
+            "headers": "X-Key: hdr-value",
+            "cookie": "sid=ck-value",
+            "basic_user": "bob",
+            "basic_password": "pw-value",
+            "login_url": "http://site.example:8080/login",
+            "login_fields": "user=u-value\npass=p-value",
+        },
+    )
     shown = repr(credentials.masked(found))
     assert "X-Key" in shown and "sid" in shown and "bob" in shown and "pass" in shown
     assert not [v for v in ("hdr", "ck-value", "pw-value", "u-value", "p-value") if v in shown]

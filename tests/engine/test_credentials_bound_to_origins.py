@@ -27,9 +27,11 @@ pytestmark = pytest.mark.django_db
 
 HEADER_SECRET, COOKIE_SECRET, PASSWORD_SECRET = "hdr-BOUND-1111", "ck-BOUND-2222", "pw-BOUND-3333"
 AUTH = {
-    "headers": f"X-Token: {HEADER_SECRET}", "cookie": f"sid={COOKIE_SECRET}",
-    "basic_user": "bob", "basic_password": PASSWORD_SECRET,
-}  # fmt: skip
+    "headers": f"X-Token: {HEADER_SECRET}",
+    "cookie": f"sid={COOKIE_SECRET}",
+    "basic_user": "bob",
+    "basic_password": PASSWORD_SECRET,
+}
 CARRIERS = {"authorization", "cookie", "x-token"}
 
 
@@ -109,8 +111,9 @@ def test_every_add_seeds_door_says_the_new_origin_gets_no_credential(
     )
     shown = [str(m) for m in response.context["messages"]]
     assert any(f"The saved credentials are not sent to {origin(other)}" in m for m in shown), shown
-    answer = post(client, f"/api/crawls/{crawl.pk}/seeds/", {"urls": [third.url + "/"]},
-                  **bearer(user))  # fmt: skip
+    answer = post(
+        client, f"/api/crawls/{crawl.pk}/seeds/", {"urls": [third.url + "/"]}, **bearer(user)
+    )
     assert answer.status_code == 200
     assert answer.json()["credentials_not_sent_to"] == sorted([origin(other), origin(third)])
     call_command("crawl", "add-seeds", str(crawl.pk), third.url + "/x")
@@ -155,8 +158,10 @@ def test_the_owner_re_entering_credentials_binds_them_to_the_seeds_as_they_are(
     services.crawl_add_seeds(crawl=crawl, urls=[other.url + "/"], user=user)
     new_auth = {**AUTH, "headers": "X-Token: hdr-AGAIN-9999"}
     # Staff may see the crawl, not enter its owner's credentials: refused at each door.
-    assert post(client, f"/api/crawls/{crawl.pk}/credentials/", new_auth,
-                **bearer(staff)).status_code == 403  # fmt: skip
+    assert (
+        post(client, f"/api/crawls/{crawl.pk}/credentials/", new_auth, **bearer(staff)).status_code
+        == 403
+    )
     assert staff_client.get(f"/crawls/{crawl.pk}/credentials/").status_code == 403
     assert CrawlAuth.objects.get(crawl=crawl).headers == [["X-Token", HEADER_SECRET]]
     page = user_client.get(f"/crawls/{crawl.pk}/credentials/").content.decode()
@@ -258,10 +263,11 @@ def test_the_migration_binds_saved_credentials_to_their_crawls_seeds_as_they_are
             slug="default", defaults={"name": "Default"}
         )
         crawl = old.get_model("crawls", "Crawl").objects.create(
-            name="saved before", channel=channel,
+            name="saved before",
+            channel=channel,
             seeds=["http://a.example/", "https://b.example:8443/x", "https://b.example:8443/y"],
             created_by_id=user.pk,
-        )  # fmt: skip
+        )
         old.get_model("crawls", "CrawlAuth").objects.create(
             crawl=crawl, headers=[["X-Token", HEADER_SECRET]]
         )
@@ -274,8 +280,10 @@ def test_the_migration_binds_saved_credentials_to_their_crawls_seeds_as_they_are
     row = CrawlAuth.objects.get(crawl_id=crawl.pk)
     # An http seed on the default port binds https on it too (a site moving to https).
     assert row.origins == [
-        ["http", "a.example", 80], ["https", "a.example", 443], ["https", "b.example", 8443],
-    ]  # fmt: skip
+        ["http", "a.example", 80],
+        ["https", "a.example", 443],
+        ["https", "b.example", 8443],
+    ]
     assert CrawlAuth.objects.count() == 1
     event = CrawlEvent.objects.get(crawl_id=crawl.pk)
     assert (event.kind, event.user) == (CrawlEvent.Kind.CREDENTIALS, None)
@@ -295,8 +303,13 @@ def test_only_the_owner_enters_a_draft_s_credentials_and_staff_may_remove_them(
     assert "Only the crawl&#x27;s owner (alice) can enter its credentials" in page
     assert 'name="headers"' not in page and 'name="remove_headers"' in page
     with pytest.raises(ValidationError) as caught:
-        services.crawl_update(crawl=crawl, user=staff, name="draft", seeds=[other.url + "/"],
-                             auth={"headers": "X-Token: staff-SECRET"})  # fmt: skip
+        services.crawl_update(
+            crawl=crawl,
+            user=staff,
+            name="draft",
+            seeds=[other.url + "/"],
+            auth={"headers": "X-Token: staff-SECRET"},
+        )
     assert caught.value.message_dict[NON_FIELD_ERRORS] == [services.owner_only(crawl)]
     assert CrawlAuth.objects.get(crawl=crawl).headers == [["X-Token", HEADER_SECRET]]
     response = staff_client.post(path, form_data(staff_client, path, remove_headers="on"))
@@ -322,11 +335,17 @@ def test_seeds_changed_in_the_admin_leave_the_credentials_where_they_were_on_the
     form = staff_client.get(path).context["adminform"].form
     data = {
         **{name: value for name in form.fields if (value := form[name].value()) is not None},
-        "seeds": json.dumps([other.url + "/"]), "allowed_domains": "[]",
-        "include_patterns": "[]", "exclude_patterns": "[]", "host_delay": "",
-        "extract_rules": "[]", "events-TOTAL_FORMS": 1, "events-INITIAL_FORMS": 1,
-        "events-0-id": crawl.events.get().pk, "events-0-crawl": crawl.pk,
-    }  # fmt: skip
+        "seeds": json.dumps([other.url + "/"]),
+        "allowed_domains": "[]",
+        "include_patterns": "[]",
+        "exclude_patterns": "[]",
+        "host_delay": "",
+        "extract_rules": "[]",
+        "events-TOTAL_FORMS": 1,
+        "events-INITIAL_FORMS": 1,
+        "events-0-id": crawl.events.get().pk,
+        "events-0-crawl": crawl.pk,
+    }
     response = staff_client.post(path, data)
     assert response.status_code == 302, response.context["adminform"].form.errors
     crawl.refresh_from_db()

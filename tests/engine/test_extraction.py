@@ -78,11 +78,16 @@ def test_a_css_rule_takes_outer_html_and_attributes():
     got = extract(
         [
             {"name": "heading", "kind": "css", "expr": "h1 em", "get": "html"},
-            {"name": "currency", "kind": "css", "expr": ".price", "get": "attr",
-             "attr": "data-currency"},
+            {
+                "name": "currency",
+                "kind": "css",
+                "expr": ".price",
+                "get": "attr",
+                "attr": "data-currency",
+            },
             {"name": "missing", "kind": "css", "expr": ".price", "get": "attr", "attr": "lang"},
         ]
-    )  # fmt: skip
+    )
     assert got.fields == {"heading": "<em>Kettle</em>", "currency": "EUR", "missing": None}
     assert got.errors == {}
 
@@ -95,19 +100,29 @@ def test_css_text_and_attr_pseudo_elements_give_the_value_stripped():
         ]
     )
     assert got.fields == {
-        "title": "Blue   Kettle | Shop", "next": "https://shop.example/kettles/green",
-    }  # fmt: skip
+        "title": "Blue   Kettle | Shop",
+        "next": "https://shop.example/kettles/green",
+    }
 
 
 def test_a_url_attribute_is_made_absolute_against_the_page_and_its_base():
     """href, src and the other attributes that hold a URL give it absolute, as a link of the
     page would be followed; other attributes stay as they are."""
-    got = extract([
-        {"name": "hrefs", "kind": "css", "expr": "a", "get": "attr", "attr": "href", "many": True},
-        {"name": "img", "kind": "xpath", "expr": "//img/@src"},
-        {"name": "next", "kind": "css", "expr": "a[rel=next]::attr(href)"},
-        {"name": "alt", "kind": "css", "expr": "img", "get": "attr", "attr": "alt"},
-    ])  # fmt: skip
+    got = extract(
+        [
+            {
+                "name": "hrefs",
+                "kind": "css",
+                "expr": "a",
+                "get": "attr",
+                "attr": "href",
+                "many": True,
+            },
+            {"name": "img", "kind": "xpath", "expr": "//img/@src"},
+            {"name": "next", "kind": "css", "expr": "a[rel=next]::attr(href)"},
+            {"name": "alt", "kind": "css", "expr": "img", "get": "attr", "attr": "alt"},
+        ]
+    )
     assert got.fields == {
         "hrefs": ["https://shop.example/kettles/red", "https://shop.example/kettles/green"],
         "img": "https://shop.example/img/blue.png",
@@ -159,14 +174,20 @@ def test_an_xpath_rule_takes_elements_text_nodes_attributes_strings_and_numbers(
             {"name": "own_text", "kind": "xpath", "expr": "//h1/text()"},
             {"name": "src", "kind": "xpath", "expr": "//img/@src"},
             {"name": "html", "kind": "xpath", "expr": "//li[2]", "get": "html"},
-            {"name": "rel", "kind": "xpath", "expr": "//li/a", "get": "attr", "attr": "rel",
-             "many": True},
+            {
+                "name": "rel",
+                "kind": "xpath",
+                "expr": "//li/a",
+                "get": "attr",
+                "attr": "rel",
+                "many": True,
+            },
             {"name": "links", "kind": "xpath", "expr": "count(//a[@href])"},
             {"name": "ratio", "kind": "xpath", "expr": "count(//a[@href]) div 4"},
             {"name": "has_price", "kind": "xpath", "expr": "boolean(//p[@class='price'])"},
             {"name": "joined", "kind": "xpath", "expr": "concat(//li[1], '/', //li[2])"},
         ]
-    )  # fmt: skip
+    )
     assert got.fields == {
         "heading": "Blue Kettle 1.7 l",
         "own_text": "Blue",
@@ -229,8 +250,11 @@ def test_a_latin1_page_declared_in_the_content_type_is_decoded_with_it():
 def test_a_latin1_page_declared_in_a_meta_tag_is_decoded_with_it():
     body = LATIN1_PAGE.replace("<html>", '<html><head><meta charset="iso-8859-1"></head>')
     body = body.replace(" €", "").encode("latin-1")
-    got = extract([*one("css", "h1"), {"name": "r", "kind": "regex", "expr": r"(\S+) à"}],
-                  body=body, content_type="text/html")  # fmt: skip
+    got = extract(
+        [*one("css", "h1"), {"name": "r", "kind": "regex", "expr": r"(\S+) à"}],
+        body=body,
+        content_type="text/html",
+    )
     assert got.fields == {"field": "Crème brûlée à 5", "r": "brûlée"}
 
 
@@ -322,8 +346,9 @@ def test_a_json_rule_on_a_body_that_is_not_json_says_so():
 def test_json_values_are_json_a_database_takes():
     body = b'{"a": NaN, "b": [Infinity, 1e999, -Infinity], "c": "x\\u0000y\\ud800z", "\\u0000": 1}'
     got = extract(one("json", "@"), body=body, content_type="application/json")
-    assert got.fields == {"field": {"a": None, "b": [None, None, None], "c": "x\ufffdy\ufffdz",
-                                    "\ufffd": 1}}  # fmt: skip
+    assert got.fields == {
+        "field": {"a": None, "b": [None, None, None], "c": "x\ufffdy\ufffdz", "\ufffd": 1}
+    }
     json.dumps(got.fields, allow_nan=False).encode()  # no NaN, every string encodable
 
 
@@ -386,15 +411,22 @@ def test_wrong_types_and_missing_parts_are_each_told():
         None,
         "h1",
         {},
-        {"name": "a b", "kind": "CSS", "expr": 5, "get": "src", "many": "yes", "url_pattern": 7,
-         "selector": "h1"},
+        {
+            "name": "a b",
+            "kind": "CSS",
+            "expr": 5,
+            "get": "src",
+            "many": "yes",
+            "url_pattern": 7,
+            "selector": "h1",
+        },
         {"name": "x" * 65, "kind": "regex", "expr": "x", "get": "html"},
         {"name": "link", "kind": "css", "expr": "a", "attr": "href"},
         {"name": "alt", "kind": "css", "expr": "img", "get": "attr", "attr": "a b"},
         {"name": "", "kind": "css", "expr": "  "},
         {"name": "long", "kind": "css", "expr": "a" * 1001},
         {"name": 12, "kind": ["css"], "expr": None, "attr": {"a": 1}, "many": 1},
-    ]  # fmt: skip
+    ]
     assert problems_of(data) == [
         "Rule 1: must be an object with a name, kind and expr, not null",
         "Rule 2: must be an object with a name, kind and expr, not text",
@@ -449,8 +481,19 @@ def test_51_rules_are_refused_50_are_fine():
 
 
 def test_empty_optional_parts_mean_not_given():
-    rules = parse_rules([{"name": "t", "kind": "css", "expr": "h1", "get": None, "attr": "",
-                          "many": None, "url_pattern": ""}])  # fmt: skip
+    rules = parse_rules(
+        [
+            {
+                "name": "t",
+                "kind": "css",
+                "expr": "h1",
+                "get": None,
+                "attr": "",
+                "many": None,
+                "url_pattern": "",
+            }
+        ]
+    )
     assert rules == [Rule(name="t", kind="css", expr="h1")]
 
 
@@ -463,8 +506,14 @@ def test_rules_go_to_json_and_back_unchanged():
     ]
     data = rules_to_json(rules)
     assert data[0] == {"name": "t", "kind": "css", "expr": "h1"}
-    assert data[1] == {"name": "src", "kind": "xpath", "expr": "//img", "get": "attr",
-                       "attr": "src", "many": True}  # fmt: skip
+    assert data[1] == {
+        "name": "src",
+        "kind": "xpath",
+        "expr": "//img",
+        "get": "attr",
+        "attr": "src",
+        "many": True,
+    }
     assert parse_rules(json.loads(json.dumps(data))) == rules
 
 
@@ -485,15 +534,37 @@ json_values = st.recursive(
     max_leaves=5,
 )
 exprs = st.sampled_from(
-    ["h1", "a::attr(href)", "//a[", "//a/@href", "count(//a)", "(a+)+$", r"(\d+)", "a.b", "a[",
-     "[*].x", "", " ", ".x[", "$v", "nosuch(@)"]
-)  # fmt: skip
+    [
+        "h1",
+        "a::attr(href)",
+        "//a[",
+        "//a/@href",
+        "count(//a)",
+        "(a+)+$",
+        r"(\d+)",
+        "a.b",
+        "a[",
+        "[*].x",
+        "",
+        " ",
+        ".x[",
+        "$v",
+        "nosuch(@)",
+    ]
+)
 likely_rules = st.fixed_dictionaries(
-    {"name": st.sampled_from(["a", "b", "price", "1x"]), "kind": st.sampled_from(KINDS),
-     "expr": exprs},
-    optional={"get": st.sampled_from(GETS), "attr": st.sampled_from(["href", "", "a b"]),
-              "many": st.booleans(), "url_pattern": st.sampled_from(["/p/", "(?<=x)", ""])},
-)  # fmt: skip
+    {
+        "name": st.sampled_from(["a", "b", "price", "1x"]),
+        "kind": st.sampled_from(KINDS),
+        "expr": exprs,
+    },
+    optional={
+        "get": st.sampled_from(GETS),
+        "attr": st.sampled_from(["href", "", "a b"]),
+        "many": st.booleans(),
+        "url_pattern": st.sampled_from(["/p/", "(?<=x)", ""]),
+    },
+)
 junk_rules = st.dictionaries(
     st.sampled_from(["name", "kind", "expr", "get", "attr", "many", "url_pattern", "other"]),
     st.one_of(scalars, exprs, st.sampled_from([*KINDS, *GETS]), st.lists(scalars, max_size=2)),
@@ -525,8 +596,9 @@ def test_a_catastrophic_regex_runs_in_linear_time():
     ]
     extractor = Extractor(parse_rules(rules))
     started = time.process_time()
-    got = extractor.extract(url="https://x.test/" + "a" * 5000 + "!", body=body,
-                            content_type="text/plain")  # fmt: skip
+    got = extractor.extract(
+        url="https://x.test/" + "a" * 5000 + "!", body=body, content_type="text/plain"
+    )
     assert time.process_time() - started < 0.5
     assert got.fields == {"first": None, "all": []}  # the URL ends with "!": no "near"
 
@@ -558,8 +630,13 @@ def test_a_value_is_cut_to_its_most_and_the_error_says_so():
 
 def test_a_many_rule_keeps_its_first_1000_values():
     body = b"<ul>" + b"".join(b"<li>%d</li>" % n for n in range(1_500)) + b"</ul>"
-    got = extract([*one("css", "li", many=True), {"name": "r", "kind": "regex",
-                   "expr": r"<li>(\d+)", "many": True}], body=body)  # fmt: skip
+    got = extract(
+        [
+            *one("css", "li", many=True),
+            {"name": "r", "kind": "regex", "expr": r"<li>(\d+)", "many": True},
+        ],
+        body=body,
+    )
     assert got.fields["field"] == [str(n) for n in range(MAX_VALUES)]
     assert got.fields["r"] == [str(n) for n in range(MAX_VALUES)]
     assert got.errors == {
@@ -755,23 +832,53 @@ def test_an_xml_page_is_read_without_its_namespaces():
 def test_an_xml_page_never_loads_an_entity_it_declares(tmp_path):
     secret = tmp_path / "secret.txt"
     secret.write_text("TOP SECRET")
-    body = (f'<?xml version="1.0"?><!DOCTYPE r [<!ENTITY s SYSTEM "file://{secret}">]>'
-            "<r><a>&s;</a></r>").encode()  # fmt: skip
+    body = (
+        f'<?xml version="1.0"?><!DOCTYPE r [<!ENTITY s SYSTEM "file://{secret}">]><r><a>&s;</a></r>'
+    ).encode()
     got = extract(one("xpath", "string(//r)"), body=body, content_type="application/xml")
     assert "SECRET" not in json.dumps(got.fields)
 
 
 page_bodies = st.one_of(
     st.binary(max_size=300),
-    st.lists(st.sampled_from([b"<", b">", b"</p>", b"<p class=x>", b"&amp;", b"\x00", b"\xff",
-                              b"<?xml ", b"{", b'"a":', b"1", b"]", b"<meta charset=utf-16>",
-                              b"\xef\xbb\xbf", b"\xfe\xff", b"<![CDATA[", b"<!--", b"x"]),
-             max_size=30).map(b"".join),
-)  # fmt: skip
+    st.lists(
+        st.sampled_from(
+            [
+                b"<",
+                b">",
+                b"</p>",
+                b"<p class=x>",
+                b"&amp;",
+                b"\x00",
+                b"\xff",
+                b"<?xml ",
+                b"{",
+                b'"a":',
+                b"1",
+                b"]",
+                b"<meta charset=utf-16>",
+                b"\xef\xbb\xbf",
+                b"\xfe\xff",
+                b"<![CDATA[",
+                b"<!--",
+                b"x",
+            ]
+        ),
+        max_size=30,
+    ).map(b"".join),
+)
 content_types = st.sampled_from(
-    ["text/html", "text/html; charset=utf-16", "text/html; charset=nonsense", "application/json",
-     "application/xml", "image/png", "", "text/plain; charset=latin-1"]
-)  # fmt: skip
+    [
+        "text/html",
+        "text/html; charset=utf-16",
+        "text/html; charset=nonsense",
+        "application/json",
+        "application/xml",
+        "image/png",
+        "",
+        "text/plain; charset=latin-1",
+    ]
+)
 EVERY_KIND = parse_rules(
     [
         {"name": "css", "kind": "css", "expr": "p", "many": True},
@@ -835,15 +942,17 @@ def test_structured_data_is_none_for_what_is_not_html_or_declares_nothing():
     assert structured_data(url=URL, body=big, content_type=HTML) is None
     broken = STRUCTURED_PAGE.replace(b'"name": "Kettle",', b'"name": "Kettle",,')
     assert set(structured_data(url=URL, body=broken, content_type=HTML)) == {
-        "microdata", "opengraph"
-    }  # fmt: skip
+        "microdata",
+        "opengraph",
+    }
 
 
 def test_structured_data_keeps_at_most_256_kb_and_says_how_many_items_it_left_out():
     item = b'<script type="application/ld+json">{"@type": "Thing", "name": "%s"}</script>'
     scripts = b"".join(item % (b"n" * 100_000) for _ in range(4))
-    data = structured_data(url=URL, body=b"<html><head>" + scripts + b"</head></html>",
-                           content_type=HTML)  # fmt: skip
+    data = structured_data(
+        url=URL, body=b"<html><head>" + scripts + b"</head></html>", content_type=HTML
+    )
     assert [len(thing["name"]) for thing in data["json-ld"]] == [100_000, 100_000]
     assert data["dropped"] == 2
     assert len(json.dumps(data).encode()) <= structured.MAX_STRUCTURED_BYTES + 100

@@ -159,8 +159,11 @@ def test_a_redirect_to_a_url_already_seen_is_a_repeat(frontier):
     frontier.complete([redirected(old, "http://a.test/new#x"), done(new)])
     stats = frontier.stats()
     assert (stats["requests"], stats["repeats"], stats["responses"], stats["queued"]) == (
-        2, 1, 2, 0,
-    )  # fmt: skip
+        2,
+        1,
+        2,
+        0,
+    )
     assert_invariant(stats)
     assert frontier.is_done()
 
@@ -271,10 +274,22 @@ def test_complete_counts_exactly(frontier):
     )
     stats = frontier.stats()
     expected = {
-        "requests": 7, "responses": 5, "errors": 2, "failed": 1, "retries": 0, "bytes": 1115,
-        "status_2xx": 2, "status_3xx": 1, "status_4xx": 1, "status_5xx": 1,
-        "queued": 0, "delayed": 0, "in_flight": 0, "repeats": 0, "dropped": 0,
-    }  # fmt: skip
+        "requests": 7,
+        "responses": 5,
+        "errors": 2,
+        "failed": 1,
+        "retries": 0,
+        "bytes": 1115,
+        "status_2xx": 2,
+        "status_3xx": 1,
+        "status_4xx": 1,
+        "status_5xx": 1,
+        "queued": 0,
+        "delayed": 0,
+        "in_flight": 0,
+        "repeats": 0,
+        "dropped": 0,
+    }
     assert {name: stats[name] for name in expected} == expected
     assert_invariant(stats)
     assert frontier.is_done()
@@ -431,8 +446,9 @@ def test_invariant_holds_through_random_operations(frontier):
     held: list[Request] = []
     failed: list[Request] = []
     for _ in range(400):
-        op = rng.choice(["seed", "claim", "claim", "complete", "complete", "release", "expire",
-                         "retry_failed"])  # fmt: skip
+        op = rng.choice(
+            ["seed", "claim", "claim", "complete", "complete", "release", "expire", "retry_failed"]
+        )
         if op == "seed":
             frontier.add_seeds(rng.sample(universe, rng.randint(1, 5)))
         elif op == "claim":
@@ -490,8 +506,10 @@ def test_concurrent_claims_never_share_a_request(frontier):
 def test_concurrent_workers_fetch_every_url_once(frontier):
     """Workers claim, complete pages full of shared links and hand some requests back: each URL
     is claimed once, plus once more per release, and the counters come out exact."""
-    site = {i: [f"http://h{j % 3}.test/{j}" for j in ((i * 7) % 500, (i * 13) % 500, (i + 1) % 500)]
-            for i in range(500)}  # fmt: skip
+    site = {
+        i: [f"http://h{j % 3}.test/{j}" for j in ((i * 7) % 500, (i * 13) % 500, (i + 1) % 500)]
+        for i in range(500)
+    }
     frontier.add_seeds(["http://h0.test/0"])
     claims: list[str] = []
     released: list[str] = []

@@ -85,13 +85,23 @@ def crawl(user):
 def fetched(n: int, links: int) -> FetchResult:
     urls = [f"{SITE}/p/{n}-{k}-{links}" for k in range(links)]
     return FetchResult(
-        url=f"{SITE}/p/{n}", final_url=f"{SITE}/p/{n}", status=200,
-        content_type="text/html; charset=utf-8", body=b"", nbytes=4000, truncated=False,
-        elapsed_ms=3, redirects=[], error="", error_kind="", title=f"Page {n}", links=urls,
+        url=f"{SITE}/p/{n}",
+        final_url=f"{SITE}/p/{n}",
+        status=200,
+        content_type="text/html; charset=utf-8",
+        body=b"",
+        nbytes=4000,
+        truncated=False,
+        elapsed_ms=3,
+        redirects=[],
+        error="",
+        error_kind="",
+        title=f"Page {n}",
+        links=urls,
         link_texts=[f"link {k}" for k in range(links)],
         headers={"content-type": "text/html; charset=utf-8", "server": "nginx"},
         request_headers={"user-agent": "crawlhub", "accept": "*/*"},
-    )  # fmt: skip
+    )
 
 
 def claimed(frontier: Frontier, pages: int) -> list[Request]:

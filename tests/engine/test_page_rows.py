@@ -41,9 +41,12 @@ def comparable(row: tuple) -> tuple:
 
 def page(crawl, n: int, **values) -> Page:
     return Page(
-        crawl=crawl, url=f"http://a.test/{n}", url_hash=f"{n:040d}", fetched_at=timezone.now(),
+        crawl=crawl,
+        url=f"http://a.test/{n}",
+        url_hash=f"{n:040d}",
+        fetched_at=timezone.now(),
         **values,
-    )  # fmt: skip
+    )
 
 
 @pytest.fixture
@@ -53,11 +56,19 @@ def crawl(user):
 
 def test_rows_read_back_like_bulk_create_rows(crawl):
     full = dict(
-        final_url="http://a.test/é?q=1", status=200, content_type="text/html; charset=utf-8",
-        bytes=1234, elapsed_ms=56, depth=3, referrer="http://a.test/", title="Título ✓",
-        error="", redirects=["http://a.test/x", "http://a.test/é"], truncated=True,
+        final_url="http://a.test/é?q=1",
+        status=200,
+        content_type="text/html; charset=utf-8",
+        bytes=1234,
+        elapsed_ms=56,
+        depth=3,
+        referrer="http://a.test/",
+        title="Título ✓",
+        error="",
+        redirects=["http://a.test/x", "http://a.test/é"],
+        truncated=True,
         body=b"\x00\xffbinary",
-    )  # fmt: skip
+    )
     empty = dict(status=None, error="timeout after 3 s", body=None)
     Page.objects.bulk_create([page(crawl, 1, **full), page(crawl, 2, **empty)])
     rows = BulkInsert(Page)
@@ -99,8 +110,9 @@ def test_link_rows_are_made_as_the_link_model_writes_them(crawl):
     big = 2**63 - 1
     links = OutLinks(rows=[(big, -big, "Café ✓"), (1, 2, "")])
     made = link_rows(crawl, links)
-    assert made == [LINK_ROWS.row(Link(crawl=crawl, source_fp=s, target_fp=t, text=x))
-                    for s, t, x in links.rows]  # fmt: skip
+    assert made == [
+        LINK_ROWS.row(Link(crawl=crawl, source_fp=s, target_fp=t, text=x)) for s, t, x in links.rows
+    ]
     LINK_ROWS.write(made)
     stored = Link.objects.filter(crawl=crawl).order_by("target_fp")
     assert list(stored.values_list("source_fp", "target_fp", "text")) == [
@@ -168,9 +180,13 @@ def test_a_page_row_is_the_row_a_page_instance_would_write(crawl, make_site, fet
     nothing but an error, a 304 carrying its baseline's fields, and a structured-data switch."""
     site = make_site(lambda r: Response(body="<title>Tí</title><a href='/n'>n</a>"))
     request = Request(
-        site.url + "/é?q=1", depth=2, referrer=site.url + "/", attempts=1,
-        history=("HTTP 503",), redirects=(site.url + "/old",),
-    )  # fmt: skip
+        site.url + "/é?q=1",
+        depth=2,
+        referrer=site.url + "/",
+        attempts=1,
+        history=("HTTP 503",),
+        redirects=(site.url + "/old",),
+    )
     fetch = fetcher.fetch(request.url)
     fetch.headers["set-cookie"] = "s=1"
     fetch.body = b"\x00body"
@@ -178,9 +194,11 @@ def test_a_page_row_is_the_row_a_page_instance_would_write(crawl, make_site, fet
     now = timezone.now()
     links = OutLinks(kept=[["http://a.test/n", "n", ""]], total=1)
     full = PageExtras(
-        digest="d" * 64, change="changed", links=links,
+        digest="d" * 64,
+        change="changed",
+        links=links,
         extracted=Extracted(fields={"t": ["Tí"]}, errors={"x": "bad"}, structured={"a": 1}),
-    )  # fmt: skip
+    )
     carried = PageExtras(
         digest="e" * 64,
         carried={"title": "Old", "extracted": {"t": "Old"}, "structured_data": None},
@@ -193,11 +211,19 @@ def test_a_page_row_is_the_row_a_page_instance_would_write(crawl, make_site, fet
     ]
     for req, kwargs in cases:
         page = Page(
-            crawl_id=crawl.pk, url=req.url, depth=req.depth, referrer=req.referrer,
-            fetched_at=now, url_hash=url_hash(req.url), error=kwargs.get("error", ""),
-            fp=req.fp, source=source_of(req), attempts=req.attempts + 1,
-            history=list(req.history), redirects=list(req.redirects),
-        )  # fmt: skip
+            crawl_id=crawl.pk,
+            url=req.url,
+            depth=req.depth,
+            referrer=req.referrer,
+            fetched_at=now,
+            url_hash=url_hash(req.url),
+            error=kwargs.get("error", ""),
+            fp=req.fp,
+            source=source_of(req),
+            attempts=req.attempts + 1,
+            history=list(req.history),
+            redirects=list(req.redirects),
+        )
         if "fetch" in kwargs:
             page.final_url, page.status = fetch.final_url, fetch.status
             page.content_type, page.bytes = fetch.content_type, fetch.nbytes

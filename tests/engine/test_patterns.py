@@ -55,17 +55,65 @@ URLS = [
 
 # What people write in include/exclude lists, and spellings Python and RE2 read differently.
 PATTERNS = [
-    r"/products?/", r"[?&]page=\d+", r"\.pdf$", r"(?i)\.pdf$", r"^https://", r"^http://",
-    r"example\.com/blog/", r"/blog/\d{4}/\d{2}/", r"^https?://(www\.)?example\.com/",
-    r"/(wp-admin|wp-login)", r"[?&]replytocom=", r"\?", r"/tag/", r"%[0-9A-F]{2}",
-    r"/$", r"^[^?]*$", r"\bcart\b", r"\Bxample", r"\w+-\w+", r"\s", r"\S+", r"\D{5}",
-    r"(?:a|b)+!", r"a{40}", r"a{41}", r"a{,3}b", r"a{2,}$", r"a{,}!", r"[[:alpha:]]", r"[[]",
-    r"[]]", r"[^]a-z/:.]", r"[\]\[]", r"\Z", r"/\Z", r"(?P<year>\d{4})-(?P<m>\d\d)",
-    r"(?i:UPPER)/lower", r"(?i)mixed", r"(?s).", r"(?m)^https", r"\x2e", r"\056pdf",
-    "\\u002epdf", r"\N{FULL STOP}pdf", r"[\b]", r"\#|top", r".*", r"^$", r"é", r"\é",
-    r"example\.(com|net)\b", r"(\d+)/reviews", r"\d{6}/", r":\d+/", r"\[brackets\]",
-    r"\Ahttps", r"a*?!", r"a+?$",
-]  # fmt: skip
+    r"/products?/",
+    r"[?&]page=\d+",
+    r"\.pdf$",
+    r"(?i)\.pdf$",
+    r"^https://",
+    r"^http://",
+    r"example\.com/blog/",
+    r"/blog/\d{4}/\d{2}/",
+    r"^https?://(www\.)?example\.com/",
+    r"/(wp-admin|wp-login)",
+    r"[?&]replytocom=",
+    r"\?",
+    r"/tag/",
+    r"%[0-9A-F]{2}",
+    r"/$",
+    r"^[^?]*$",
+    r"\bcart\b",
+    r"\Bxample",
+    r"\w+-\w+",
+    r"\s",
+    r"\S+",
+    r"\D{5}",
+    r"(?:a|b)+!",
+    r"a{40}",
+    r"a{41}",
+    r"a{,3}b",
+    r"a{2,}$",
+    r"a{,}!",
+    r"[[:alpha:]]",
+    r"[[]",
+    r"[]]",
+    r"[^]a-z/:.]",
+    r"[\]\[]",
+    r"\Z",
+    r"/\Z",
+    r"(?P<year>\d{4})-(?P<m>\d\d)",
+    r"(?i:UPPER)/lower",
+    r"(?i)mixed",
+    r"(?s).",
+    r"(?m)^https",
+    r"\x2e",
+    r"\056pdf",
+    "\\u002epdf",
+    r"\N{FULL STOP}pdf",
+    r"[\b]",
+    r"\#|top",
+    r".*",
+    r"^$",
+    r"é",
+    r"\é",
+    r"example\.(com|net)\b",
+    r"(\d+)/reviews",
+    r"\d{6}/",
+    r":\d+/",
+    r"\[brackets\]",
+    r"\Ahttps",
+    r"a*?!",
+    r"a+?$",
+]
 
 
 # Python warns that "[[" may mean a nested set one day; today it is a "[", and so it is on RE2.
@@ -192,18 +240,39 @@ def test_patterns_too_complex_together_are_refused():
 
 
 def test_a_hundred_ordinary_patterns_are_well_within_the_limits():
-    lines = [rf"^https?://(www\.)?site{n}\.com/(products|blog/\d{{4}})/[\w-]+(\?page=\d+)?$"
-             for n in range(MAX_PATTERNS)]  # fmt: skip
-    scope = Scope(seeds=["https://site7.com/"], allowed_domains=["site7.com"], include=lines,
-                  exclude=[])  # fmt: skip
+    lines = [
+        rf"^https?://(www\.)?site{n}\.com/(products|blog/\d{{4}})/[\w-]+(\?page=\d+)?$"
+        for n in range(MAX_PATTERNS)
+    ]
+    scope = Scope(
+        seeds=["https://site7.com/"], allowed_domains=["site7.com"], include=lines, exclude=[]
+    )
     assert scope.allows("https://www.site7.com/blog/2024/hello?page=2")
     assert not scope.allows("https://site7.com/about")
 
 
 def random_pattern(rng: random.Random, depth: int = 0) -> str:
     """A pattern from the pieces URL patterns are made of, nested at most twice."""
-    atoms = ["a", "b", "/", r"\.", "-", r"\?", "=", "[ab]", "[^a/]", r"\d", r"\w", r"\W", ".",
-             "[a-c]", "[[]", r"\x61", r"\u0062", r"\141"]  # fmt: skip
+    atoms = [
+        "a",
+        "b",
+        "/",
+        r"\.",
+        "-",
+        r"\?",
+        "=",
+        "[ab]",
+        "[^a/]",
+        r"\d",
+        r"\w",
+        r"\W",
+        ".",
+        "[a-c]",
+        "[[]",
+        r"\x61",
+        r"\u0062",
+        r"\141",
+    ]
     pieces = []
     for _ in range(rng.randint(1, 4)):
         if depth < 2 and rng.random() < 0.25:
@@ -221,8 +290,10 @@ def random_pattern(rng: random.Random, depth: int = 0) -> str:
 @NESTED_SET_WARNING
 def test_random_patterns_match_as_python_re_search_does():
     rng = random.Random(12)
-    urls = ["http://x/" + "".join(rng.choice("ab/.-?=c1A[") for _ in range(rng.randint(0, 12)))
-            for _ in range(40)]  # fmt: skip
+    urls = [
+        "http://x/" + "".join(rng.choice("ab/.-?=c1A[") for _ in range(rng.randint(0, 12)))
+        for _ in range(40)
+    ]
     checked = 0
     for _ in range(600):
         pattern = random_pattern(rng)
@@ -246,8 +317,9 @@ def python_values(python: re.Pattern, text: str) -> list[str]:
 @NESTED_SET_WARNING
 def test_random_patterns_extract_the_values_python_re_findall_finds():
     rng = random.Random(13)
-    texts = ["".join(rng.choice("ab/.-?=c1A[ ") for _ in range(rng.randint(0, 16)))
-             for _ in range(40)]  # fmt: skip
+    texts = [
+        "".join(rng.choice("ab/.-?=c1A[ ") for _ in range(rng.randint(0, 16))) for _ in range(40)
+    ]
     checked = 0
     for _ in range(600):
         pattern = random_pattern(rng)

@@ -35,9 +35,14 @@ def gaps(times: list[float]) -> list[float]:
 
 def start_crawl(user, seeds: list[str], **options):
     crawl = services.crawl_create(
-        user=user, name="polite", seeds=seeds, max_pages=10_000, max_depth=5, max_retries=3,
+        user=user,
+        name="polite",
+        seeds=seeds,
+        max_pages=10_000,
+        max_depth=5,
+        max_retries=3,
         **options,
-    )  # fmt: skip
+    )
     services.crawl_start(crawl=crawl, user=user)
     return crawl
 
@@ -139,8 +144,9 @@ def test_a_host_s_next_turn_is_claimed_ahead_with_its_wait_and_never_sent_early(
     frontier.add_seeds(["http://a.test/1", "http://a.test/2", "http://b.test/1"])
     first = frontier.claim_ahead(5, lease_seconds=30, ahead=10)
     assert sorted((r.url, wait) for r, wait in first) == [
-        ("http://a.test/1", 0), ("http://b.test/1", 0),
-    ]  # fmt: skip
+        ("http://a.test/1", 0),
+        ("http://b.test/1", 0),
+    ]
     for request, _ in first:
         assert frontier.send(request) == 5.0
         frontier.answered(request)  # each host's next turn: 5 s from now
@@ -162,9 +168,13 @@ def test_no_host_is_asked_faster_than_its_delay(user, make_site, fleet):
     robots = Response(body="User-agent: *\nAllow: /\n", content_type="text/plain")
     sites = [make_site(pages_site(linked_site(6, **{"/robots.txt": robots}))) for _ in range(3)]
     crawl = start_crawl(
-        user, [site.url + "/" for site in sites], host_delay=0.4, threads=4, slices=2,
+        user,
+        [site.url + "/" for site in sites],
+        host_delay=0.4,
+        threads=4,
+        slices=2,
         obey_robots=True,
-    )  # fmt: skip
+    )
     fleet.start_worker()
     fleet.start_worker()
     crawl = wait_for_state(crawl, {CrawlState.FINISHED}, timeout=120, fleet=fleet)
@@ -185,9 +195,13 @@ def test_a_crawl_delay_holds_in_a_crawl_without_a_delay_of_its_own(user, make_si
     slow = make_site(pages_site(linked_site(6, **{"/robots.txt": robots})))
     fast = make_site(pages_site(linked_site(6)))
     crawl = start_crawl(
-        user, [slow.url + "/", fast.url + "/"], host_delay=0, threads=4, slices=2,
+        user,
+        [slow.url + "/", fast.url + "/"],
+        host_delay=0,
+        threads=4,
+        slices=2,
         obey_robots=True,
-    )  # fmt: skip
+    )
     fleet.start_worker()
     fleet.start_worker()
     crawl = wait_for_state(crawl, {CrawlState.FINISHED}, timeout=120, fleet=fleet)
@@ -262,9 +276,14 @@ def test_the_per_host_cap_holds_over_every_worker(user, make_site, fleet):
 
     site = make_site(handler)
     crawl = start_crawl(
-        user, [site.url + "/"], host_delay=0, host_concurrency=2, threads=8, slices=2,
+        user,
+        [site.url + "/"],
+        host_delay=0,
+        host_concurrency=2,
+        threads=8,
+        slices=2,
         obey_robots=False,
-    )  # fmt: skip
+    )
     fleet.start_worker()
     fleet.start_worker()
     crawl = wait_for_state(crawl, {CrawlState.FINISHED}, timeout=120, fleet=fleet)
@@ -342,18 +361,27 @@ def test_host_rows_say_what_each_host_is_doing(frontier):
     frontier.send(a)
     frontier.answered(a)
     frontier.pushed_back("a.test", wait=None, why="HTTP 503")
-    frontier.complete([
-        Outcome(request=a, kind="retry", retry_delay=1),
-        Outcome(request=b, kind="done", status=200),
-    ])  # fmt: skip
+    frontier.complete(
+        [
+            Outcome(request=a, kind="retry", retry_delay=1),
+            Outcome(request=b, kind="done", status=200),
+        ]
+    )
     rows = {row["host"]: row for row in frontier.host_rows()}
     assert rows["a.test"]["queued"] == 2 and rows["a.test"]["errors"] == 1
     assert rows["a.test"]["delay"] == 1.0 and rows["a.test"]["why"] == "HTTP 503"
     assert rows["a.test"]["next_at"] > frontier.now_ms()
     assert rows["b.test"] == {
-        "host": "b.test", "queued": 0, "in_flight": 0, "done": 1, "errors": 0, "delay": 0.5,
-        "next_at": 0, "held_until": 0, "why": "",
-    }  # fmt: skip
+        "host": "b.test",
+        "queued": 0,
+        "in_flight": 0,
+        "done": 1,
+        "errors": 0,
+        "delay": 0.5,
+        "next_at": 0,
+        "held_until": 0,
+        "why": "",
+    }
 
 
 # Parking: a host whose every request fails for a while

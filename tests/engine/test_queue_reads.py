@@ -33,7 +33,8 @@ def test_dropping_what_no_longer_fits_is_exact_and_keeps_the_sum(frontier):
     claimed = frontier.claim(40, lease_seconds=60)  # in flight (both hosts): left alone
     # Two retries waiting, one of which no longer fits.
     retry = [r for r in claimed if "/keep/" in r.url][:1] + [
-        r for r in claimed if "/skip/" in r.url][:1]  # fmt: skip
+        r for r in claimed if "/skip/" in r.url
+    ][:1]
     frontier.complete([Outcome(request=r, kind="retry", retry_delay=60) for r in retry])
     waiting = [u for u in queued_urls(frontier) if "/skip/" in u]
     cursor, dropped, calls = "", 0, 0
@@ -94,7 +95,8 @@ def test_queue_counts_by_host_and_depth_match_the_queue(frontier):
         by_host[request.host] = by_host.get(request.host, 0) + 1
     assert counts["depths"] == dict(sorted(by_depth.items()))
     assert counts["hosts"] == by_host and list(counts["hosts"].values()) == sorted(
-        by_host.values(), reverse=True)  # fmt: skip
+        by_host.values(), reverse=True
+    )
     assert counts["queued"] == sum(by_host.values()) == 19 and counts["retrying"] == 0
     assert counts["depths_partial"] is False
 

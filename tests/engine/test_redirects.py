@@ -50,19 +50,29 @@ def test_a_target_reached_by_a_redirect_and_a_link_is_fetched_once(user, make_si
     # "/" links /old (which redirects to /new) and /a (which links /new): whichever reaches
     # /new first, the other finds it seen. The delay decides which one does.
     slow = 0.6
-    site = make_site(pages_site({
-        "/": page("/old", "/a"),
-        "/old": moved("/new", delay=slow if first == "link" else 0),
-        "/a": Response(body=page("/new"), delay=slow if first == "redirect" else 0),
-        "/new": page("/"),
-    }))  # fmt: skip
+    site = make_site(
+        pages_site(
+            {
+                "/": page("/old", "/a"),
+                "/old": moved("/new", delay=slow if first == "link" else 0),
+                "/a": Response(body=page("/new"), delay=slow if first == "redirect" else 0),
+                "/new": page("/"),
+            }
+        )
+    )
     crawl = drive(start_site_crawl(user, site))
     assert crawl.state == CrawlState.FINISHED
     assert requested(site) == {"/": 1, "/old": 1, "/a": 1, "/new": 1}
     # /new's link back to "/" and the second way to /new are the repeats.
     assert_counters(
-        crawl, requests=4, responses=4, errors=0, repeats=2, status_2xx=3, status_3xx=1,
-    )  # fmt: skip
+        crawl,
+        requests=4,
+        responses=4,
+        errors=0,
+        repeats=2,
+        status_2xx=3,
+        status_3xx=1,
+    )
     pages = rows(crawl, site)
     assert (pages["/old"].status, pages["/old"].redirect_to) == (301, site.url + "/new")
     new = pages["/new"]
@@ -77,13 +87,17 @@ def test_a_target_reached_by_a_redirect_and_a_link_is_fetched_once(user, make_si
 
 
 def test_a_chain_is_fetched_hop_by_hop_once_each_at_one_depth(user, make_site):
-    site = make_site(pages_site({
-        "/": page("/a"),
-        "/a": moved("/b", 301),
-        "/b": moved("/c", 302),
-        "/c": page("/d", "/b"),
-        "/d": page(),
-    }))  # fmt: skip
+    site = make_site(
+        pages_site(
+            {
+                "/": page("/a"),
+                "/a": moved("/b", 301),
+                "/b": moved("/c", 302),
+                "/c": page("/d", "/b"),
+                "/d": page(),
+            }
+        )
+    )
     # max_depth=1: /a is one link from the seed, and so are /b and /c; /d, linked from /c, is 2.
     crawl = drive(start_site_crawl(user, site, max_depth=1))
     assert requested(site) == {"/": 1, "/a": 1, "/b": 1, "/c": 1}
@@ -99,12 +113,16 @@ def test_a_chain_is_fetched_hop_by_hop_once_each_at_one_depth(user, make_site):
 
 
 def test_a_redirect_loop_ends_with_each_url_fetched_once(user, make_site):
-    site = make_site(pages_site({
-        "/": page("/x", "/self"),
-        "/x": moved("/y", 302),
-        "/y": moved("/x#again", 302),
-        "/self": moved("/self", 307),
-    }))  # fmt: skip
+    site = make_site(
+        pages_site(
+            {
+                "/": page("/x", "/self"),
+                "/x": moved("/y", 302),
+                "/y": moved("/x#again", 302),
+                "/self": moved("/self", 307),
+            }
+        )
+    )
     crawl = drive(start_site_crawl(user, site))
     assert crawl.state == CrawlState.FINISHED
     assert requested(site) == {"/": 1, "/x": 1, "/y": 1, "/self": 1}
@@ -137,19 +155,34 @@ def test_a_redirect_to_another_site_is_recorded_and_fetched_only_in_scope(user, 
 
 
 def test_retries_apply_to_a_redirect_s_target_not_to_its_source(user, make_site):
-    site = make_site(pages_site({
-        "/": page("/to-broken", "/to-missing"),
-        "/to-broken": moved("/broken"),
-        "/to-missing": moved("/missing"),
-        "/broken": Response(status=500, body="down"),
-    }))  # fmt: skip
+    site = make_site(
+        pages_site(
+            {
+                "/": page("/to-broken", "/to-missing"),
+                "/to-broken": moved("/broken"),
+                "/to-missing": moved("/missing"),
+                "/broken": Response(status=500, body="down"),
+            }
+        )
+    )
     crawl = drive(start_site_crawl(user, site, max_retries=2))
     assert requested(site) == {
-        "/": 1, "/to-broken": 1, "/to-missing": 1, "/broken": 3, "/missing": 1,
-    }  # fmt: skip
+        "/": 1,
+        "/to-broken": 1,
+        "/to-missing": 1,
+        "/broken": 3,
+        "/missing": 1,
+    }
     assert_counters(
-        crawl, requests=5, responses=4, errors=1, failed=1, retries=2, status_3xx=2, status_4xx=1,
-    )  # fmt: skip
+        crawl,
+        requests=5,
+        responses=4,
+        errors=1,
+        failed=1,
+        retries=2,
+        status_3xx=2,
+        status_4xx=1,
+    )
     [failure] = crawl.failures.all()
     assert (failure.url, failure.last_status, failure.attempts) == (site.url + "/broken", 500, 3)
     assert failure.referrer == site.url + "/to-broken"
@@ -159,13 +192,17 @@ def test_retries_apply_to_a_redirect_s_target_not_to_its_source(user, make_site)
 
 def test_robots_txt_and_max_pages_apply_to_a_redirect_s_target(user, make_site):
     robots = "User-agent: *\nDisallow: /private\n"
-    site = make_site(pages_site({
-        "/robots.txt": Response(body=robots, content_type="text/plain"),
-        "/": page("/in"),
-        "/in": moved("/private/x"),
-        "/old": moved("/new"),
-        "/new": page(),
-    }))  # fmt: skip
+    site = make_site(
+        pages_site(
+            {
+                "/robots.txt": Response(body=robots, content_type="text/plain"),
+                "/": page("/in"),
+                "/in": moved("/private/x"),
+                "/old": moved("/new"),
+                "/new": page(),
+            }
+        )
+    )
     crawl = drive(start_site_crawl(user, site, obey_robots=True))
     assert requested(site) == {"/robots.txt": 1, "/": 1, "/in": 1}
     assert_counters(crawl, requests=3, responses=2, errors=1)
@@ -184,9 +221,11 @@ def test_robots_txt_and_max_pages_apply_to_a_redirect_s_target(user, make_site):
 
 
 def test_a_chain_longer_than_ten_redirects_ends_with_an_error_on_its_last_page(user, make_site):
-    site = make_site(lambda r: (
-        Response(body=page("/hop/0")) if r.path == "/" else moved(f"/hop/{int(r.path[5:]) + 1}")
-    ))  # fmt: skip
+    site = make_site(
+        lambda r: (
+            Response(body=page("/hop/0")) if r.path == "/" else moved(f"/hop/{int(r.path[5:]) + 1}")
+        )
+    )
     crawl = drive(start_site_crawl(user, site))
     hops = [f"/hop/{n}" for n in range(11)]
     assert requested(site) == Counter(["/", *hops])

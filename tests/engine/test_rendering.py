@@ -60,7 +60,7 @@ def test_extraction_rules_see_the_rendered_dom(user, make_site):
             render_javascript=True,
             extract_rules=TITLE_RULE,
             render_wait_selector="#app[data-ready]",
-        )  # fmt: skip
+        )
     )
     extracted = {
         url: data.get("title") for url, data in crawl.pages.values_list("url", "extracted")
@@ -150,9 +150,10 @@ def test_a_browser_is_replaced_after_its_pages(make_site):
             for n in range(5):
                 document = fetcher.fetch(f"{site.url}/p/{n % 4}", follow_redirects=False)
                 rendered = pool.render(
-                    document, proxy=None,
+                    document,
+                    proxy=None,
                     options=rendering.RenderOptions(timeout=10, max_bytes=10**6),
-                )  # fmt: skip
+                )
                 assert rendered.title == f"Item {n % 4}"
         assert pool.launches == 3
     finally:
@@ -203,9 +204,10 @@ API_CLIENT = (
 def api_site(request: Request) -> Response:
     if request.path == "/api/login" and request.method == "POST":
         return Response(
-            body="ok", content_type="text/plain",
+            body="ok",
+            content_type="text/plain",
             headers={"Set-Cookie": f"sid=S-{request.body.decode()}; Path=/; HttpOnly"},
-        )  # fmt: skip
+        )
     if request.path == "/api/moved":
         return Response(status=302, headers={"Location": "/api/me"})
     if request.path == "/api/me":
@@ -243,9 +245,12 @@ def test_a_page_being_rendered_is_given_up_at_once_and_the_browser_goes_on(make_
 def test_a_bad_wait_selector_is_refused_when_saved(user):
     with pytest.raises(ValidationError) as refused:
         services.crawl_create(
-            user=user, name="x", seeds=["http://127.0.0.1:9/"], render_javascript=False,
+            user=user,
+            name="x",
+            seeds=["http://127.0.0.1:9/"],
+            render_javascript=False,
             render_wait_selector="div[data-ready",
-        )  # fmt: skip
+        )
     errors = refused.value.message_dict
     assert list(errors) == ["render_wait_selector"]
     assert "'div[data-ready' is not a CSS selector" in errors["render_wait_selector"][0]
@@ -255,7 +260,16 @@ def _document(url: str, handler) -> FetchResult:
     answer = handler(Request(method="GET", path="/", headers={}, client=("", 0), at=0))
     body = answer.body.encode() if isinstance(answer.body, str) else answer.body
     return FetchResult(
-        url=url, final_url=url, status=200, content_type=answer.content_type, body=body,
-        nbytes=len(body), truncated=False, elapsed_ms=0, redirects=[], error="", error_kind="",
+        url=url,
+        final_url=url,
+        status=200,
+        content_type=answer.content_type,
+        body=body,
+        nbytes=len(body),
+        truncated=False,
+        elapsed_ms=0,
+        redirects=[],
+        error="",
+        error_kind="",
         headers={"content-type": answer.content_type},
-    )  # fmt: skip
+    )

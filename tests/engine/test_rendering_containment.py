@@ -32,10 +32,19 @@ def handed(url: str, html: str) -> FetchResult:
     """A page as the client fetched it: the browser is handed this answer."""
     body = html.encode()
     return FetchResult(
-        url=url, final_url=url, status=200, content_type="text/html; charset=utf-8", body=body,
-        nbytes=len(body), truncated=False, elapsed_ms=0, redirects=[], error="", error_kind="",
+        url=url,
+        final_url=url,
+        status=200,
+        content_type="text/html; charset=utf-8",
+        body=body,
+        nbytes=len(body),
+        truncated=False,
+        elapsed_ms=0,
+        redirects=[],
+        error="",
+        error_kind="",
         headers={"content-type": "text/html; charset=utf-8"},
-    )  # fmt: skip
+    )
 
 
 class Listeners:
@@ -115,11 +124,12 @@ def test_a_page_reaches_nothing_over_webrtc(settings):
         page = WEBRTC_PAGE.replace("UDP_PORT", str(heard.udp_port))
         page = page.replace("TCP_PORT", str(heard.tcp_port))
         rendered = rendering.shared_pool().render(
-            handed("http://example.com/", page), proxy=None,
+            handed("http://example.com/", page),
+            proxy=None,
             options=rendering.RenderOptions(
                 timeout=15, max_bytes=10**6, wait_selector="body[data-done]"
             ),
-        )  # fmt: skip
+        )
         time.sleep(1)  # what the page sent last is on its way
     assert rendered.error == ""
     assert rendered.title.startswith("page: "), rendered.title  # its script ran to the end
@@ -153,11 +163,12 @@ def test_a_script_answer_over_max_bytes_is_cut_off_as_it_streams(raw_server):
     play, sent = sent_and_counted(64 * MB)
     server = raw_server(play, lifetime=60)
     rendered = rendering.shared_pool().render(
-        handed(server.url + "/", ASKS_FOR_BIG), proxy=None,
+        handed(server.url + "/", ASKS_FOR_BIG),
+        proxy=None,
         options=rendering.RenderOptions(
             timeout=30, max_bytes=1 * MB, wait_selector="body[data-done]"
         ),
-    )  # fmt: skip
+    )
     assert rendered.error == ""
     assert rendered.title == "refused: TypeError"  # the script got no answer, not a cut one
     # Read up to max_bytes, then hung up on: what the server got out is that and the sockets'
@@ -180,11 +191,12 @@ def test_a_dom_over_max_bytes_is_refused_without_being_read():
     tracemalloc.start()
     try:
         rendered = rendering.shared_pool().render(
-            handed("http://127.0.0.1:9/", BIG_DOM), proxy=None,
+            handed("http://127.0.0.1:9/", BIG_DOM),
+            proxy=None,
             options=rendering.RenderOptions(
                 timeout=30, max_bytes=1 * MB, wait_selector="body[data-done]"
             ),
-        )  # fmt: skip
+        )
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -219,11 +231,12 @@ ws.onclose = (event) => said('closed ' + event.code);
 def render_websocket_page(host: str, port: int) -> FetchResult:
     page = WEBSOCKET_PAGE.replace("HOST", host).replace("PORT", str(port))
     return rendering.shared_pool().render(
-        handed("http://example.com/", page), proxy=None,
+        handed("http://example.com/", page),
+        proxy=None,
         options=rendering.RenderOptions(
             timeout=15, max_bytes=10**6, wait_selector="body[data-done]"
         ),
-    )  # fmt: skip
+    )
 
 
 class WebSocketSite:
@@ -252,9 +265,10 @@ class WebSocketSite:
                 while b"\r\n\r\n" not in head and (chunk := conn.recv(4096)):
                     head += chunk
                 keys = [
-                    line.split(b":", 1)[1].strip() for line in head.split(b"\r\n")
+                    line.split(b":", 1)[1].strip()
+                    for line in head.split(b"\r\n")
                     if line.lower().startswith(b"sec-websocket-key:")
-                ]  # fmt: skip
+                ]
                 if not keys:  # a connection that asked nothing (a browser's spare one)
                     continue
                 key = keys[0]
@@ -263,9 +277,11 @@ class WebSocketSite:
                 )
                 conn.sendall(
                     b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
-                    b"Connection: Upgrade\r\nSec-WebSocket-Accept: " + accept + b"\r\n\r\n"
+                    b"Connection: Upgrade\r\nSec-WebSocket-Accept: "
+                    + accept
+                    + b"\r\n\r\n"
                     + b"\x81\x10hi from the site"
-                )  # fmt: skip
+                )
                 time.sleep(1)
 
     def __enter__(self) -> WebSocketSite:

@@ -54,9 +54,16 @@ def start_rendered_crawl(user, site):
     """Its slices, once paused or cancelled, have its timeout to finish the pages they are
     rendering (jobs.stop_grace) before they are stopped."""
     crawl = services.crawl_create(
-        user=user, name="rendered", seeds=[site.url + "/"], obey_robots=False, max_retries=1,
-        threads=2, slices=2, render_javascript=True, timeout=60,
-    )  # fmt: skip
+        user=user,
+        name="rendered",
+        seeds=[site.url + "/"],
+        obey_robots=False,
+        max_retries=1,
+        threads=2,
+        slices=2,
+        render_javascript=True,
+        timeout=60,
+    )
     services.crawl_start(crawl=crawl, user=user)
     return crawl
 

@@ -50,20 +50,29 @@ def pages_by_path(crawl) -> dict[str, Page]:
 
 
 def test_a_crawl_extracts_each_rules_fields_from_the_pages_they_apply_to(user, make_site):
-    site = make_site(pages_site({
-        "/": '<html><body><h1>Home</h1><a href="/product/1">one</a>'
-             '<a href="/product/2">two</a><a href="/about">about</a></body></html>',
-        "/product/1": product(1, "$10"),
-        "/product/2": product(2, "$20"),
-        "/about": "<html><body><h1>About us</h1><p>SKU-9 is not a product</p></body></html>",
-    }))  # fmt: skip
+    site = make_site(
+        pages_site(
+            {
+                "/": '<html><body><h1>Home</h1><a href="/product/1">one</a>'
+                '<a href="/product/2">two</a><a href="/about">about</a></body></html>',
+                "/product/1": product(1, "$10"),
+                "/product/2": product(2, "$20"),
+                "/about": (
+                    "<html><body><h1>About us</h1><p>SKU-9 is not a product</p></body></html>"
+                ),
+            }
+        )
+    )
     crawl = drive(start(user, site, extract_rules=RULES))
     assert crawl.state == CrawlState.FINISHED
     pages = pages_by_path(crawl)
     assert pages["/product/1"].extracted == {
-        "title": "Product 1", "price": "$10", "sku": "1001", "tags": ["red", "big"],
+        "title": "Product 1",
+        "price": "$10",
+        "sku": "1001",
+        "tags": ["red", "big"],
         "image": site.url + "/img/1.png",  # made absolute, as links are
-    }  # fmt: skip
+    }
     assert pages["/product/2"].extracted["price"] == "$20"
     # The product rules do not apply to /about; a rule that finds nothing gives None.
     assert pages["/about"].extracted == {"title": "About us", "tags": [], "image": None}
@@ -72,11 +81,17 @@ def test_a_crawl_extracts_each_rules_fields_from_the_pages_they_apply_to(user, m
 
 
 def test_a_rule_that_fails_on_a_page_is_recorded_there_and_the_crawl_goes_on(user, make_site):
-    site = make_site(pages_site({
-        "/": '<h1>Home</h1><a href="/data.json">data</a><a href="/b">b</a>',
-        "/data.json": Response(body='{"items": [{"price": 3}]}', content_type="application/json"),
-        "/b": Response(body="not json at all", content_type="application/json"),
-    }))  # fmt: skip
+    site = make_site(
+        pages_site(
+            {
+                "/": '<h1>Home</h1><a href="/data.json">data</a><a href="/b">b</a>',
+                "/data.json": Response(
+                    body='{"items": [{"price": 3}]}', content_type="application/json"
+                ),
+                "/b": Response(body="not json at all", content_type="application/json"),
+            }
+        )
+    )
     rules = [{"name": "price", "kind": "json", "expr": "items[0].price"}]
     crawl = drive(start(user, site, extract_rules=rules))
     assert crawl.state == CrawlState.FINISHED and crawl.stats["responses"] == 3
@@ -87,11 +102,18 @@ def test_a_rule_that_fails_on_a_page_is_recorded_there_and_the_crawl_goes_on(use
 
 
 def test_structured_data_is_kept_with_one_switch(user, make_site):
-    site = make_site(pages_site({"/": (
-        '<html><head><meta property="og:title" content="OG title">'
-        '<script type="application/ld+json">{"@type": "Product", "name": "Lamp"}</script>'
-        "</head><body></body></html>"
-    )}))  # fmt: skip
+    site = make_site(
+        pages_site(
+            {
+                "/": (
+                    '<html><head><meta property="og:title" content="OG title">'
+                    '<script type="application/ld+json">'
+                    '{"@type": "Product", "name": "Lamp"}</script>'
+                    "</head><body></body></html>"
+                )
+            }
+        )
+    )
     crawl = drive(start(user, site, keep_structured_data=True))
     data = crawl.pages.get().structured_data
     assert data["json-ld"][0]["name"] == "Lamp"
@@ -100,11 +122,16 @@ def test_structured_data_is_kept_with_one_switch(user, make_site):
 
 def test_bad_rules_are_refused_when_the_crawl_is_saved_naming_each_rule(user):
     with pytest.raises(ValidationError) as refused:
-        services.crawl_create(user=user, name="x", seeds=["http://example.com/"], extract_rules=[
-            {"name": "price", "kind": "css", "expr": ".price["},
-            {"name": "sku", "kind": "regex", "expr": "(a"},
-            {"name": "t", "kind": "xpath", "expr": "//h1["},
-        ])  # fmt: skip
+        services.crawl_create(
+            user=user,
+            name="x",
+            seeds=["http://example.com/"],
+            extract_rules=[
+                {"name": "price", "kind": "css", "expr": ".price["},
+                {"name": "sku", "kind": "regex", "expr": "(a"},
+                {"name": "t", "kind": "xpath", "expr": "//h1["},
+            ],
+        )
     problems = refused.value.message_dict["extract_rules"]
     assert len(problems) == 3
     assert problems[0].startswith("Rule 1 (price): ") and "CSS selector" in problems[0]
@@ -116,16 +143,22 @@ def test_bad_rules_are_refused_when_the_crawl_is_saved_naming_each_rule(user):
 
 
 def test_a_page_keeps_its_links_with_why_each_was_not_followed_and_its_in_links(user, make_site):
-    site = make_site(pages_site({
-        "/": '<a href="/a">Alpha page</a><a href="/skip/x">x</a><a href="http://elsewhere.test/">out</a>',
-        "/a": '<a href="/">Home</a><a href="/b">Bee</a>',
-        "/b": '<a href="/a">back to alpha</a>',
-    }))  # fmt: skip
+    site = make_site(
+        pages_site(
+            {
+                "/": '<a href="/a">Alpha page</a><a href="/skip/x">x</a><a href="http://elsewhere.test/">out</a>',
+                "/a": '<a href="/">Home</a><a href="/b">Bee</a>',
+                "/b": '<a href="/a">back to alpha</a>',
+            }
+        )
+    )
     crawl = drive(start(user, site, exclude_patterns=["/skip/"], max_depth=1))
     pages = pages_by_path(crawl)
     home = pages["/"]
-    notes = {url.split("/", 3)[-1] if "127.0.0.1" in url else url: (text, note)
-             for url, text, note in home.links}  # fmt: skip
+    notes = {
+        url.split("/", 3)[-1] if "127.0.0.1" in url else url: (text, note)
+        for url, text, note in home.links
+    }
     assert notes["a"] == ("Alpha page", "")
     assert notes["skip/x"] == ("x", "matches an exclude pattern")
     assert notes["http://elsewhere.test/"] == ("out", "other site (elsewhere.test)")
@@ -152,11 +185,17 @@ def test_a_page_of_20000_links_keeps_1000_and_10000_in_link_rows(user, make_site
 
 
 def test_a_page_records_what_was_sent_and_what_came_back(user, make_site):
-    site = make_site(pages_site({
-        "/": '<a href="/old">old</a>',
-        "/old": Response(status=301, headers={"Location": "/new"}),
-        "/new": Response(body="<h1>new</h1>", headers={"X-Served-By": "test", "Set-Cookie": "s=1"}),
-    }))  # fmt: skip
+    site = make_site(
+        pages_site(
+            {
+                "/": '<a href="/old">old</a>',
+                "/old": Response(status=301, headers={"Location": "/new"}),
+                "/new": Response(
+                    body="<h1>new</h1>", headers={"X-Served-By": "test", "Set-Cookie": "s=1"}
+                ),
+            }
+        )
+    )
     crawl = drive(start(user, site, user_agent_mode="fixed", user_agent="crawlhub-test/1"))
     # The redirect is a page of its own, and where it points is another, found through it.
     moved = crawl.pages.get(url=site.url + "/old")
@@ -197,17 +236,24 @@ def test_pages_only_the_sitemaps_list_are_crawled(user, make_site):
             "/robots.txt": Response(
                 body=f"Sitemap: {base}/listed.xml.gz\n", content_type="text/plain"
             ),
-            "/sitemap.xml": Response(body=(
-                '<sitemapindex xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">'
-                f"<sitemap><loc>{base}/part1.xml</loc></sitemap></sitemapindex>"
-            ), content_type="application/xml"),
-            "/part1.xml": Response(body=urlset(f"{base}/only-in-sitemap", f"{base}/linked",
-                                               "http://elsewhere.test/x"),
-                                   content_type="application/xml"),
-            "/listed.xml.gz": Response(body=gzip.compress(urlset(f"{base}/from-gzip").encode()),
-                                       content_type="application/octet-stream"),
-            "/only-in-sitemap": "only here", "/from-gzip": "gz",
-        }  # fmt: skip
+            "/sitemap.xml": Response(
+                body=(
+                    '<sitemapindex xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">'
+                    f"<sitemap><loc>{base}/part1.xml</loc></sitemap></sitemapindex>"
+                ),
+                content_type="application/xml",
+            ),
+            "/part1.xml": Response(
+                body=urlset(f"{base}/only-in-sitemap", f"{base}/linked", "http://elsewhere.test/x"),
+                content_type="application/xml",
+            ),
+            "/listed.xml.gz": Response(
+                body=gzip.compress(urlset(f"{base}/from-gzip").encode()),
+                content_type="application/octet-stream",
+            ),
+            "/only-in-sitemap": "only here",
+            "/from-gzip": "gz",
+        }
         return pages_site(pages)(request)
 
     site = make_site(handler)
@@ -227,13 +273,19 @@ def test_pages_only_the_sitemaps_list_are_crawled(user, make_site):
 
 
 def test_a_broken_sitemap_is_a_note_on_the_crawl_and_the_crawl_finishes(user, make_site):
-    site = make_site(pages_site({
-        "/": "<h1>home</h1>",
-        "/robots.txt": Response(
-            body="Sitemap: http://127.0.0.1:9/gone.xml\n", content_type="text/plain"
-        ),
-        "/sitemap.xml": Response(body="<urlset><url><loc>/a</loc", content_type="application/xml"),
-    }))  # fmt: skip
+    site = make_site(
+        pages_site(
+            {
+                "/": "<h1>home</h1>",
+                "/robots.txt": Response(
+                    body="Sitemap: http://127.0.0.1:9/gone.xml\n", content_type="text/plain"
+                ),
+                "/sitemap.xml": Response(
+                    body="<urlset><url><loc>/a</loc", content_type="application/xml"
+                ),
+            }
+        )
+    )
     crawl = drive(start(user, site, follow_sitemaps=True))
     assert crawl.state == CrawlState.FINISHED
     notes = list(crawl.events.filter(kind=CrawlEvent.Kind.SITEMAP).values_list("detail", flat=True))
@@ -250,16 +302,20 @@ def test_a_failing_root_sitemap_still_leads_to_the_sitemaps_robots_txt_lists(use
 
     def handler(request):
         base = holder["url"]
-        return pages_site({
-            "/": "<h1>home</h1>",
-            "/robots.txt": Response(
-                body=f"Sitemap: {base}/listed.xml\n", content_type="text/plain"
-            ),
-            "/sitemap.xml": Response(status=503, body="busy"),
-            "/listed.xml": Response(body=urlset(f"{base}/deep", "http://127.0.0.2:9/x"),
-                                    content_type="application/xml"),
-            "/deep": "deep",
-        })(request)  # fmt: skip
+        return pages_site(
+            {
+                "/": "<h1>home</h1>",
+                "/robots.txt": Response(
+                    body=f"Sitemap: {base}/listed.xml\n", content_type="text/plain"
+                ),
+                "/sitemap.xml": Response(status=503, body="busy"),
+                "/listed.xml": Response(
+                    body=urlset(f"{base}/deep", "http://127.0.0.2:9/x"),
+                    content_type="application/xml",
+                ),
+                "/deep": "deep",
+            }
+        )(request)
 
     site = make_site(handler)
     holder["url"] = site.url
@@ -282,12 +338,14 @@ def test_an_index_lists_sitemaps_of_the_crawl_s_sites_only(user, make_site):
             f"<sitemap><loc>{base}/own.xml</loc></sitemap>"
             "<sitemap><loc>http://elsewhere.test/theirs.xml</loc></sitemap></sitemapindex>"
         )
-        return pages_site({
-            "/": "<h1>home</h1>",
-            "/sitemap.xml": Response(body=index, content_type="application/xml"),
-            "/own.xml": Response(body=urlset(f"{base}/p"), content_type="application/xml"),
-            "/p": "p",
-        })(request)  # fmt: skip
+        return pages_site(
+            {
+                "/": "<h1>home</h1>",
+                "/sitemap.xml": Response(body=index, content_type="application/xml"),
+                "/own.xml": Response(body=urlset(f"{base}/p"), content_type="application/xml"),
+                "/p": "p",
+            }
+        )(request)
 
     site = make_site(handler)
     holder["url"] = site.url
@@ -419,13 +477,25 @@ def test_a_channel_s_rules_apply_to_its_crawls_that_have_none(user, make_site, s
     from crawls.models import Channel
 
     rule = {"name": "h", "kind": "css", "expr": "h1"}
-    answer = staff_client.post("/api/channels/", {
-        "slug": "shop", "name": "Shop", "extract_rules": [rule],
-    }, content_type="application/json")  # fmt: skip
+    answer = staff_client.post(
+        "/api/channels/",
+        {
+            "slug": "shop",
+            "name": "Shop",
+            "extract_rules": [rule],
+        },
+        content_type="application/json",
+    )
     assert answer.status_code == 201, answer.content
-    refused = staff_client.post("/api/channels/", {
-        "slug": "bad", "name": "Bad", "extract_rules": [{**rule, "expr": "h1["}],
-    }, content_type="application/json")  # fmt: skip
+    refused = staff_client.post(
+        "/api/channels/",
+        {
+            "slug": "bad",
+            "name": "Bad",
+            "extract_rules": [{**rule, "expr": "h1["}],
+        },
+        content_type="application/json",
+    )
     assert refused.status_code == 400
     assert refused.json()["extract_rules"][0].startswith("Rule 1 (h): ")
     site = make_site(pages_site({"/": "<h1>Hello</h1>"}))

@@ -246,9 +246,12 @@ def test_a_dead_host_is_unreachable_not_blocked_and_its_pages_are_retried(user, 
     no answer, asking for robots.txt again each time, then goes to the failure queue."""
     port = free_port()  # nobody listens: connection refused
     crawl = services.crawl_create(
-        user=user, name="dead", seeds=[f"http://127.0.0.1:{port}/"], obey_robots=True,
+        user=user,
+        name="dead",
+        seeds=[f"http://127.0.0.1:{port}/"],
+        obey_robots=True,
         max_retries=2,
-    )  # fmt: skip
+    )
     services.crawl_start(crawl=crawl, user=user)
     crawl = drive(crawl, timeout=60)
     stats = crawl.stats

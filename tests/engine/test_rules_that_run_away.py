@@ -97,9 +97,12 @@ def test_reading_rules_never_runs_them():
     code += "print(json.dumps(check_rules(json.loads(sys.argv[1]))))"
     started = time.monotonic()
     read = processes.run(
-        [sys.executable, "-c", code, json.dumps(rules)], cwd=ROOT, timeout=60,
-        capture_output=True, text=True,
-    )  # fmt: skip
+        [sys.executable, "-c", code, json.dumps(rules)],
+        cwd=ROOT,
+        timeout=60,
+        capture_output=True,
+        text=True,
+    )
     assert read.returncode == 0, read.stderr
     assert json.loads(read.stdout) == []
     print(f"read in {time.monotonic() - started:.1f} s, a Python start-up included")
@@ -108,14 +111,16 @@ def test_reading_rules_never_runs_them():
 def test_reading_rules_still_finds_what_only_fails_when_they_run():
     deep = "(" * (MAX_NESTING + 1) + "a" + ")" * (MAX_NESTING + 1)
     deepx = "//a[" + "(" * 51 + "1" + ")" * 51 + "]"
-    problems = parse_problems([
-        rule("prefix", "xpath", "//dc:creator"),
-        rule("variadic", "json", "not_null()"),
-        rule("deep", "json", deep),
-        rule("deepx", "xpath", deepx),
-        rule("quoted", "json", "'" + "[" * 60 + "'"),
-        rule("axis", "xpath", "//a/child::b/@xml:lang"),
-    ])  # fmt: skip
+    problems = parse_problems(
+        [
+            rule("prefix", "xpath", "//dc:creator"),
+            rule("variadic", "json", "not_null()"),
+            rule("deep", "json", deep),
+            rule("deepx", "xpath", deepx),
+            rule("quoted", "json", "'" + "[" * 60 + "'"),
+            rule("axis", "xpath", "//a/child::b/@xml:lang"),
+        ]
+    )
     assert problems == [
         "Rule 1 (prefix): XPath '//dc:creator' is not valid: it uses the namespace prefix dc:, "
         "and rules have none (XML pages are read without their namespaces: leave the prefix "
@@ -156,10 +161,14 @@ def test_a_tenfold_expression_is_stopped_and_the_page_keeps_its_other_fields():
 def test_a_rule_that_needs_more_memory_than_its_process_has_says_so():
     # 1 MB, then 10 MB, 100 MB and 1 GB: each join is one quick C call.
     ten = "[" + ",".join(["@"] * 10) + "]"
-    rules = parse_rules([
-        rule("bomb", "json", "join('', [" + ",".join(["s"] * 10) + "])" + 3 * f"|join('', {ten})"),
-        rule("length", "json", "length(s)"),
-    ])  # fmt: skip
+    rules = parse_rules(
+        [
+            rule(
+                "bomb", "json", "join('', [" + ",".join(["s"] * 10) + "])" + 3 * f"|join('', {ten})"
+            ),
+            rule("length", "json", "length(s)"),
+        ]
+    )
     with Evaluator(rules) as evaluator:
         got = evaluator.extract(
             url="http://x.test/", body=json.dumps({"s": "x" * 100_000}).encode(), content_type=JSON
@@ -172,11 +181,13 @@ def test_a_rule_that_needs_more_memory_than_its_process_has_says_so():
 def test_a_cubic_xpath_and_a_sibling_selector_on_a_large_page_are_stopped():
     """Both run inside one call into libxml2, where no timer reaches them: the kernel ends the
     process at its CPU limit, and the page's other rules are read again by a new one."""
-    rules = parse_rules([
-        rule("cubic", "xpath", CUBIC_XPATH),
-        rule("heading", "css", "h1"),
-        rule("siblings", "css", SIBLINGS_CSS, many=True),
-    ])  # fmt: skip
+    rules = parse_rules(
+        [
+            rule("cubic", "xpath", CUBIC_XPATH),
+            rule("heading", "css", "h1"),
+            rule("siblings", "css", SIBLINGS_CSS, many=True),
+        ]
+    )
     cpu = children_cpu()
     with Evaluator(rules) as evaluator:
         got = evaluator.extract(url="http://x.test/", body=PARAGRAPHS, content_type=HTML)
@@ -253,11 +264,13 @@ def test_a_page_gets_its_rules_cpu_and_no_more():
 def test_the_process_gives_what_extraction_gives_values_too_large_for_its_journal_too():
     """Outcomes come back through shared memory (the journal), the page's whole answer through
     the pipe when they do not fit: 256 KB of control characters are 1.5 MB of JSON."""
-    rules = parse_rules([
-        rule("controls", "regex", "(\x01+)", many=True),
-        rule("words", "regex", "([a-z]+)", many=True),
-        rule("heading", "css", "h1"),
-    ])  # fmt: skip
+    rules = parse_rules(
+        [
+            rule("controls", "regex", "(\x01+)", many=True),
+            rule("words", "regex", "([a-z]+)", many=True),
+            rule("heading", "css", "h1"),
+        ]
+    )
     pages = [
         ("http://x.test/1", b"<h1>One</h1><p>a b c</p>", HTML),
         ("http://x.test/2", ("\x01" * 10_000 + " ").encode() * 30, "text/plain"),
@@ -298,17 +311,29 @@ def test_the_evaluator_process_ends_when_closed_or_when_its_parent_dies():
 # -- rules that need no process ----------------------------------------------------------------
 
 LINEAR = [
-    ("css", "h1"), ("css", "a::attr(href)"), ("css", "title::text"), ("css", "h1, h2"),
-    ("css", "div > a.x[href^='h']:not(.y)::text"), ("css", "#main > [data-id]"),
-    ("json", "offers[0].price"), ("json", "items[?price > `3`].name | [0]"),
+    ("css", "h1"),
+    ("css", "a::attr(href)"),
+    ("css", "title::text"),
+    ("css", "h1, h2"),
+    ("css", "div > a.x[href^='h']:not(.y)::text"),
+    ("css", "#main > [data-id]"),
+    ("json", "offers[0].price"),
+    ("json", "items[?price > `3`].name | [0]"),
     ("json", "a[*].b[].c[1:3]"),
-]  # fmt: skip
+]
 NOT_LINEAR = [
-    ("css", "div a"), ("css", "p ~ p"), ("css", "h1 + p"), ("css", "li:first-child"),
-    ("css", "li:nth-child(2n)"), ("css", "a:not(div a)"), ("xpath", "//h1"),
-    ("regex", "(a+)"), ("json", "[@, @][]"), ("json", "sort_by(@, &a)"),
+    ("css", "div a"),
+    ("css", "p ~ p"),
+    ("css", "h1 + p"),
+    ("css", "li:first-child"),
+    ("css", "li:nth-child(2n)"),
+    ("css", "a:not(div a)"),
+    ("xpath", "//h1"),
+    ("regex", "(a+)"),
+    ("json", "[@, @][]"),
+    ("json", "sort_by(@, &a)"),
     ("json", "a" + ".a" * 20),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("kind", "expr"), LINEAR + NOT_LINEAR)
@@ -343,9 +368,13 @@ def test_a_pages_deadline_does_not_count_the_rule_processs_start_up():
 
 
 def test_linear_rules_and_others_give_their_fields_in_the_rules_order():
-    rules = parse_rules([
-        rule("xpath", "xpath", "//h1"), rule("css", "css", "h1"), rule("regex", "regex", "<(h1)>"),
-    ])  # fmt: skip
+    rules = parse_rules(
+        [
+            rule("xpath", "xpath", "//h1"),
+            rule("css", "css", "h1"),
+            rule("regex", "regex", "<(h1)>"),
+        ]
+    )
     with Evaluator(rules) as evaluator:
         got = evaluator.extract(url="http://x.test/", body=b"<h1>T</h1>", content_type=HTML)
     assert list(got.fields.items()) == [("xpath", "T"), ("css", "T"), ("regex", "h1")]

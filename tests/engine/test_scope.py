@@ -207,12 +207,16 @@ def test_every_bad_line_of_a_pattern_field_is_named_at_once():
     with pytest.raises(ScopeError) as info:
         compile_patterns(["/ok/", "a(", "", "(?<=x)y", "b["], "exclude_patterns")
     assert [problem.split(":")[0] for problem in info.value.problems] == [
-        "line 2", "line 4", "line 5",
-    ]  # fmt: skip
+        "line 2",
+        "line 4",
+        "line 5",
+    ]
     assert str(info.value).startswith("exclude_patterns: line 2: 'a(' is not a valid")
     with pytest.raises(ValidationError) as caught:
-        services.crawl_create(user=None, name="x", seeds=["http://a.test/"],
-                              include_patterns="a(\n/fine/\nb[")  # fmt: skip
+        services.crawl_create(
+            user=None, name="x", seeds=["http://a.test/"], include_patterns="a(\n/fine/\nb["
+        )
     assert [m.split(":")[0] for m in caught.value.message_dict["include_patterns"]] == [
-        "line 1", "line 3",
-    ]  # fmt: skip
+        "line 1",
+        "line 3",
+    ]

@@ -150,13 +150,15 @@ def test_removing_an_exclusion_lets_links_found_afterwards_in(user, make_site):
 
 @pytest.mark.django_db
 def test_bad_patterns_are_refused_with_the_messages_of_creation_and_nothing_changes(user):
-    crawl = services.crawl_create(user=user, name="p", seeds=["https://example.com/"],
-                                  exclude_patterns=["/old/"])  # fmt: skip
+    crawl = services.crawl_create(
+        user=user, name="p", seeds=["https://example.com/"], exclude_patterns=["/old/"]
+    )
     services.crawl_start(crawl=crawl, user=user)
     bad = ["/fine/", "(a", "", "x(?=y)"]
     with pytest.raises(ValidationError) as at_creation:
-        services.crawl_create(user=user, name="q", seeds=["https://example.com/"],
-                              exclude_patterns=bad)  # fmt: skip
+        services.crawl_create(
+            user=user, name="q", seeds=["https://example.com/"], exclude_patterns=bad
+        )
     with pytest.raises(ValidationError) as caught:
         services.crawl_change_live(crawl=crawl, user=user, exclude_patterns=bad, max_pages=5)
     messages = caught.value.message_dict["exclude_patterns"]
@@ -192,8 +194,9 @@ def test_a_link_queued_under_the_old_scope_after_the_change_is_dropped_when_clai
 def test_a_big_queue_is_dropped_in_the_background_and_the_total_said(
     user, django_capture_on_commit_callbacks, monkeypatch
 ):
-    crawl = services.crawl_create(user=user, name="big", seeds=["http://a.test/"],
-                                  max_pages=100_000, obey_robots=False)  # fmt: skip
+    crawl = services.crawl_create(
+        user=user, name="big", seeds=["http://a.test/"], max_pages=100_000, obey_robots=False
+    )
     services.crawl_start(crawl=crawl, user=user)
     frontier = Frontier(crawl.pk)
     frontier.add_seeds([f"http://a.test/s/{i}" for i in range(3000)], depth=1)

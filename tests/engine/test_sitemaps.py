@@ -164,15 +164,23 @@ def test_only_the_locs_of_url_entries_are_pages(fetcher, site):
 
 def test_each_site_of_the_seeds_has_one_root_sitemap_in_the_seeds_order():
     seeds = [
-        "http://a.test/x", "mailto:x@example.com", "http://a.test/y?q=1",
-        "https://b.test:8443/", "http://a.test", "https://a.test/z",
+        "http://a.test/x",
+        "mailto:x@example.com",
+        "http://a.test/y?q=1",
+        "https://b.test:8443/",
+        "http://a.test",
+        "https://a.test/z",
         # The same sites written otherwise: a host in capitals, a default port, credentials.
-        "http://A.Test:80/w", "https://u:p@a.test:443/", "http://[::1]:8080/v",
-    ]  # fmt: skip
+        "http://A.Test:80/w",
+        "https://u:p@a.test:443/",
+        "http://[::1]:8080/v",
+    ]
     assert sitemap_roots(seeds) == [
-        "http://a.test/sitemap.xml", "https://b.test:8443/sitemap.xml",
-        "https://a.test/sitemap.xml", "http://[::1]:8080/sitemap.xml",
-    ]  # fmt: skip
+        "http://a.test/sitemap.xml",
+        "https://b.test:8443/sitemap.xml",
+        "https://a.test/sitemap.xml",
+        "http://[::1]:8080/sitemap.xml",
+    ]
 
 
 # -- the forms a sitemap comes in ---------------------------------------------------------------
@@ -189,8 +197,9 @@ def test_a_gzipped_sitemap_is_read_whatever_it_is_labelled(fetcher, site):
     )
     site.pages["/encoded.xml"] = Response(  # gzip as a Content-Encoding: the Fetcher undoes it
         body=gzip.compress(urlset(f"{u}/3").body.encode()),
-        content_type="application/xml", headers={"Content-Encoding": "gzip"},
-    )  # fmt: skip
+        content_type="application/xml",
+        headers={"Content-Encoding": "gzip"},
+    )
     assert read(fetcher, f"{u}/pages.xml.gz") == SitemapRead(pages=[f"{u}/1"])
     assert read(fetcher, f"{u}/download") == SitemapRead(pages=[f"{u}/2"])
     assert read(fetcher, f"{u}/encoded.xml") == SitemapRead(pages=[f"{u}/3"])
@@ -226,9 +235,15 @@ def test_blank_lines_and_a_bom_before_the_xml_declaration_are_fine(fetcher, site
 def test_locs_that_are_not_absolute_http_urls_are_skipped_and_counted(fetcher, site):
     u = site.url
     site.pages["/sitemap.xml"] = urlset(
-        f"{u}/ok", "/relative", "page.html", "ftp://example.com/f", "javascript:alert(1)",
-        f"{u}/with space", "", f"{u}/ok-too",
-    )  # fmt: skip
+        f"{u}/ok",
+        "/relative",
+        "page.html",
+        "ftp://example.com/f",
+        "javascript:alert(1)",
+        f"{u}/with space",
+        "",
+        f"{u}/ok-too",
+    )
     assert read_root(fetcher, site) == SitemapRead(
         pages=[f"{u}/ok", f"{u}/ok-too"],
         problems=[f"{u}/sitemap.xml: 6 <loc>s are not absolute http(s) URLs: skipped"],
@@ -433,26 +448,40 @@ def test_a_crawl_reads_each_sitemap_once_and_fetches_each_listed_page_once(user,
     u = home.url
     # Another host for the crawl's scope (which goes by host name, whatever the port).
     e = elsewhere.url.replace("127.0.0.1", "localhost")
-    home.pages.update({
-        "/": "<h1>home</h1>",
-        "/robots.txt": robots(f"{u}/sitemap.xml", f"{e}/for-home.xml"),
-        "/sitemap.xml": index(f"{u}/sitemap.xml", f"{u}/again.xml"),
-        "/again.xml": index(f"{u}/sitemap.xml", f"{u}/again.xml", f"{u}/pages.xml"),
-        "/pages.xml": urlset(f"{u}/a", f"{u}/b", f"{e}/off-site", f"{u}/a"),
-        "/a": "a", "/b": "b", "/c": "c",
-    })  # fmt: skip
+    home.pages.update(
+        {
+            "/": "<h1>home</h1>",
+            "/robots.txt": robots(f"{u}/sitemap.xml", f"{e}/for-home.xml"),
+            "/sitemap.xml": index(f"{u}/sitemap.xml", f"{u}/again.xml"),
+            "/again.xml": index(f"{u}/sitemap.xml", f"{u}/again.xml", f"{u}/pages.xml"),
+            "/pages.xml": urlset(f"{u}/a", f"{u}/b", f"{e}/off-site", f"{u}/a"),
+            "/a": "a",
+            "/b": "b",
+            "/c": "c",
+        }
+    )
     elsewhere.pages["/for-home.xml"] = urlset(f"{u}/c", f"{u}/a", f"{e}/b")
     crawl = services.crawl_create(
-        user=user, name="sitemaps", seeds=[f"{u}/"], obey_robots=False, follow_sitemaps=True,
+        user=user,
+        name="sitemaps",
+        seeds=[f"{u}/"],
+        obey_robots=False,
+        follow_sitemaps=True,
         threads=4,
-    )  # fmt: skip
+    )
     services.crawl_start(crawl=crawl, user=user)
     crawl = drive(crawl)
     assert crawl.state == CrawlState.FINISHED
     assert Counter(home.paths()) == {
-        "/": 1, "/robots.txt": 1, "/sitemap.xml": 1, "/again.xml": 1, "/pages.xml": 1,
-        "/a": 1, "/b": 1, "/c": 1,
-    }  # fmt: skip
+        "/": 1,
+        "/robots.txt": 1,
+        "/sitemap.xml": 1,
+        "/again.xml": 1,
+        "/pages.xml": 1,
+        "/a": 1,
+        "/b": 1,
+        "/c": 1,
+    }
     # A sitemap on another host is read; the pages it lists there are out of the crawl's scope.
     assert elsewhere.paths() == ["/for-home.xml"]
     assert not crawl.events.filter(kind=CrawlEvent.Kind.SITEMAP).exists()
@@ -479,15 +508,23 @@ def test_a_site_without_a_sitemap_has_no_broken_page_for_the_one_the_crawl_guess
     # A real broken link (/gone) beside the guessed /sitemap.xml the site does not have.
     site.pages.update({"/": '<a href="/a">a</a> <a href="/gone">gone</a>', "/a": "a"})
     crawl = services.crawl_create(
-        user=user, name="no sitemap", seeds=[f"{u}/"], obey_robots=False, follow_sitemaps=True,
-    )  # fmt: skip
+        user=user,
+        name="no sitemap",
+        seeds=[f"{u}/"],
+        obey_robots=False,
+        follow_sitemaps=True,
+    )
     services.crawl_start(crawl=crawl, user=user)
     crawl = drive(crawl)
     assert crawl.state == CrawlState.FINISHED
     # robots.txt too: a site's root sitemap request reads its Sitemap: lines.
     assert Counter(site.paths()) == {
-        "/": 1, "/robots.txt": 1, "/sitemap.xml": 1, "/a": 1, "/gone": 1,
-    }  # fmt: skip
+        "/": 1,
+        "/robots.txt": 1,
+        "/sitemap.xml": 1,
+        "/a": 1,
+        "/gone": 1,
+    }
     stats = crawl.stats
     # Only the site's own broken page is a 4xx, in the bar and in the pages browser.
     assert stats["status_4xx"] == 1 and four_xx(crawl) == [f"{u}/gone"], stats
@@ -508,8 +545,12 @@ def test_a_sitemap_robots_txt_lists_that_is_missing_is_told_as_a_warning_not_a_p
     u = site.url
     site.pages.update({"/": "<h1>home</h1>", "/robots.txt": robots(f"{u}/listed.xml")})
     crawl = services.crawl_create(
-        user=user, name="listed", seeds=[f"{u}/"], obey_robots=False, follow_sitemaps=True,
-    )  # fmt: skip
+        user=user,
+        name="listed",
+        seeds=[f"{u}/"],
+        obey_robots=False,
+        follow_sitemaps=True,
+    )
     services.crawl_start(crawl=crawl, user=user)
     crawl = drive(crawl)
     stats = crawl.stats
@@ -532,9 +573,12 @@ def test_a_sitemap_the_user_gives_as_a_seed_that_is_missing_is_a_broken_page(use
     site = new_site()
     u = site.url
     crawl = services.crawl_create(
-        user=user, name="seed", seeds=[f"{u}/sitemap.xml"], obey_robots=False,
+        user=user,
+        name="seed",
+        seeds=[f"{u}/sitemap.xml"],
+        obey_robots=False,
         follow_sitemaps=True,
-    )  # fmt: skip
+    )
     services.crawl_start(crawl=crawl, user=user)
     crawl = drive(crawl)
     # The user asked for this URL: its 404 is one of the crawl's, in the bar and the browser.

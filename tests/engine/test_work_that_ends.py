@@ -116,8 +116,11 @@ def test_a_slice_job_is_killed_after_its_budget_and_its_fetches_deadlines(
     timeouts = {}
     for crawl in (slow, quick):
         job_ids = django_rq.get_queue("crawls").get_job_ids()
-        (timeout,) = {Job.fetch(j, connection=get_redis()).timeout for j in job_ids
-                      if j.startswith(f"slice-{crawl.pk}-")}  # fmt: skip
+        (timeout,) = {
+            Job.fetch(j, connection=get_redis()).timeout
+            for j in job_ids
+            if j.startswith(f"slice-{crawl.pk}-")
+        }
         timeouts[crawl.name] = timeout
     assert timeouts["slow"] == 20 + (1800 + 2) + 1800 + SLICE_WRITE_SECONDS
     assert timeouts["quick"] == 20 + 3 + SLICE_WRITE_SECONDS
@@ -134,9 +137,14 @@ def test_a_rendering_slice_runs_longer_and_its_job_timeout_counts_it(
     settings.CRAWLHUB_RENDER_SLICE_SECONDS = 45
     settings.CRAWLHUB_BROWSER_PAGES = 4
     crawl = services.crawl_create(
-        user=user, name="spa", seeds=["http://e.test/"], timeout=1, obey_robots=False,
-        threads=4, render_javascript=True,
-    )  # fmt: skip
+        user=user,
+        name="spa",
+        seeds=["http://e.test/"],
+        timeout=1,
+        obey_robots=False,
+        threads=4,
+        render_javascript=True,
+    )
     plain = services.crawl_create(user=user, name="plain", seeds=["http://e.test/"])
     assert slice_seconds(crawl) == 45 and slice_seconds(plain) == 20
     with django_capture_on_commit_callbacks(execute=True):

@@ -26,10 +26,26 @@ from tests.support.sites import Response, pages_site
 
 # Names a site may put after charset= that name no charset Python can read a page with.
 NOT_CHARSETS = [
-    "utf-7", "x-user-defined", "uft-8", "idna", "punycode", "undefined", "unicode_escape",
-    "raw_unicode_escape", "rot13", "rot_13", "base64", "zlib", "hex", "uu", "bz2", "quopri",
-    "x" * 300, "utf-8\x00", "ütf-8",
-]  # fmt: skip
+    "utf-7",
+    "x-user-defined",
+    "uft-8",
+    "idna",
+    "punycode",
+    "undefined",
+    "unicode_escape",
+    "raw_unicode_escape",
+    "rot13",
+    "rot_13",
+    "base64",
+    "zlib",
+    "hex",
+    "uu",
+    "bz2",
+    "quopri",
+    "x" * 300,
+    "utf-8\x00",
+    "ütf-8",
+]
 TITLE = "Ünïcode ok"
 BODY = (
     f"<html><head><title>{TITLE}</title></head><body><a href='/b'>b</a>"
@@ -80,8 +96,11 @@ def test_an_iso_2022_escape_cut_by_a_slice_of_the_parser_is_no_error():
 
 def test_a_fetch_results_text_reads_any_charset(make_site):
     """FetchResult.text: the login step reads its form with it, webhooks their answers."""
-    pages = {f"/{i}": Response(body=BODY, content_type=f"text/html; charset={label}")
-             for i, label in enumerate(NOT_CHARSETS) if "\x00" not in label}  # fmt: skip
+    pages = {
+        f"/{i}": Response(body=BODY, content_type=f"text/html; charset={label}")
+        for i, label in enumerate(NOT_CHARSETS)
+        if "\x00" not in label
+    }
     site = make_site(pages_site(pages))
     with Fetcher(timeout=5, max_bytes=100_000) as fetcher:
         for path in pages:
@@ -97,9 +116,14 @@ def test_the_page_detail_shows_a_body_whose_charset_is_no_charset_as_utf_8(
     they fail on any body, whatever the error handler."""
     crawl = services.crawl_create(user=user, name="odd", seeds=["http://site.test/"])
     page = Page.objects.create(
-        crawl=crawl, url="http://site.test/", url_hash="h", status=200, fetched_at=timezone.now(),
-        content_type=f"text/html; charset={label}", body=BODY,
-    )  # fmt: skip
+        crawl=crawl,
+        url="http://site.test/",
+        url_hash="h",
+        status=200,
+        fetched_at=timezone.now(),
+        content_type=f"text/html; charset={label}",
+        body=BODY,
+    )
     detail = user_client.get(f"/crawls/{crawl.pk}/pages/{page.pk}/")
     assert detail.status_code == 200
     shown = lxml.html.fromstring(detail.content).cssselect("pre")[0].text_content()
@@ -156,8 +180,11 @@ def test_a_crawl_of_pages_in_every_odd_charset_ends_with_a_response_for_each(
 
     for i in range(len(labels)):  # the rule preview fetches and reads each
         for kind in ("header", "meta"):
-            data = {"preview_url": f"{site.url}/{kind}/{i}", "extract_rules": json.dumps(RULES),
-                    "timeout": "5"}  # fmt: skip
+            data = {
+                "preview_url": f"{site.url}/{kind}/{i}",
+                "extract_rules": json.dumps(RULES),
+                "timeout": "5",
+            }
             answer = user_client.post("/crawls/preview/", data)
             assert answer.status_code == 200, (kind, labels[i], answer.content[:300])
             assert answer.json()["fields"] == {"v": "42"}, (kind, labels[i])

@@ -39,15 +39,25 @@ def test_a_cookie_goes_back_to_its_port_and_never_to_another(make_site, fetcher)
 @pytest.mark.django_db
 def test_a_crawl_of_two_ports_of_one_host_keeps_each_site_s_cookies_to_itself(user, make_site):
     b = make_site(pages_site({"/": "b", "/b2": "b2"}))
-    a = make_site(pages_site({
-        "/": Response(body=f'<a href="{b.url}/">b</a> <a href="/again">a</a>',
-                      headers={"Set-Cookie": "sid=s3cret; Path=/"}),
-        "/again": f'<a href="{b.url}/b2">b2</a>',
-    }))  # fmt: skip
+    a = make_site(
+        pages_site(
+            {
+                "/": Response(
+                    body=f'<a href="{b.url}/">b</a> <a href="/again">a</a>',
+                    headers={"Set-Cookie": "sid=s3cret; Path=/"},
+                ),
+                "/again": f'<a href="{b.url}/b2">b2</a>',
+            }
+        )
+    )
     crawl = services.crawl_create(
-        user=user, name="t", seeds=[a.url + "/"], obey_robots=False, threads=1,
+        user=user,
+        name="t",
+        seeds=[a.url + "/"],
+        obey_robots=False,
+        threads=1,
         allowed_domains=["127.0.0.1"],
-    )  # fmt: skip
+    )
     services.crawl_start(crawl=crawl, user=user)
     crawl = drive(crawl, timeout=30)
     assert sorted(b.paths()) == ["/", "/b2"] and "/again" in a.paths()

@@ -218,11 +218,15 @@ def test_redirect_to_a_non_http_url_is_an_error(make_site, fetcher):
 
 def test_a_crawl_fetch_answers_with_the_redirect_and_where_it_points(make_site, fetcher):
     body = "<title>Moved</title><a href='/elsewhere'>here</a>"
-    site = make_site(pages_site({
-        "/old": Response(status=301, body=body, headers={"Location": "sub/new?x=1#frag"}),
-        "/sub/new?x=1": "<title>New</title>",
-        "/no-location": Response(status=302, body="no Location"),
-    }))  # fmt: skip
+    site = make_site(
+        pages_site(
+            {
+                "/old": Response(status=301, body=body, headers={"Location": "sub/new?x=1#frag"}),
+                "/sub/new?x=1": "<title>New</title>",
+                "/no-location": Response(status=302, body="no Location"),
+            }
+        )
+    )
     result = fetcher.fetch(site.url + "/old", follow_redirects=False)
     assert (result.status, result.error, result.redirects) == (301, "", [])
     assert result.redirect_to == site.url + "/sub/new?x=1"  # absolute, fragment dropped
@@ -239,10 +243,14 @@ def test_headers_for_each_hop_are_asked_for_that_hop_s_url(make_site, fetcher):
     # elsewhere is followed without them.
     other = make_site(pages_site({"/robots.txt": "User-agent: *", "/map.xml": "<urlset/>"}))
     there = other.url.replace("127.0.0.1", "localhost")
-    site = make_site(pages_site({
-        "/robots.txt": Response(status=301, headers={"Location": there + "/robots.txt"}),
-        "/map.xml": Response(status=302, headers={"Location": there + "/map.xml"}),
-    }))  # fmt: skip
+    site = make_site(
+        pages_site(
+            {
+                "/robots.txt": Response(status=301, headers={"Location": there + "/robots.txt"}),
+                "/map.xml": Response(status=302, headers={"Location": there + "/map.xml"}),
+            }
+        )
+    )
 
     def own(url: str) -> dict[str, str]:
         return {"Authorization": "Basic b3du"} if url.startswith(site.url) else {}
@@ -252,8 +260,11 @@ def test_headers_for_each_hop_are_asked_for_that_hop_s_url(make_site, fetcher):
     assert (result.status, result.final_url) == (200, there + "/map.xml")
     assert [r.headers.get("Authorization") for r in site.log] == ["Basic b3du"] * 2
     assert [r.headers.get("Authorization") for r in other.log] == [None, None]
-    sent = fetcher.get(site.url + "/map.xml", headers_for=lambda url: {"X-Token": "t0k"},
-                       secret_headers=frozenset({"x-token"}))  # fmt: skip
+    sent = fetcher.get(
+        site.url + "/map.xml",
+        headers_for=lambda url: {"X-Token": "t0k"},
+        secret_headers=frozenset({"x-token"}),
+    )
     assert sent.request_headers["X-Token"] == "••••••"  # what the last hop sent, masked
 
 

@@ -118,10 +118,15 @@ def generated_hrefs(count: int, seed: int) -> list[str]:
 @pytest.mark.parametrize(
     "base",
     [
-        "http://a.com/d1/d2/p.html?x=1", "https://a.com:8443/dir/", "http://a.com/",
-        "http://a.com", "http://a.com/d1//d2/", "http://a.com/p;v=1/q", "http://a.com/..",
+        "http://a.com/d1/d2/p.html?x=1",
+        "https://a.com:8443/dir/",
+        "http://a.com/",
+        "http://a.com",
+        "http://a.com/d1//d2/",
+        "http://a.com/p;v=1/q",
+        "http://a.com/..",
     ],
-)  # fmt: skip
+)
 def test_resolver_joins_thousands_of_generated_hrefs_like_urljoin(base):
     resolver = Resolver(base)
     for href in generated_hrefs(3000, seed=len(base)):
@@ -256,22 +261,33 @@ def test_100000_links_in_under_a_second():
 # C0 and C1 controls, bidi embeddings, overrides and isolates, and the invisible marks that
 # reorder or hide text: a title is shown in pages, terminals (the CLI) and spreadsheets.
 HOSTILE_TITLE_CHARACTERS = (
-    "\x1b" "\x07\x08\x7f" "\u0085\u009b\u008d"
-    "\u202a\u202b\u202c\u202d\u202e" "\u2066\u2067\u2068\u2069" "\u200e\u200f\u061c"
-    "\u2028\u2029" "\ufeff\u200b"
-)  # fmt: skip
+    "\x1b"
+    "\x07\x08\x7f"
+    "\u0085\u009b\u008d"
+    "\u202a\u202b\u202c\u202d\u202e"
+    "\u2066\u2067\u2068\u2069"
+    "\u200e\u200f\u061c"
+    "\u2028\u2029"
+    "\ufeff\u200b"
+)
 
 
 @pytest.mark.django_db
 def test_a_crawled_title_keeps_no_control_or_bidi_characters(user, make_site):
     raw = "Invoice \u202eFDP.exe\u202c \x1b[2Jcleared\x1b[31m" + HOSTILE_TITLE_CHARACTERS + " end"
     referenced = "Ref&#x1b;&#27;&#x202E;&#x2067;&#x9B;&#8232;ok"
-    site = make_site(pages_site({
-        "/": Response(body=f"<title>{raw}</title><a href='/ref'>r</a>".encode()),
-        "/ref": Response(body=f"<title>{referenced}</title>".encode()),
-        "/latin": Response(body="<title>caf\xe9 \x1b</title>".encode("cp1252"),
-                           content_type="text/html; charset=windows-1252"),
-    }))  # fmt: skip
+    site = make_site(
+        pages_site(
+            {
+                "/": Response(body=f"<title>{raw}</title><a href='/ref'>r</a>".encode()),
+                "/ref": Response(body=f"<title>{referenced}</title>".encode()),
+                "/latin": Response(
+                    body="<title>caf\xe9 \x1b</title>".encode("cp1252"),
+                    content_type="text/html; charset=windows-1252",
+                ),
+            }
+        )
+    )
     crawl = services.crawl_create(
         user=user, name="titles", seeds=[site.url + "/", site.url + "/latin"], obey_robots=False
     )
@@ -313,9 +329,13 @@ print((peak_rss_of_this_process() - before) // 2**20, len(links))
 def test_a_10_mb_page_of_elements_is_parsed_in_bounded_memory(element, found):
     """A tree of its 2,600,000 <p> took 440 MB: the parser builds none."""
     result = processes.run(
-        [sys.executable, "-c", PARSE_IN_A_CHILD, element], cwd=ROOT, timeout=120,
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
+        [sys.executable, "-c", PARSE_IN_A_CHILD, element],
+        cwd=ROOT,
+        timeout=120,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     grown_mb, links = map(int, result.stdout.split())
     assert links == found
     assert grown_mb < 40, f"extracting links from a 10 MB page took {grown_mb} MB more"
@@ -328,10 +348,30 @@ def test_absolute_links_to_the_pages_own_origin_resolve_as_through_normalize(bas
     resolver = Resolver(base)
     origin = resolver.origin
     tails = [
-        "/", "/x", "/a/b.html?q=1&r=2", "/a b", "/%7e", "/ü", "/./x", "/a/../b", "//x", "/x#f",
-        "?q", "#f", "", ":8443/x", ":443/x", "@evil.com/", ".evil.com/", "/x?a=%2",
-        "/" + "x" * 9000, "/X/Y?Z=1", "/a;b", "/a%2Fb", "/a\\b",
-    ]  # fmt: skip
+        "/",
+        "/x",
+        "/a/b.html?q=1&r=2",
+        "/a b",
+        "/%7e",
+        "/ü",
+        "/./x",
+        "/a/../b",
+        "//x",
+        "/x#f",
+        "?q",
+        "#f",
+        "",
+        ":8443/x",
+        ":443/x",
+        "@evil.com/",
+        ".evil.com/",
+        "/x?a=%2",
+        "/" + "x" * 9000,
+        "/X/Y?Z=1",
+        "/a;b",
+        "/a%2Fb",
+        "/a\\b",
+    ]
     for tail in tails:
         href = origin + tail
         expected = slow = urljoin(base, href.partition("#")[0])

@@ -239,14 +239,23 @@ def test_a_crawl_s_redirect_to_a_private_address_is_a_page_refused_without_conne
     user, make_site, site_allowed
 ):
     target = "http://10.255.255.1/"
-    site = make_site(pages_site({
-        "/": '<a href="/old">old</a>', "/old": Response(status=302, headers={"Location": target}),
-    }))  # fmt: skip
+    site = make_site(
+        pages_site(
+            {
+                "/": '<a href="/old">old</a>',
+                "/old": Response(status=302, headers={"Location": target}),
+            }
+        )
+    )
     site_allowed(site.url)
     crawl = services.crawl_create(
-        user=user, name="t", seeds=[site.url + "/"], obey_robots=False, timeout=5,
+        user=user,
+        name="t",
+        seeds=[site.url + "/"],
+        obey_robots=False,
+        timeout=5,
         allowed_domains=["127.0.0.1", "10.255.255.1"],
-    )  # fmt: skip
+    )
     services.crawl_start(crawl=crawl, user=user)
     with record_connects() as connects:
         crawl = drive(crawl, timeout=30)
@@ -313,16 +322,25 @@ def test_the_new_crawl_form_shows_the_refusal_on_the_seeds_field(user_client, gu
 @pytest.mark.slow
 @pytest.mark.parametrize(("env", "expected"), [({}, "False"), ({"CRAWLHUB_HTTPS": "1"}, "True")])
 def test_the_setting_is_on_in_production_and_off_in_development(tmp_path, env, expected):
-    clean = {k: v for k, v in os.environ.items()
-             if k not in ("CRAWLHUB_HTTPS", "CRAWLHUB_BLOCK_PRIVATE_NETWORKS")}  # fmt: skip
+    clean = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("CRAWLHUB_HTTPS", "CRAWLHUB_BLOCK_PRIVATE_NETWORKS")
+    }
     clean.update({"CRAWLHUB_DATA_DIR": str(tmp_path), **env})
     code = (
         "import django, os; os.environ.setdefault('DJANGO_SETTINGS_MODULE', 'crawlhub.settings');"
         "django.setup(); from django.conf import settings;"
         "print(settings.CRAWLHUB_BLOCK_PRIVATE_NETWORKS)"
     )
-    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=clean,
-                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env=clean,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split()[-1] == expected
 
@@ -366,15 +384,22 @@ def test_a_crawl_never_fetches_an_internal_page_through_a_backslashed_link_or_re
     user, make_site, site_allowed, internal
 ):
     target = backslashed(internal)
-    site = make_site(pages_site({
-        "/": f'<a href="{target}">x</a> <a href="/moved">moved</a>',
-        "/moved": Response(status=302, headers={"Location": target}),
-    }))  # fmt: skip
+    site = make_site(
+        pages_site(
+            {
+                "/": f'<a href="{target}">x</a> <a href="/moved">moved</a>',
+                "/moved": Response(status=302, headers={"Location": target}),
+            }
+        )
+    )
     site_allowed(site.url)
     crawl = services.crawl_create(
-        user=user, name="t", seeds=[site.url + "/"], obey_robots=False,
+        user=user,
+        name="t",
+        seeds=[site.url + "/"],
+        obey_robots=False,
         allowed_domains=["127.0.0.1", "127.0.0.2", "public.example"],
-    )  # fmt: skip
+    )
     services.crawl_start(crawl=crawl, user=user)
     crawl = drive(crawl, timeout=30)
     assert internal.log == []

@@ -85,14 +85,60 @@ def test_what_readers_would_disagree_on_is_refused_saying_why(url, why):
 
 # Pieces of hostile authorities: the tricks that made parsers disagree (backslash, "@", escapes,
 # brackets, odd IPv4 forms, Unicode that maps to ASCII, dots and ports) among plain parts.
-_PIECES = st.sampled_from([
-    "\\", "/", "@", ":", "%40", "%5C", "%2F", "%2e", "%2E", ".", "..", "#", "?", "[", "]",
-    "127.0.0.1", "127.1", "0x7f.1", "0177.0.0.1", "2130706433", "10.0.0.5", "[::1]",
-    "[::ffff:127.0.0.1]", "localhost", "public.example", "EXAMPLE.com", "ｅｘ．ｃｏｍ",
-    "１２７.0.0.1",
-    "bücher", "xn--bcher-kva", ":80", ":8080", ":0", ":99999", "%00", "%", "%zz", "user:pw",
-    "\u200b", "\uff0e", "\u3002", ";", "&", "~", "_", "-", "*", "'", "a", "0",
-])  # fmt: skip
+_PIECES = st.sampled_from(
+    [
+        "\\",
+        "/",
+        "@",
+        ":",
+        "%40",
+        "%5C",
+        "%2F",
+        "%2e",
+        "%2E",
+        ".",
+        "..",
+        "#",
+        "?",
+        "[",
+        "]",
+        "127.0.0.1",
+        "127.1",
+        "0x7f.1",
+        "0177.0.0.1",
+        "2130706433",
+        "10.0.0.5",
+        "[::1]",
+        "[::ffff:127.0.0.1]",
+        "localhost",
+        "public.example",
+        "EXAMPLE.com",
+        "ｅｘ．ｃｏｍ",
+        "１２７.0.0.1",
+        "bücher",
+        "xn--bcher-kva",
+        ":80",
+        ":8080",
+        ":0",
+        ":99999",
+        "%00",
+        "%",
+        "%zz",
+        "user:pw",
+        "\u200b",
+        "\uff0e",
+        "\u3002",
+        ";",
+        "&",
+        "~",
+        "_",
+        "-",
+        "*",
+        "'",
+        "a",
+        "0",
+    ]
+)
 authorities = st.lists(_PIECES, min_size=1, max_size=8).map("".join)
 paths = st.lists(
     st.sampled_from(["/", "\\", "..", ".", "%2e", "a", "é", "%41", "?", "#", "=", "&", "%"]),
@@ -193,12 +239,29 @@ def listeners() -> Iterator[Listeners]:
 
 
 # The host part: loopback addresses in every spelling, and decoys that need no DNS server.
-_TRUE_HOSTS = st.sampled_from([
-    "127.0.0.1", "127.1", "0x7f.0.0.1", "0177.0.0.1", "2130706433", "127.0.0.1.", "%31%32%37.1",
-    "１２７.0.0.1", "localhost", "LOCALHOST", "ｌｏｃａｌｈｏｓｔ", "127.0.0.2", "127.2",
-    "0x7f.0.0.2",
-    "2130706434", "127.0.0.3", "0177.0.0.03", "[::ffff:127.0.0.2]", "[::ffff:7f00:3]",
-])  # fmt: skip
+_TRUE_HOSTS = st.sampled_from(
+    [
+        "127.0.0.1",
+        "127.1",
+        "0x7f.0.0.1",
+        "0177.0.0.1",
+        "2130706433",
+        "127.0.0.1.",
+        "%31%32%37.1",
+        "１２７.0.0.1",
+        "localhost",
+        "LOCALHOST",
+        "ｌｏｃａｌｈｏｓｔ",
+        "127.0.0.2",
+        "127.2",
+        "0x7f.0.0.2",
+        "2130706434",
+        "127.0.0.3",
+        "0177.0.0.03",
+        "[::ffff:127.0.0.2]",
+        "[::ffff:7f00:3]",
+    ]
+)
 _TRICKS = st.sampled_from(["\\@", "\\", "@", "%40", "%5C@", "/..\\", "\\..\\", "#@", "?@", ""])
 
 
@@ -248,10 +311,16 @@ def addresses(host: str) -> set[str]:
 
 # -- links take a shortcut to the same normal form ----------------------------------------------
 
-bases = st.sampled_from([
-    "http://example.com/dir/page.html", "https://example.com:8443/a/b?x=1", "http://127.0.0.1:8000/",
-    "http://Example.com/", "http://example.com:80/d/", "http://[::1]:81/x",
-])  # fmt: skip
+bases = st.sampled_from(
+    [
+        "http://example.com/dir/page.html",
+        "https://example.com:8443/a/b?x=1",
+        "http://127.0.0.1:8000/",
+        "http://Example.com/",
+        "http://example.com:80/d/",
+        "http://[::1]:81/x",
+    ]
+)
 hrefs = st.lists(
     st.sampled_from(
         ["/", "//", "a", "..", ".", "%2e", "?", "q=1", "é", "%41", "\\", ":", "@", "~"]

@@ -12,9 +12,14 @@ from crawlhub.http.wire import MASK, MAX_HEAD_CHARS, Exchange, split
 
 def exchange(url: str = "http://a.test/", *, sent=None, received=()) -> Exchange:
     return Exchange(
-        method="GET", url=url, sent=sent or {}, version="HTTP/1.1", status=200, reason="OK",
+        method="GET",
+        url=url,
+        sent=sent or {},
+        version="HTTP/1.1",
+        status=200,
+        reason="OK",
         received=tuple(received),
-    )  # fmt: skip
+    )
 
 
 @pytest.mark.parametrize(
@@ -27,7 +32,7 @@ def exchange(url: str = "http://a.test/", *, sent=None, received=()) -> Exchange
         ("http://[::1]:80/x?y=1", "GET /x?y=1 HTTP/1.1", "[::1]"),
         ("http://[::1]:8080", "GET / HTTP/1.1", "[::1]:8080"),
     ],
-)  # fmt: skip
+)
 def test_the_request_line_and_host_are_those_http_client_sends(url, line, host):
     head = exchange(url, sent={"Accept": "*/*"}).request_head()
     assert head == f"{line}\r\nHost: {host}\r\nAccept: */*\r\n\r\n"

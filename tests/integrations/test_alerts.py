@@ -78,8 +78,11 @@ def test_an_error_rate_over_the_rule_fires_once_and_is_resolved_when_it_falls(us
     assert check(t0 + timedelta(seconds=90))["fired"] == 0
     assert Alert.objects.count() == 1
     # Ten pages that answer, and the window past the errors: under the rule, resolved.
-    services.crawl_add_seeds(crawl=crawl, urls=[f"{site.url}/ok{n}?again" for n in range(3)]
-                             + [f"{site.url}/fine{n}" for n in range(7)])  # fmt: skip
+    services.crawl_add_seeds(
+        crawl=crawl,
+        urls=[f"{site.url}/ok{n}?again" for n in range(3)]
+        + [f"{site.url}/fine{n}" for n in range(7)],
+    )
     crawl_once(crawl, "s2")
     report = check(t0 + timedelta(minutes=7))
     assert report["resolved"] == 1 and report["fired"] == 0
@@ -258,8 +261,13 @@ def test_fired_and_resolved_are_posted_to_webhooks_and_mailed_through_smtp(
     )
     # Another webhook that wants only the end of crawls: told nothing of alerts.
     webhooks.webhook_create(user=user, url=receiver.url + "/ends", events=["finished"], crawl=crawl)
-    alerts.rule_create(user=user, crawl=crawl, kind="no_progress", minutes=1,
-                       emails=["ops@example.com", "oncall@example.org"])  # fmt: skip
+    alerts.rule_create(
+        user=user,
+        crawl=crawl,
+        kind="no_progress",
+        minutes=1,
+        emails=["ops@example.com", "oncall@example.org"],
+    )
     crawl_once(crawl)
     with SMTPServer() as smtp:
         use_smtp(settings, smtp.port)

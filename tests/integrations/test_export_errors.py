@@ -109,8 +109,16 @@ def test_csv_and_jsonl_say_the_same_and_every_moment_is_iso_8601_utc(crawl, user
         assert MACHINE.match(line["fetched_at"]), line["fetched_at"]
     failures_csv = download(user_client, f"/crawls/{crawl.pk}/failures.csv").decode()
     header, *rest = list(csv.reader(io.StringIO(failures_csv)))
-    assert header == ["id", "url", "depth", "referrer", "attempts", "last_status", "last_error",
-                      "failed_at"]  # fmt: skip
+    assert header == [
+        "id",
+        "url",
+        "depth",
+        "referrer",
+        "attempts",
+        "last_status",
+        "last_error",
+        "failed_at",
+    ]
     assert len(rest) == 2 and all(MACHINE.match(row[-1]) for row in rest)
     assert sorted(row[5] for row in rest) == ["", "500"]  # the dead link's got no status
 

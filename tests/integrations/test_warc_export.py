@@ -47,7 +47,7 @@ class ArchivedSite:
             "/broken": Response(status=500, body="oops"),
             "/moved": Response(status=301, headers={"Location": "/a?from=moved"}),
             "/a?from=moved": "<title>A again</title>",
-        }  # fmt: skip
+        }
 
     def __call__(self, request):
         page = self.pages.get(request.path)
@@ -127,9 +127,14 @@ def run_twice(user, site):
     """Two runs of a schedule: the second asks with the first one's validators."""
     refused = f"http://127.0.0.1:{free_port()}/"
     template = services.crawl_create(
-        user=user, name="warc", seeds=[site.url + "/", refused], keep_bodies=True,
-        obey_robots=False, max_retries=0, threads=2,
-    )  # fmt: skip
+        user=user,
+        name="warc",
+        seeds=[site.url + "/", refused],
+        keep_bodies=True,
+        obey_robots=False,
+        max_retries=0,
+        threads=2,
+    )
     schedule = schedules.schedule_create(user=user, template=template, cron="0 3 * * *")
     first = drive(schedules.schedule_run(schedule=schedule))
     second = drive(schedules.schedule_run(schedule=schedule))
@@ -228,17 +233,24 @@ def wire_site(conn: socket.socket, server: RawServer) -> None:
         b"content-type: text/html; charset=utf-8\r\nX-Twice: a\r\nContent-Encoding: gzip\r\n"
         b"X-Twice: b\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
     )
-    chunks = b"".join(b"%x\r\n%s\r\n" % (len(body[i : i + 1000]), body[i : i + 1000])
-                      for i in range(0, len(body), 1000))  # fmt: skip
+    chunks = b"".join(
+        b"%x\r\n%s\r\n" % (len(body[i : i + 1000]), body[i : i + 1000])
+        for i in range(0, len(body), 1000)
+    )
     conn.sendall(head + chunks + b"0\r\n\r\n")
 
 
 def test_the_heads_are_written_byte_for_byte_as_they_went_and_came(user, raw_server, tmp_path):
     server = raw_server(wire_site)
     crawl = services.crawl_create(
-        user=user, name="wire", seeds=[server.url + "/page?q=1"], keep_bodies=True,
-        obey_robots=False, max_retries=0, auth={"cookie": "token=user-secret-2"},
-    )  # fmt: skip
+        user=user,
+        name="wire",
+        seeds=[server.url + "/page?q=1"],
+        keep_bodies=True,
+        obey_robots=False,
+        max_retries=0,
+        auth={"cookie": "token=user-secret-2"},
+    )
     services.crawl_start(crawl=crawl, user=user)
     crawl = drive(crawl)
     data = export(crawl)
@@ -253,10 +265,15 @@ def test_the_heads_are_written_byte_for_byte_as_they_went_and_came(user, raw_ser
     # described the gzipped, chunked bytes renamed, since the payload is the decoded body.
     assert response["first_line"] == "HTTP/1.1 200 Fine Thanks"
     assert response["http"] == [
-        ("X-first", "1"), ("Set-Cookie", "••••••"), ("content-type", "text/html; charset=utf-8"),
-        ("X-Twice", "a"), ("X-Orig-Content-Encoding", "gzip"), ("X-Twice", "b"),
-        ("X-Orig-Transfer-Encoding", "chunked"), ("Connection", "close"),
-    ]  # fmt: skip
+        ("X-first", "1"),
+        ("Set-Cookie", "••••••"),
+        ("content-type", "text/html; charset=utf-8"),
+        ("X-Twice", "a"),
+        ("X-Orig-Content-Encoding", "gzip"),
+        ("X-Twice", "b"),
+        ("X-Orig-Transfer-Encoding", "chunked"),
+        ("Connection", "close"),
+    ]
     assert response["body"] == b"<title>Zipped</title>" + b"z" * 3000
     for secret in (b"user-secret-2", b"site-secret-1"):
         assert secret not in raw
@@ -269,11 +286,16 @@ def test_pages_without_kept_heads_get_heads_rebuilt_from_their_row(user, tmp_pat
         user=user, name="old", seeds=["http://old.test/"], keep_bodies=True
     )
     Page.objects.create(
-        crawl=crawl, url="http://old.test:8080/x?y=1", url_hash="h", status=301,
-        fetched_at=timezone.now(), body=b"", redirect_to="http://old.test/",
+        crawl=crawl,
+        url="http://old.test:8080/x?y=1",
+        url_hash="h",
+        status=301,
+        fetched_at=timezone.now(),
+        body=b"",
+        redirect_to="http://old.test/",
         headers={"location": "http://old.test/", "set-cookie": "••••••"},
         request_headers={"User-Agent": "ua/1", "Cookie": "••••••"},
-    )  # fmt: skip
+    )
     data = export(crawl)
     assert warcio_check(data, tmp_path).returncode == 0
     request, response = pairs(read_warc(data))["http://old.test:8080/x?y=1"]
@@ -290,9 +312,14 @@ def test_a_body_cut_at_max_bytes_is_marked_truncated(user, make_site, tmp_path):
     big = "<title>Big</title>" + "y" * 5000
     site = make_site(pages_site({"/": '<a href="/big">big</a> small', "/big": big}))
     crawl = services.crawl_create(
-        user=user, name="warc", seeds=[site.url + "/"], obey_robots=False, keep_bodies=True,
-        max_retries=0, max_bytes=2048,
-    )  # fmt: skip
+        user=user,
+        name="warc",
+        seeds=[site.url + "/"],
+        obey_robots=False,
+        keep_bodies=True,
+        max_retries=0,
+        max_bytes=2048,
+    )
     services.crawl_start(crawl=crawl, user=user)
     crawl = drive(crawl)
     assert crawl.pages.get(url=site.url + "/big").truncated, "the site's page was not cut"
@@ -310,16 +337,26 @@ def test_a_body_cut_at_max_bytes_is_marked_truncated(user, make_site, tmp_path):
 
 def test_the_cli_and_the_streamed_download_write_the_same_records(user, site, client, tmp_path):
     crawl = services.crawl_create(
-        user=user, name="warc", seeds=[site.url + "/"], obey_robots=False, keep_bodies=True,
+        user=user,
+        name="warc",
+        seeds=[site.url + "/"],
+        obey_robots=False,
+        keep_bodies=True,
         max_retries=0,
-    )  # fmt: skip
+    )
     services.crawl_start(crawl=crawl, user=user)
     crawl = drive(crawl)
     target = tmp_path / "crawl.warc.gz"
     call_command(
-        "crawl", "export", str(crawl.pk), "--format", "warc", "--output", str(target),
+        "crawl",
+        "export",
+        str(crawl.pk),
+        "--format",
+        "warc",
+        "--output",
+        str(target),
         stdout=io.StringIO(),
-    )  # fmt: skip
+    )
     written = target.read_bytes()
     assert written[:2] == b"\x1f\x8b", "gzipped"
     _, raw = tokens.token_create(user=user, name="t")

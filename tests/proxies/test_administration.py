@@ -32,8 +32,9 @@ def test_only_staff_see_the_proxy_pages(user_client, staff_client):
     for path in ("/proxies/", f"/proxies/{proxy.pk}/", "/proxies/import"):
         assert user_client.get(path).status_code == 403, path
         assert staff_client.get(path).status_code == 200, path
-    refused = user_client.post("/proxies/action", {"action": "remove", "ids": [proxy.pk],
-                                                   "why": "x"})  # fmt: skip
+    refused = user_client.post(
+        "/proxies/action", {"action": "remove", "ids": [proxy.pk], "why": "x"}
+    )
     assert refused.status_code == 403
     assert proxy.key in pool.members()
 
@@ -90,8 +91,14 @@ def test_disable_enable_and_validate_now_from_the_page(
 def test_the_list_filters_and_sorts(staff_client, settings):
     settings.PROXY_CHANNEL_SIZE = 1
     fast = pooled("10.0.0.1:80", score=12, latency_ms=50, anonymity="elite", source="vendor-a")
-    slow = pooled("10.0.0.2:80", score=5.5, latency_ms=900, anonymity="transparent",
-                  source="vendor-b", failures=7)  # fmt: skip
+    slow = pooled(
+        "10.0.0.2:80",
+        score=5.5,
+        latency_ms=900,
+        anonymity="transparent",
+        source="vendor-b",
+        failures=7,
+    )
     gone = Proxy.objects.create(host="10.0.0.3", port=80, state=ProxyState.REMOVED)
     pool.release(lease=pool.acquire(channel="shop"), latency_ms=5)
 
@@ -171,8 +178,14 @@ def test_the_detail_page_shows_recent_history_and_live_channels(staff, staff_cli
 
 def test_the_admin_lists_filters_and_never_shows_the_password(admin_client):
     pooled("10.0.0.1:80", username="u", password="topsecret", anonymity="elite")
-    for query in ("", "?state__exact=active", "?score=6-10", "?anonymity__exact=elite",
-                  "?o=3", "?channel=x"):  # fmt: skip
+    for query in (
+        "",
+        "?state__exact=active",
+        "?score=6-10",
+        "?anonymity__exact=elite",
+        "?o=3",
+        "?channel=x",
+    ):
         page = admin_client.get("/admin/proxies/proxy/" + query)
         assert page.status_code == 200, query
         assert "topsecret" not in page.content.decode()
@@ -187,8 +200,15 @@ def test_the_admin_remove_action_asks_why_then_removes(admin_client, admin_user)
     confirm = admin_client.post(url, {"action": "remove_selected", "_selected_action": [proxy.pk]})
     assert confirm.status_code == 200 and "Why" in confirm.content.decode()
     assert proxy.key in pool.members()
-    done = admin_client.post(url, {"action": "remove_selected", "_selected_action": [proxy.pk],
-                                   "apply": "1", "why": "abuse report"})  # fmt: skip
+    done = admin_client.post(
+        url,
+        {
+            "action": "remove_selected",
+            "_selected_action": [proxy.pk],
+            "apply": "1",
+            "why": "abuse report",
+        },
+    )
     assert done.status_code == 302
     proxy.refresh_from_db()
     assert (proxy.state, proxy.removed_by, proxy.removed_why) == (
@@ -229,8 +249,16 @@ def test_the_cli_removes_by_address_and_reports_unknown_ones():
     a = pooled("10.0.0.1:80")
     b = pooled("10.0.0.2:8080")
     out, err = io.StringIO(), io.StringIO()
-    call_command("proxies", "remove", "10.0.0.1:80", "http://10.0.0.2:8080", "--why", "dead",
-                 stdout=out, stderr=err)  # fmt: skip
+    call_command(
+        "proxies",
+        "remove",
+        "10.0.0.1:80",
+        "http://10.0.0.2:8080",
+        "--why",
+        "dead",
+        stdout=out,
+        stderr=err,
+    )
     assert pool.members() == {}
     for proxy in (a, b):
         proxy.refresh_from_db()

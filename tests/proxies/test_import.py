@@ -124,9 +124,11 @@ def test_a_pasted_list_adds_every_good_line():
     report = services.import_proxies(text=GOOD, source="paste")
     assert report.errors == [] and report.duplicates == []
     assert sorted(p.key for p in report.added) == [
-        "http://1.2.3.4:8080", "http://[2001:db8::1]:8080", "http://proxy.example:3128",
+        "http://1.2.3.4:8080",
+        "http://[2001:db8::1]:8080",
+        "http://proxy.example:3128",
         "https://secure.example:443",
-    ]  # fmt: skip
+    ]
     secure = Proxy.objects.get(host="secure.example")
     assert (secure.username, secure.password) == ("user", "p@ss")
     assert secure.url == "https://user:p%40ss@secure.example:443"

@@ -82,9 +82,10 @@ def test_an_import_is_stored_batch_by_batch_with_the_exact_report(monkeypatch):
     assert [e.line for e in report.errors] == expected["bad"]
     assert {e.reason for e in report.errors} == {"port must be a number from 1 to 65535"}
     assert [(d.line, d.why) for d in report.duplicates] == [
-        (100, "repeats line 99"), (200, "repeats line 199"),
+        (100, "repeats line 99"),
+        (200, "repeats line 199"),
         (3, "already in the inventory (new (not yet validated))"),
-    ]  # fmt: skip
+    ]
     assert len(report.added) == 205 and Proxy.objects.count() == 206
     assert ProxyEvent.objects.filter(kind="imported").count() == 205
     assert job.text == ""  # the list (and its passwords) is not kept once done
@@ -142,8 +143,12 @@ def test_the_api_removes_a_large_selection_in_the_background(client, staff, monk
     monkeypatch.setattr(services, "INLINE_LIMIT", 2)
     proxies = [add_proxy(f"http://10.0.0.{n}:80") for n in range(3)]
     auth = bearer(staff)
-    answer = post(client, "/api/proxies/remove/",
-                  {"ids": [p.pk for p in proxies] + [999999], "why": "gone"}, **auth)  # fmt: skip
+    answer = post(
+        client,
+        "/api/proxies/remove/",
+        {"ids": [p.pk for p in proxies] + [999999], "why": "gone"},
+        **auth,
+    )
     assert answer.status_code == 202, answer.content
     assert answer.json()["unknown"] == ["999999"] and answer.json()["state"] == "queued"
     finish_jobs()
@@ -158,8 +163,12 @@ def test_the_admins_select_all_removal_runs_as_a_job(admin_client, admin_user, m
     for n in range(3):
         add_proxy(f"http://10.0.0.{n}:80")
     url = "/admin/proxies/proxy/"
-    every = {"action": "remove_selected", "select_across": "1", "index": "0",
-             "_selected_action": [Proxy.objects.first().pk]}  # fmt: skip
+    every = {
+        "action": "remove_selected",
+        "select_across": "1",
+        "index": "0",
+        "_selected_action": [Proxy.objects.first().pk],
+    }
     confirm = admin_client.post(url, every)
     assert confirm.status_code == 200 and "Remove 3 proxies" in confirm.content.decode()
     assert 'name="select_across" value="1"' in confirm.content.decode()
@@ -192,8 +201,10 @@ def test_the_page_lists_the_first_bad_lines_and_its_json_report_has_them_all(
     job = ProxyJob.objects.get()
     report = staff_client.get(f"/proxies/jobs/{job.pk}.json?report=1").json()["report"]
     assert [(e["line"], e["text"]) for e in report["errors"]] == [
-        (1, "h.example:0"), (2, "h.example:****"), (3, "h.example:99999"),
-    ]  # fmt: skip
+        (1, "h.example:0"),
+        (2, "h.example:****"),
+        (3, "h.example:99999"),
+    ]
 
 
 def test_the_cli_imports_a_large_list_in_batches_saying_how_far_it_got(tmp_path, capsys):
@@ -258,9 +269,10 @@ def writes_to(model, queries: CaptureQueriesContext) -> list[str]:
     """The statements among `queries` that changed `model`'s table."""
     table, changes = model._meta.db_table, ("INSERT", "UPDATE", "DELETE")
     return [
-        q["sql"] for q in queries.captured_queries
+        q["sql"]
+        for q in queries.captured_queries
         if q["sql"].lstrip().upper().startswith(changes) and f'"{table}"' in q["sql"]
-    ]  # fmt: skip
+    ]
 
 
 @pytest.mark.slow
@@ -275,8 +287,9 @@ def test_a_large_list_is_imported_in_the_background_and_removed_without_a_lock_e
     fleet.start_worker()
     fleet.start_worker()
     fleet.wait_until_registered(2)
-    site = make_site(pages_site({"/": '<a href="/a">a</a><a href="/b">b</a>', "/a": "a",
-                                 "/b": "b"}))  # fmt: skip
+    site = make_site(
+        pages_site({"/": '<a href="/a">a</a><a href="/b">b</a>', "/a": "a", "/b": "b"})
+    )
     auth = bearer(staff)
     text, expected = big_list(LINES)
 
@@ -294,8 +307,12 @@ def test_a_large_list_is_imported_in_the_background_and_removed_without_a_lock_e
 
     # Meanwhile a crawl is created and started: no "database is locked".
     wait_for_job(job, timeout=240, until=lambda job: job.done > 0)
-    crawl = post(client, "/api/crawls/", {"name": "meanwhile", "seeds": [site.url + "/"],
-                                          "start": True, "obey_robots": False}, **auth)  # fmt: skip
+    crawl = post(
+        client,
+        "/api/crawls/",
+        {"name": "meanwhile", "seeds": [site.url + "/"], "start": True, "obey_robots": False},
+        **auth,
+    )
     assert crawl.status_code == 201, crawl.content
     job.refresh_from_db()
     assert not job.ended, "the import was over before the crawl was made"
@@ -320,9 +337,17 @@ def test_a_large_list_is_imported_in_the_background_and_removed_without_a_lock_e
     remove_answered = time.monotonic() - started
     assert removal.status_code == 202, removal.content[:500]
     assert writes_to(Proxy, request) == [] and writes_to(ProxyEvent, request) == []
-    another = post(client, "/api/crawls/", {
-        "name": "during removal", "seeds": [site.url + "/"], "start": True, "obey_robots": False,
-    }, **auth)  # fmt: skip
+    another = post(
+        client,
+        "/api/crawls/",
+        {
+            "name": "during removal",
+            "seeds": [site.url + "/"],
+            "start": True,
+            "obey_robots": False,
+        },
+        **auth,
+    )
     assert another.status_code == 201, another.content
     removing = ProxyJob.objects.get(pk=removal.json()["id"])
     assert not removing.ended, "the removal was over before the crawl was made"
@@ -336,8 +361,12 @@ def test_a_large_list_is_imported_in_the_background_and_removed_without_a_lock_e
     assert pool.members() == {}
     for name in ("control", "crawls"):
         failed = FailedJobRegistry(queue=django_rq.get_queue(name))
-        assert failed.count == 0, [failed.job_class.fetch(i, connection=failed.connection).exc_info
-                                   for i in failed.get_job_ids()][:1]  # fmt: skip
-    print(f"\n{LINES:,} lines: the page answered in {answered:.2f} s, imported in {imported:.1f} s;"
-          f" {len(ids):,} proxies: the API answered in {remove_answered:.2f} s, removed in "
-          f"{removed:.1f} s")  # fmt: skip
+        assert failed.count == 0, [
+            failed.job_class.fetch(i, connection=failed.connection).exc_info
+            for i in failed.get_job_ids()
+        ][:1]
+    print(
+        f"\n{LINES:,} lines: the page answered in {answered:.2f} s, imported in {imported:.1f} s;"
+        f" {len(ids):,} proxies: the API answered in {remove_answered:.2f} s, removed in "
+        f"{removed:.1f} s"
+    )

@@ -424,8 +424,10 @@ def test_a_member_that_falls_below_the_rule_it_came_in_by_leaves_the_channel(red
     # b was next (least used) but came in under the strict rule it no longer meets.
     assert lease.proxy == "http://a:1"
     assert pool.channel_members(channel="c") == {
-        "free": set(), "leased": {"http://a:1"}, "banned": set()
-    }  # fmt: skip
+        "free": set(),
+        "leased": {"http://a:1"},
+        "banned": set(),
+    }
     assert pool.health()["counters"]["evicted"] == 1
     assert in_global(redis, "http://b:1")  # out of the channel only
     assert pool.health()["counters"].get("relaxed", 0) == 0

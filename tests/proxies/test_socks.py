@@ -52,9 +52,14 @@ def imported(line: str) -> Proxy:
 
 def crawl_through(channel, user, seed: str):
     crawl = crawl_services.crawl_create(
-        user=user, name="via socks", seeds=[seed], channel=channel, obey_robots=False,
-        max_retries=0, threads=2,
-    )  # fmt: skip
+        user=user,
+        name="via socks",
+        seeds=[seed],
+        channel=channel,
+        obey_robots=False,
+        max_retries=0,
+        threads=2,
+    )
     crawl_services.crawl_start(crawl=crawl, user=user)
     return drive(crawl)
 
@@ -62,12 +67,14 @@ def crawl_through(channel, user, seed: str):
 def test_socks5_and_socks5h_lines_are_imported_with_the_password_masked():
     report = services.import_proxies(
         text="socks5://203.0.113.7:1080\nsocks5h://crawler:p%40ss%20w0rd@proxy.example:1080\n",
-        source="paste", actor="test",
-    )  # fmt: skip
+        source="paste",
+        actor="test",
+    )
     assert report.errors == []
     assert [p.masked_url for p in report.added] == [
-        "socks5://203.0.113.7:1080", "socks5h://crawler:****@proxy.example:1080",
-    ]  # fmt: skip
+        "socks5://203.0.113.7:1080",
+        "socks5h://crawler:****@proxy.example:1080",
+    ]
     socks5h = Proxy.objects.get(scheme="socks5h")
     assert (socks5h.username, socks5h.password) == ("crawler", "p@ss w0rd")
     assert socks5h.url == "socks5h://crawler:p%40ss%20w0rd@proxy.example:1080"
@@ -80,10 +87,11 @@ def test_the_proxies_pages_and_the_admin_show_a_socks_proxy_with_its_password_ma
     staff.save()
     proxy = imported("socks5h://crawler:Zq8s0cksW0rd@proxy.example:1080")
     pages = [
-        reverse("proxy_list"), reverse("proxy_detail", args=[proxy.pk]),
+        reverse("proxy_list"),
+        reverse("proxy_detail", args=[proxy.pk]),
         reverse("admin:proxies_proxy_changelist"),
         reverse("admin:proxies_proxy_change", args=[proxy.pk]),
-    ]  # fmt: skip
+    ]
     for url in pages:
         content = staff_client.get(url).content.decode()
         assert "socks5h://crawler:****@proxy.example:1080" in content, url
@@ -129,9 +137,7 @@ def test_a_crawl_through_a_socks5h_proxy_with_a_password_lets_the_proxy_resolve_
     site = make_site(pages_site(PAGES))
     named = f"http://localhost:{site.port}/"
     with SocksServer(auth=("crawler", "p@ss w0rd")) as socks:
-        proxy = imported(
-            f"socks5h://crawler:p%40ss%20w0rd@{socks.address}"
-        )  # fmt: skip
+        proxy = imported(f"socks5h://crawler:p%40ss%20w0rd@{socks.address}")
         validation.run_pass()
         proxy.refresh_from_db()
         assert proxy.state == ProxyState.ACTIVE, proxy.last_error

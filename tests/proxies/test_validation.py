@@ -209,8 +209,9 @@ def test_counting_crawl_outcomes_takes_a_statement_per_distinct_step_not_per_pro
     with django_assert_max_num_queries(8):
         synced = validation.sync_from_pool()
     assert synced["counted"] == 20
-    successes = sorted(Proxy.objects.filter(pk__in=[p.pk for p in proxies])
-                       .values_list("successes", flat=True))  # fmt: skip
+    successes = sorted(
+        Proxy.objects.filter(pk__in=[p.pk for p in proxies]).values_list("successes", flat=True)
+    )
     assert successes == [2] * 10 + [3] * 10
 
 
@@ -286,9 +287,12 @@ def test_classify_tells_transparent_anonymous_and_elite_apart():
 
 def test_the_echo_endpoint_needs_no_session_and_reveals_only_what_a_check_needs(client):
     response = client.get(
-        "/proxies/echo", HTTP_VIA="1.1 p", HTTP_X_FORWARDED_FOR="1.2.3.4", HTTP_COOKIE="a=b",
+        "/proxies/echo",
+        HTTP_VIA="1.1 p",
+        HTTP_X_FORWARDED_FOR="1.2.3.4",
+        HTTP_COOKIE="a=b",
         HTTP_AUTHORIZATION="Basic eA==",
-    )  # fmt: skip
+    )
     assert response.status_code == 200
     assert response.json() == {
         "origin": "127.0.0.1",

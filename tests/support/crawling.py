@@ -57,8 +57,13 @@ def use_redis(url: str) -> None:
 # The keys that say which RQ workers and cron schedulers are alive. While a module shares its
 # dashboard's processes between tests (tests/dashboard/conftest.py), the reset between tests
 # keeps their registrations with them: kept_between_tests holds these patterns only then.
-REGISTRATIONS = ("rq:workers", "rq:workers:*", "rq:worker:*", "rq:cron_scheduler:*",
-                 "rq:cron_schedulers")  # fmt: skip
+REGISTRATIONS = (
+    "rq:workers",
+    "rq:workers:*",
+    "rq:worker:*",
+    "rq:cron_scheduler:*",
+    "rq:cron_schedulers",
+)
 kept_between_tests: list[str] = []
 
 
@@ -257,9 +262,17 @@ def start_sample_crawl(user, make_site, *, pages: int, delay: float, **options):
     site = SampleSite(pages=pages, seed=3)
     server = make_site(sample_handler(site, delay))
     crawl = services.crawl_create(
-        user=user, name="chaos", seeds=[server.url + "/"], obey_robots=False, max_pages=100_000,
-        max_depth=1000, max_retries=1, threads=4, slices=2, **options,
-    )  # fmt: skip
+        user=user,
+        name="chaos",
+        seeds=[server.url + "/"],
+        obey_robots=False,
+        max_pages=100_000,
+        max_depth=1000,
+        max_retries=1,
+        threads=4,
+        slices=2,
+        **options,
+    )
     services.crawl_start(crawl=crawl, user=user)
     return site, server, crawl
 
@@ -288,9 +301,12 @@ def sample_handler(site: SampleSite, delay: float | Callable[[], float]):
         content_type = headers.pop("Content-Type", "text/html; charset=utf-8")
         headers.pop("Content-Length", None)
         return Response(
-            status=status, body=body, headers=headers, content_type=content_type,
+            status=status,
+            body=body,
+            headers=headers,
+            content_type=content_type,
             delay=delay() if callable(delay) else delay,
-        )  # fmt: skip
+        )
 
     return handler
 

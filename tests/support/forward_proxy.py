@@ -26,9 +26,17 @@ from urllib.parse import urlsplit
 from crawlhub.sample_site import QuietHTTPServer
 
 HOP_BY_HOP = {
-    "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection",
-    "te", "trailers", "transfer-encoding", "upgrade", "content-length",
-}  # fmt: skip
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "proxy-connection",
+    "te",
+    "trailers",
+    "transfer-encoding",
+    "upgrade",
+    "content-length",
+}
 
 
 @dataclass
@@ -106,8 +114,13 @@ class ForwardProxy:
                 except OSError as exc:
                     self.send_error(502, f"upstream: {exc}")
                     return
-                relay = Relay(self.command, self.path, self.client_address,
-                              sock.getsockname()[:2], time.time())  # fmt: skip
+                relay = Relay(
+                    self.command,
+                    self.path,
+                    self.client_address,
+                    sock.getsockname()[:2],
+                    time.time(),
+                )
                 with proxy._lock:
                     proxy.relays.append(relay)
                 conn = http.client.HTTPConnection(parts.hostname, parts.port or 80)
@@ -149,9 +162,15 @@ class ForwardProxy:
                     return
                 with proxy._lock:
                     proxy.relays.append(
-                        Relay("CONNECT", self.path, self.client_address,
-                              upstream.getsockname()[:2], time.time(), 200)
-                    )  # fmt: skip
+                        Relay(
+                            "CONNECT",
+                            self.path,
+                            self.client_address,
+                            upstream.getsockname()[:2],
+                            time.time(),
+                            200,
+                        )
+                    )
                 self.send_response(200, "Connection established")
                 self.end_headers()
                 self.wfile.flush()

@@ -143,8 +143,18 @@ class Network(processes.Started):
             host = Host(self, name, number)
             self.hosts[name] = host
             ip("netns", "add", host.namespace)
-            ip("link", "add", host.port, "type", "veth", "peer", "name", "eth0",
-               "netns", host.namespace)  # fmt: skip
+            ip(
+                "link",
+                "add",
+                host.port,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "eth0",
+                "netns",
+                host.namespace,
+            )
             ip("link", "set", host.port, "master", self.bridge)
             ip("link", "set", host.port, "up")
             ip("link", "set", "lo", "up", namespace=host.namespace)

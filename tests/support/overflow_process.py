@@ -28,10 +28,13 @@ def kill_at(crawl_id: int, point: str, *, window: int, env: dict[str, str]) -> N
     died of SIGKILL there."""
     assert point in POINTS, point
     result = processes.run(
-        [sys.executable, "-m", "tests.support.overflow_process", str(crawl_id), point,
-         str(window)],
-        cwd=ROOT, env=env, timeout=120, capture_output=True, text=True,
-    )  # fmt: skip
+        [sys.executable, "-m", "tests.support.overflow_process", str(crawl_id), point, str(window)],
+        cwd=ROOT,
+        env=env,
+        timeout=120,
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == -signal.SIGKILL, (
         f"the step exited {result.returncode} before {point}:\n{result.stderr}"
     )

@@ -69,33 +69,68 @@ class PrivatePostgres(processes.Started):
         for path in (self.folder, password_file):
             shutil.chown(path, account.pw_uid, account.pw_gid)
         subprocess.run(
-            self._as_postgres([
-                str(bin_ / "initdb"), "-D", str(self.data), "-U", USER, "-E", "UTF8",
-                f"--pwfile={password_file}", "--auth-local=trust",
-                "--auth-host=scram-sha-256", "--no-sync",
-            ]),
-            check=True, capture_output=True, timeout=timeout,
-        )  # fmt: skip
+            self._as_postgres(
+                [
+                    str(bin_ / "initdb"),
+                    "-D",
+                    str(self.data),
+                    "-U",
+                    USER,
+                    "-E",
+                    "UTF8",
+                    f"--pwfile={password_file}",
+                    "--auth-local=trust",
+                    "--auth-host=scram-sha-256",
+                    "--no-sync",
+                ]
+            ),
+            check=True,
+            capture_output=True,
+            timeout=timeout,
+        )
         with (self.data / "pg_hba.conf").open("a") as hba:
             hba.write(f"host all all {self.host}/24 scram-sha-256\n")
         log = (self.folder / "postgres.log").open("w")
         self.process = processes.spawn(
-            [*self.launch, *self._as_postgres([
-                str(bin_ / "postgres"), "-D", str(self.data), "-p", str(self.port),
-                "-c", f"listen_addresses={self.host}",
-                "-c", f"unix_socket_directories={self.folder}",
-                "-c", "fsync=off", "-c", "synchronous_commit=off",
-                "-c", "full_page_writes=off", "-c", "max_connections=200",
-            ])],
-            stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+            [
+                *self.launch,
+                *self._as_postgres(
+                    [
+                        str(bin_ / "postgres"),
+                        "-D",
+                        str(self.data),
+                        "-p",
+                        str(self.port),
+                        "-c",
+                        f"listen_addresses={self.host}",
+                        "-c",
+                        f"unix_socket_directories={self.folder}",
+                        "-c",
+                        "fsync=off",
+                        "-c",
+                        "synchronous_commit=off",
+                        "-c",
+                        "full_page_writes=off",
+                        "-c",
+                        "max_connections=200",
+                    ]
+                ),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
         deadline = time.monotonic() + timeout
         while True:
             try:
                 with psycopg.connect(
-                    host=self.host, port=self.port, user=USER, password=self.password,
-                    dbname="postgres", connect_timeout=5, autocommit=True,
-                ) as connection:  # fmt: skip
+                    host=self.host,
+                    port=self.port,
+                    user=USER,
+                    password=self.password,
+                    dbname="postgres",
+                    connect_timeout=5,
+                    autocommit=True,
+                ) as connection:
                     connection.execute("CREATE DATABASE crawlhub")
                 return self
             except psycopg.OperationalError as error:

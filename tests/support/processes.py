@@ -53,9 +53,12 @@ class Started:
 
 
 def spawn(
-    args: list[str], *, env: dict[str, str] | None = None, outlives_the_test: bool = False,
+    args: list[str],
+    *,
+    env: dict[str, str] | None = None,
+    outlives_the_test: bool = False,
     **kwargs,
-) -> subprocess.Popen:  # fmt: skip
+) -> subprocess.Popen:
     """Start args in a session of its own, registered for stopping before anything waits for it.
 
     The child gets SIGTERM if the test run dies (setpriv --pdeathsig, when util-linux has it): call
@@ -117,9 +120,14 @@ def stop_all(procs: Iterable[subprocess.Popen], *, timeout: float = 20.0) -> Non
 
 
 def run(
-    args: list[str], *, timeout: float, check: bool = False, capture_output: bool = False,
-    text: bool = False, **kwargs,
-) -> subprocess.CompletedProcess:  # fmt: skip
+    args: list[str],
+    *,
+    timeout: float,
+    check: bool = False,
+    capture_output: bool = False,
+    text: bool = False,
+    **kwargs,
+) -> subprocess.CompletedProcess:
     """subprocess.run, with spawn() and stop(): on a timeout the child and everything it started
     are killed, and the error names the command."""
     if capture_output:
@@ -138,9 +146,14 @@ def run(
 
 
 def wait_for_http(
-    url: str, *, what: str, timeout: float = 120.0, proc: subprocess.Popen | None = None,
-    log: Path | None = None, request_timeout: float = 10.0,
-) -> requests.Response:  # fmt: skip
+    url: str,
+    *,
+    what: str,
+    timeout: float = 120.0,
+    proc: subprocess.Popen | None = None,
+    log: Path | None = None,
+    request_timeout: float = 10.0,
+) -> requests.Response:
     """Poll url until it answers (any status). Fails naming `what`, with the end of its log,
     when `proc` exits or nothing answers within `timeout` seconds; every way a request can fail
     on a busy machine (refused, reset, read timeout...) counts as "not yet"."""

@@ -43,9 +43,15 @@ def _key(path: Path) -> ec.EllipticCurvePrivateKey:
 
 
 def _certificate(
-    path: Path, *, name: str, key, issuer_key, issuer: x509.Name | None, ca: bool,
+    path: Path,
+    *,
+    name: str,
+    key,
+    issuer_key,
+    issuer: x509.Name | None,
+    ca: bool,
     addresses: tuple[str, ...] = ("127.0.0.1",),
-) -> x509.Name:  # fmt: skip
+) -> x509.Name:
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
     now = datetime.datetime.now(datetime.UTC)
     builder = (
@@ -60,10 +66,16 @@ def _certificate(
     )
     if ca:
         usage = x509.KeyUsage(
-            digital_signature=True, key_cert_sign=True, crl_sign=True, content_commitment=False,
-            key_encipherment=False, data_encipherment=False, key_agreement=False,
-            encipher_only=False, decipher_only=False,
-        )  # fmt: skip
+            digital_signature=True,
+            key_cert_sign=True,
+            crl_sign=True,
+            content_commitment=False,
+            key_encipherment=False,
+            data_encipherment=False,
+            key_agreement=False,
+            encipher_only=False,
+            decipher_only=False,
+        )
         builder = builder.add_extension(usage, critical=True)
     else:
         names = [x509.DNSName("localhost")]
@@ -80,19 +92,43 @@ def make_certificates(
     """A CA, a server certificate for localhost and `addresses` and a client certificate, both
     signed by it; and a second CA that signed neither (for the "wrong CA" case)."""
     folder.mkdir(parents=True, exist_ok=True)
-    files = {name: folder / f"{name}.pem" for name in (
-        "ca", "ca_key", "server", "server_key", "client", "client_key", "other_ca", "other_key",
-    )}  # fmt: skip
+    files = {
+        name: folder / f"{name}.pem"
+        for name in (
+            "ca",
+            "ca_key",
+            "server",
+            "server_key",
+            "client",
+            "client_key",
+            "other_ca",
+            "other_key",
+        )
+    }
     ca_key = _key(files["ca_key"])
-    ca = _certificate(files["ca"], name="test CA", key=ca_key, issuer_key=ca_key, issuer=None,
-                      ca=True)  # fmt: skip
+    ca = _certificate(
+        files["ca"], name="test CA", key=ca_key, issuer_key=ca_key, issuer=None, ca=True
+    )
     for role in ("server", "client"):
         key = _key(files[f"{role}_key"])
-        _certificate(files[role], name=role, key=key, issuer_key=ca_key, issuer=ca, ca=False,
-                     addresses=addresses)  # fmt: skip
+        _certificate(
+            files[role],
+            name=role,
+            key=key,
+            issuer_key=ca_key,
+            issuer=ca,
+            ca=False,
+            addresses=addresses,
+        )
     other_key = _key(files["other_key"])
-    _certificate(files["other_ca"], name="other CA", key=other_key, issuer_key=other_key,
-                 issuer=None, ca=True)  # fmt: skip
+    _certificate(
+        files["other_ca"],
+        name="other CA",
+        key=other_key,
+        issuer_key=other_key,
+        issuer=None,
+        ca=True,
+    )
     return files
 
 
@@ -131,19 +167,41 @@ class SecuredRedis(processes.Started):
         data = self.folder / "data"
         data.mkdir(parents=True, exist_ok=True)
         command = [
-            *self.launch, launcher.find_redis_server(),
-            "--port", "0", "--bind", self.host,
-            "--tls-port", str(self.port),
-            "--tls-cert-file", str(self.files["server"]),
-            "--tls-key-file", str(self.files["server_key"]),
-            "--tls-ca-cert-file", str(self.files["ca"]),
-            "--tls-auth-clients", "yes",
-            "--requirepass", self.admin_password,
+            *self.launch,
+            launcher.find_redis_server(),
+            "--port",
+            "0",
+            "--bind",
+            self.host,
+            "--tls-port",
+            str(self.port),
+            "--tls-cert-file",
+            str(self.files["server"]),
+            "--tls-key-file",
+            str(self.files["server_key"]),
+            "--tls-ca-cert-file",
+            str(self.files["ca"]),
+            "--tls-auth-clients",
+            "yes",
+            "--requirepass",
+            self.admin_password,
             # One config line, "user crawler on >password ~* &* +@all", a word per argument.
-            "--user", USER, "on", f">{self.password}", "~*", "&*", "+@all",
-            "--dir", str(data), "--save", "", "--appendonly", "no",
-            "--logfile", str(data / "redis.log"),
-        ]  # fmt: skip
+            "--user",
+            USER,
+            "on",
+            f">{self.password}",
+            "~*",
+            "&*",
+            "+@all",
+            "--dir",
+            str(data),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--logfile",
+            str(data / "redis.log"),
+        ]
         self.process = processes.spawn(
             command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
@@ -156,10 +214,16 @@ class SecuredRedis(processes.Started):
 
     def client(self) -> redis.Redis:
         return redis.Redis(
-            host=self.host, port=self.port, username=USER, password=self.password, ssl=True,
-            ssl_ca_certs=str(self.files["ca"]), ssl_certfile=str(self.files["client"]),
-            ssl_keyfile=str(self.files["client_key"]), socket_timeout=5,
-        )  # fmt: skip
+            host=self.host,
+            port=self.port,
+            username=USER,
+            password=self.password,
+            ssl=True,
+            ssl_ca_certs=str(self.files["ca"]),
+            ssl_certfile=str(self.files["client"]),
+            ssl_keyfile=str(self.files["client_key"]),
+            socket_timeout=5,
+        )
 
     def _answers(self) -> bool:
         client = self.client()

@@ -86,8 +86,9 @@ class SentinelRedis(processes.Started):
         binary = redis_server_binary()
         assert binary, "redis-server is not installed"
         self._start_node("primary", binary, self.primary_port)
-        self._start_node("replica", binary, self.replica_port, "--replicaof", "127.0.0.1",
-                         str(self.primary_port))  # fmt: skip
+        self._start_node(
+            "replica", binary, self.replica_port, "--replicaof", "127.0.0.1", str(self.primary_port)
+        )
         self._wait(lambda: self._replica_in_sync(), timeout, "the replica to sync")
         for n, port in enumerate(self.sentinel_ports):
             self._start_sentinel(n, binary, port)
@@ -98,10 +99,25 @@ class SentinelRedis(processes.Started):
         data = self.folder / name
         data.mkdir(parents=True, exist_ok=True)
         command = [
-            binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(data),
-            "--requirepass", self.password, "--masterauth", self.password,
-            "--save", "", "--appendonly", "no", "--logfile", str(data / "redis.log"), *extra,
-        ]  # fmt: skip
+            binary,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            str(data),
+            "--requirepass",
+            self.password,
+            "--masterauth",
+            self.password,
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--logfile",
+            str(data / "redis.log"),
+            *extra,
+        ]
         self.procs[name] = processes.spawn(
             command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
@@ -111,26 +127,29 @@ class SentinelRedis(processes.Started):
         data.mkdir(parents=True, exist_ok=True)
         config = data / "sentinel.conf"  # a sentinel rewrites its file: one each
         config.write_text(
-            "\n".join([
-                f"port {port}",
-                "bind 127.0.0.1",
-                f"dir {data}",
-                f"logfile {data / 'sentinel.log'}",
-                f"requirepass {self.sentinel_password}",
-                # The sentinels talk to each other with the password they want themselves.
-                f"sentinel sentinel-pass {self.sentinel_password}",
-                f"sentinel monitor {SERVICE} 127.0.0.1 {self.primary_port} 2",
-                f"sentinel auth-pass {SERVICE} {self.password}",
-                f"sentinel down-after-milliseconds {SERVICE} {DOWN_AFTER_MS}",
-                f"sentinel failover-timeout {SERVICE} {FAILOVER_TIMEOUT_MS}",
-                f"sentinel parallel-syncs {SERVICE} 1",
-                "",
-            ])
-        )  # fmt: skip
+            "\n".join(
+                [
+                    f"port {port}",
+                    "bind 127.0.0.1",
+                    f"dir {data}",
+                    f"logfile {data / 'sentinel.log'}",
+                    f"requirepass {self.sentinel_password}",
+                    # The sentinels talk to each other with the password they want themselves.
+                    f"sentinel sentinel-pass {self.sentinel_password}",
+                    f"sentinel monitor {SERVICE} 127.0.0.1 {self.primary_port} 2",
+                    f"sentinel auth-pass {SERVICE} {self.password}",
+                    f"sentinel down-after-milliseconds {SERVICE} {DOWN_AFTER_MS}",
+                    f"sentinel failover-timeout {SERVICE} {FAILOVER_TIMEOUT_MS}",
+                    f"sentinel parallel-syncs {SERVICE} 1",
+                    "",
+                ]
+            )
+        )
         self.procs[f"sentinel-{n}"] = processes.spawn(
             [binary, str(config), "--sentinel"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
 
     def _replica_in_sync(self) -> bool:
         try:

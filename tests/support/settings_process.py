@@ -61,16 +61,25 @@ class ForkingRunner:
     def __enter__(self) -> ForkingRunner:
         # Started by a fixture wider than one test, which stops it (the guard still checks).
         self.proc = processes.spawn(
-            [sys.executable, "-c", PARENT], cwd=self.cwd, stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, text=True, outlives_the_test=True,
-        )  # fmt: skip
+            [sys.executable, "-c", PARENT],
+            cwd=self.cwd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            outlives_the_test=True,
+        )
         assert self.proc.stdout.readline().strip() == "ready"
         return self
 
     def run(self, code: str, *, env: dict[str, str]) -> subprocess.CompletedProcess:
         out, err = self.folder / "stdout", self.folder / "stderr"
-        job = {"code": code, "env": env, "cwd": str(self.cwd), "stdout": str(out),
-               "stderr": str(err)}  # fmt: skip
+        job = {
+            "code": code,
+            "env": env,
+            "cwd": str(self.cwd),
+            "stdout": str(out),
+            "stderr": str(err),
+        }
         self.proc.stdin.write(json.dumps(job) + "\n")
         self.proc.stdin.flush()
         answer = self.proc.stdout.readline()

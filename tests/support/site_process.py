@@ -30,9 +30,14 @@ def read_log(path: Path) -> list[tuple[str, str]]:
 
 
 def serve(
-    site: SampleSite, *, host: str, port: int, log: Path,
-    hold: Path | None = None, hold_seconds: float = 0.0,
-) -> None:  # fmt: skip
+    site: SampleSite,
+    *,
+    host: str,
+    port: int,
+    log: Path,
+    hold: Path | None = None,
+    hold_seconds: float = 0.0,
+) -> None:
     out = log.open("a", buffering=1)
     lock = threading.Lock()
 
@@ -74,8 +79,14 @@ def main() -> None:
     parser.add_argument("--hold-seconds", type=float, default=1.0)
     options = parser.parse_args()
     site = SampleSite(pages=options.pages, seed=options.seed)
-    serve(site, host=options.host, port=options.port, log=options.log, hold=options.hold,
-          hold_seconds=options.hold_seconds)  # fmt: skip
+    serve(
+        site,
+        host=options.host,
+        port=options.port,
+        log=options.log,
+        hold=options.hold,
+        hold_seconds=options.hold_seconds,
+    )
 
 
 if __name__ == "__main__":

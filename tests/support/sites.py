@@ -181,12 +181,14 @@ class LoginSite:
                 'value="tok-123"><input name="username"><input type="password" name="password">'
                 '<input type="submit" value="Log in"></form>',
                 headers={"Set-Cookie": "csrftoken=tok-123; Path=/"},
-            )  # fmt: skip
+            )
         form = dict(pair.split("=", 1) for pair in request.body.decode().split("&") if "=" in pair)
         good = (
-            form.get("csrf") == "tok-123" and self._cookie(request, "csrftoken") == "tok-123"
-            and form.get("username") == self.USER and form.get("password") == self.PASSWORD
-        )  # fmt: skip
+            form.get("csrf") == "tok-123"
+            and self._cookie(request, "csrftoken") == "tok-123"
+            and form.get("username") == self.USER
+            and form.get("password") == self.PASSWORD
+        )
         if not good:
             return Response(status=200, body="<p>Wrong user or password</p>")
         with self._lock:

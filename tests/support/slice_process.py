@@ -28,9 +28,13 @@ ADDRESS_SPACE_CAP = 3 * 1024**3
 def peak_rss(crawl_id: int, *, env: dict[str, str], timeout: float = 120) -> dict:
     """Run the crawl's slices in a child until the crawl ends: {"peak_rss": bytes, "state"}."""
     result = processes.run(
-        [sys.executable, "-m", "tests.support.slice_process", str(crawl_id)], cwd=ROOT,
-        env=env, timeout=timeout, capture_output=True, text=True,
-    )  # fmt: skip
+        [sys.executable, "-m", "tests.support.slice_process", str(crawl_id)],
+        cwd=ROOT,
+        env=env,
+        timeout=timeout,
+        capture_output=True,
+        text=True,
+    )
     if result.returncode != 0:
         raise AssertionError(f"the slice process exited {result.returncode}:\n{result.stderr}")
     return json.loads(result.stdout.splitlines()[-1])

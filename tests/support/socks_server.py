@@ -145,9 +145,12 @@ class SocksServer:
         return None
 
     def _reply(
-        self, conn: socket.socket, relay: Relay, code: int,
+        self,
+        conn: socket.socket,
+        relay: Relay,
+        code: int,
         bound: tuple[str, int] = ("0.0.0.0", 0),
-    ) -> None:  # fmt: skip
+    ) -> None:
         relay.reply = code
         address = ipaddress.ip_address(bound[0])
         kind = IPV4 if address.version == 4 else IPV6

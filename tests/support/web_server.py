@@ -29,10 +29,21 @@ def web_server(env: dict[str, str], log_path: Path) -> Iterator[tuple[subprocess
     port = free_port()
     with open(log_path, "w") as log:
         daphne = processes.spawn(
-            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-             "crawlhub.asgi:application"],
-            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "daphne",
+                "-b",
+                "127.0.0.1",
+                "-p",
+                str(port),
+                "crawlhub.asgi:application",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     try:
         base = f"http://127.0.0.1:{port}"
         processes.wait_for_http(

@@ -16,13 +16,17 @@ class Command(rqcron.Command):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
-            "config_path", nargs="?", default="crawlhub.cron",
+            "config_path",
+            nargs="?",
+            default="crawlhub.cron",
             help="the module registering the jobs (default: crawlhub.cron)",
-        )  # fmt: skip
+        )
         parser.add_argument(
-            "--logging-level", "-l", default="INFO",
+            "--logging-level",
+            "-l",
+            default="INFO",
             choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
-        )  # fmt: skip
+        )
 
     def handle(self, *args: Any, config_path: str, logging_level: str, **options: Any) -> None:
         scheduler = CronScheduler(logging_level=getattr(logging, logging_level))

@@ -88,9 +88,13 @@ def child_env(environ: dict[str, str], *, redis_url: str, url: str) -> dict[str,
 
 
 def wait_until_served(
-    group: process_group.ProcessGroup, name: str, url: str, *, timeout: float,
+    group: process_group.ProcessGroup,
+    name: str,
+    url: str,
+    *,
+    timeout: float,
     stopping: process_group.StopSignals | None = None,
-) -> bool:  # fmt: skip
+) -> bool:
     """Wait until the child `name` of `group` answers over HTTP at url (with any status).
 
     False when a stop signal came first. CommandError, naming the child, when it exits first
@@ -157,9 +161,13 @@ class Command(BaseCommand):
         try:
             redis_server = self._start_redis()
             group = self._process_group(
-                host=host, port=port, workers=workers, url=url, redis_server=redis_server,
+                host=host,
+                port=port,
+                workers=workers,
+                url=url,
+                redis_server=redis_server,
                 reaper=reaper,
-            )  # fmt: skip
+            )
             group.start()
             if wait_until_served(
                 group, "web", f"{url}/healthz", timeout=WEB_START_SECONDS, stopping=signals
@@ -171,15 +179,22 @@ class Command(BaseCommand):
             self._stop_all(group, redis_server)
 
     def _process_group(
-        self, *, host: str, port: int, workers: int, url: str,
-        redis_server: launcher.EmbeddedRedis | None, reaper: bool,
-    ) -> process_group.ProcessGroup:  # fmt: skip
+        self,
+        *,
+        host: str,
+        port: int,
+        workers: int,
+        url: str,
+        redis_server: launcher.EmbeddedRedis | None,
+        reaper: bool,
+    ) -> process_group.ProcessGroup:
         """Workers (the first one runs RQ's scheduler), cron and the web server; and the
         embedded Redis, when this run started it, to restart if it dies."""
         group = process_group.ProcessGroup(
             env=child_env(dict(os.environ), redis_url=self.redis_url, url=url),
-            redis=redis_server, reaper=reaper,
-        )  # fmt: skip
+            redis=redis_server,
+            reaper=reaper,
+        )
         manage = [sys.executable, str(settings.BASE_DIR / "manage.py")]
         for n in range(workers):
             scheduler = ["--with-scheduler"] if n == 0 else []

@@ -38,9 +38,10 @@ def database_where() -> str:
 def migrations_out_of_step() -> str:
     """Why this version cannot work on the database, or "" when its migrations match ours."""
     executor = MigrationExecutor(connection)
-    missing = [f"{m.app_label}.{m.name}" for m, _ in executor.migration_plan(
-        executor.loader.graph.leaf_nodes()
-    )]  # fmt: skip
+    missing = [
+        f"{m.app_label}.{m.name}"
+        for m, _ in executor.migration_plan(executor.loader.graph.leaf_nodes())
+    ]
     if missing:
         return (
             f"the database {database_where()} lacks {len(missing)} migration(s) of this "
@@ -71,9 +72,11 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
-            "--workers", type=int, default=os.cpu_count() or 1,
+            "--workers",
+            type=int,
+            default=os.cpu_count() or 1,
             help="RQ worker processes to run (default: one per core)",
-        )  # fmt: skip
+        )
 
     def handle(self, *args, workers: int, **options) -> None:
         if workers < 1:

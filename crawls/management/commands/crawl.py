@@ -68,14 +68,17 @@ def _add_option(parser: ArgumentParser, field: models.Field) -> None:
     # argparse formats help with %: a literal one in a help text must be doubled.
     text = str(field.help_text).replace("%", "%%")
     if isinstance(field, LinesField):
-        parser.add_argument(*_flags(flag), dest=field.name, action="append",
-                            help=f"{text} (repeat)")  # fmt: skip
+        parser.add_argument(
+            *_flags(flag), dest=field.name, action="append", help=f"{text} (repeat)"
+        )
     elif isinstance(field, models.BooleanField):
         yes_no = parser.add_mutually_exclusive_group()
-        yes_no.add_argument(*_flags(flag), dest=field.name, action="store_true", default=None,
-                            help=text)  # fmt: skip
-        yes_no.add_argument(*_flags("--no-" + flag[2:]), dest=field.name, action="store_false",
-                            default=None)  # fmt: skip
+        yes_no.add_argument(
+            *_flags(flag), dest=field.name, action="store_true", default=None, help=text
+        )
+        yes_no.add_argument(
+            *_flags("--no-" + flag[2:]), dest=field.name, action="store_false", default=None
+        )
     else:
         parser.add_argument(*_flags(flag), dest=field.name, help=text, **_value_type(field))
 
@@ -87,11 +90,12 @@ def _add_create_options(parser: ArgumentParser) -> None:
     for name in CRAWL_OPTIONS:
         _add_option(parser, Crawl._meta.get_field(name))
     parser.add_argument(
-        "--auth-file", metavar="FILE",
+        "--auth-file",
+        metavar="FILE",
         help="the crawl's credentials, a JSON object with any of: "
         f"{', '.join(credentials.INPUTS)} (text, as the form takes them); in a file, so that "
         "no secret is on the command line",
-    )  # fmt: skip
+    )
     parser.add_argument(
         "--cookies-file", metavar="FILE", help="a Netscape cookies.txt of the seeds' hosts"
     )
@@ -175,10 +179,12 @@ class Command(Operating, BaseCommand):
             host_parser.add_argument("--user", help="username recorded in the crawl's events")
             if name == "hold-host":
                 host_parser.add_argument(
-                    "--until", required=True, type=_until,
+                    "--until",
+                    required=True,
+                    type=_until,
                     help="how long (90s, 30m, 2h, 1d; a bare number is minutes) or until when "
                     "(ISO 8601, UTC unless it says otherwise, e.g. 2030-01-31T18:00)",
-                )  # fmt: skip
+                )
         change = sub.add_parser(
             "change", help="change a running or paused crawl's limits or scope (as Change limits)"
         )
@@ -187,16 +193,30 @@ class Command(Operating, BaseCommand):
             if name not in services.SCOPE_FIELDS:
                 _add_option(change, Crawl._meta.get_field(name))
         for kind in ("include", "exclude"):
-            change.add_argument(f"--add-{kind}", action="append", default=[], metavar="PATTERN",
-                                help=f"one more {kind} pattern (repeat)")  # fmt: skip
-            change.add_argument(f"--remove-{kind}", action="append", default=[],
-                                metavar="PATTERN", help=f"an {kind} pattern to remove, as "
-                                "`crawl status` shows it (repeat)")  # fmt: skip
+            change.add_argument(
+                f"--add-{kind}",
+                action="append",
+                default=[],
+                metavar="PATTERN",
+                help=f"one more {kind} pattern (repeat)",
+            )
+            change.add_argument(
+                f"--remove-{kind}",
+                action="append",
+                default=[],
+                metavar="PATTERN",
+                help=f"an {kind} pattern to remove, as `crawl status` shows it (repeat)",
+            )
         change.add_argument("--user", help="username recorded in the crawl's events")
         queue = sub.add_parser("queue", help="what is queued: by host, by depth, and requests")
         queue.add_argument("id", type=int)
-        queue.add_argument("--size", type=int, choices=queued.PAGE_SIZES,
-                           default=queued.DEFAULT_SIZE, help="requests to list")  # fmt: skip
+        queue.add_argument(
+            "--size",
+            type=int,
+            choices=queued.PAGE_SIZES,
+            default=queued.DEFAULT_SIZE,
+            help="requests to list",
+        )
         queue.add_argument("--after", default="", help="the cursor a listing ended with")
         queue.add_argument("--json", action="store_true")
         waiting = sub.add_parser("wait", help="wait until the crawl ends (exit 0 if finished)")
@@ -302,8 +322,13 @@ class Command(Operating, BaseCommand):
         )
         for row in rows:
             held, next_at = row["held_until"], row["next_at"]
-            when = (f"held until {held:%Y-%m-%d %H:%M:%S}" if held
-                    else f"next {next_at:%H:%M:%S}" if next_at else "")  # fmt: skip
+            when = (
+                f"held until {held:%Y-%m-%d %H:%M:%S}"
+                if held
+                else f"next {next_at:%H:%M:%S}"
+                if next_at
+                else ""
+            )
             self.stdout.write(
                 f"{row['host']:<32} {row['queued']:>7} {row['in_flight']:>6} {row['done']:>7} "
                 f"{row['errors']:>6} {row['delay']:>6g}  "
@@ -311,8 +336,9 @@ class Command(Operating, BaseCommand):
             )
 
     def do_hold_host(self, *, id, host, until, user, **_) -> None:
-        minutes = until if isinstance(until, float) else (
-            (until - timezone.now()).total_seconds() / 60)  # fmt: skip
+        minutes = (
+            until if isinstance(until, float) else ((until - timezone.now()).total_seconds() / 60)
+        )
         held = services.crawl_host_hold(
             crawl=self._crawl(id), host=host, minutes=minutes, user=self._user(user)
         )
@@ -342,7 +368,8 @@ class Command(Operating, BaseCommand):
                     + f" (they are: {current or 'none'})"
                 )
             changes[name] = [p for p in current if p not in removed] + [
-                p for p in added if p not in current]  # fmt: skip
+                p for p in added if p not in current
+            ]
         done = services.crawl_change_live(crawl=crawl, user=self._user(user), **changes)
         for line in done.lines or ["nothing changed"]:
             self.stdout.write(line)
@@ -353,17 +380,27 @@ class Command(Operating, BaseCommand):
         except queued.CursorError as exc:
             raise CommandError(f"--after: {exc}") from None
         if json:
-            self.stdout.write(_json({
-                "queued": screen.queued, "retrying": screen.retrying,
-                "by_host": dict(screen.hosts), "by_depth": dict(screen.depths),
-                "next": screen.next or None, "results": screen.rows,
-            }))  # fmt: skip
+            self.stdout.write(
+                _json(
+                    {
+                        "queued": screen.queued,
+                        "retrying": screen.retrying,
+                        "by_host": dict(screen.hosts),
+                        "by_depth": dict(screen.depths),
+                        "next": screen.next or None,
+                        "results": screen.rows,
+                    }
+                )
+            )
             return
         self.stdout.write(f"{screen.queued} queued, {screen.retrying} retrying")
-        self.stdout.write("by depth: " + (", ".join(f"{d}: {n}" for d, n in screen.depths)
-                                          or "nothing queued"))  # fmt: skip
-        self.stdout.write("by host:  " + (", ".join(f"{h}: {n}" for h, n in screen.hosts[:20])
-                                          or "nothing queued"))  # fmt: skip
+        self.stdout.write(
+            "by depth: " + (", ".join(f"{d}: {n}" for d, n in screen.depths) or "nothing queued")
+        )
+        self.stdout.write(
+            "by host:  "
+            + (", ".join(f"{h}: {n}" for h, n in screen.hosts[:20]) or "nothing queued")
+        )
         for row in screen.rows:
             self.stdout.write(f"{row['depth']:>4} {row['priority']:>4}  {row['url']}")
         if screen.next:
@@ -406,10 +443,17 @@ class Command(Operating, BaseCommand):
         seconds = None
         if started is not None:
             seconds = round(((finished or timezone.now()) - started).total_seconds(), 3)
-        return {"id": crawl.pk, "name": crawl.name, "state": crawl.state,
-                "end_reason": crawl.end_reason, "end_line": crawl.end_line,
-                "started_at": started, "finished_at": finished, "seconds": seconds,
-                **services.crawl_stats(crawl)}  # fmt: skip
+        return {
+            "id": crawl.pk,
+            "name": crawl.name,
+            "state": crawl.state,
+            "end_reason": crawl.end_reason,
+            "end_line": crawl.end_line,
+            "started_at": started,
+            "finished_at": finished,
+            "seconds": seconds,
+            **services.crawl_stats(crawl),
+        }
 
     def do_status(self, *, id, json: bool, **_) -> None:
         status = self._status(self._crawl(id))

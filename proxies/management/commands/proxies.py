@@ -54,9 +54,11 @@ class Command(BaseCommand):
                 data = self.stdin_bytes() if source == "-" else self.read(path)
                 label = "stdin" if source == "-" else f"file: {path.name}"
                 report = services.import_proxies(
-                    text=services.decode_list(data), source=label, actor="cli",
+                    text=services.decode_list(data),
+                    source=label,
+                    actor="cli",
                     progress=self.progress,
-                )  # fmt: skip
+                )
         except services.ImportFailed as exc:
             raise CommandError(str(exc)) from None
         for error in report.errors:
@@ -89,8 +91,11 @@ class Command(BaseCommand):
         return sys.stdin.buffer.read(services.MAX_LIST_BYTES + 1)
 
     def do_list(self, *, as_json: bool, **filters) -> None:
-        params = {k: v for k, v in filters.items() if k in (
-            "state", "channel", "score", "anonymity", "source", "sort") and v}  # fmt: skip
+        params = {
+            k: v
+            for k, v in filters.items()
+            if k in ("state", "channel", "score", "anonymity", "source", "sort") and v
+        }
         rows = [
             {
                 "id": p.pk,
@@ -104,7 +109,7 @@ class Command(BaseCommand):
                 "failures": p.failures,
                 "last_error": p.last_error,
                 "last_validated_at": machine(p.last_validated_at),
-            }  # fmt: skip
+            }
             for p in services.filter_proxies(params)
         ]
         if as_json:
@@ -124,9 +129,9 @@ class Command(BaseCommand):
             self.stderr.write(f"unknown proxy: {address}")
         batch = services.INLINE_LIMIT  # one short transaction per batch
         for start in range(0, len(found), batch):
-            done = services.remove_proxies(proxies=found[start : start + batch],
-                                           why=why or "removed from the CLI",
-                                           actor="cli")  # fmt: skip
+            done = services.remove_proxies(
+                proxies=found[start : start + batch], why=why or "removed from the CLI", actor="cli"
+            )
             for proxy in done:
                 self.stdout.write(f"removed {proxy.masked_url}")
         if unknown:
