@@ -17,11 +17,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 import pytest
+
+from tests.support import processes, template_database
 
 # Bytecode is cached during the suite, whatever the environment says (PYTHONDONTWRITEBYTECODE
 # is set on some machines, this one included): each worker rewrites the asserts of some 120
@@ -49,6 +52,12 @@ if WORKER:
         )
     )
     os.environ["CRAWLHUB_DATA_DIR"] = str(DATA_DIR)
+
+# A directory the run's workers share (they inherit the controller's environment), made by the
+# controller: the migrated template of the test database that each worker copies
+# (tests/support/template_database.py).
+RUN_DIR: Path | None = None
+_template_maker: subprocess.Popen | None = None
 
 
 # What a test is guessed to cost, in quick tests, for handing out the longest files first: a
@@ -81,9 +90,33 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=lambda item: order[item.nodeid.split("::", 1)[0]])
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """In the controller of a parallel run on SQLite: the run's directory, and the template of
+    the test database started in it while the workers start and collect."""
+    global RUN_DIR, _template_maker
+    parallel = config.getoption("dist", "no") != "no" and config.getoption("numprocesses", 0)
+    if WORKER or not parallel or os.environ.get(template_database.RUN_DIR_VARIABLE):
+        return
+    RUN_DIR = Path(tempfile.mkdtemp(prefix="crawlhub-test-run-"))
+    os.environ[template_database.RUN_DIR_VARIABLE] = str(RUN_DIR)
+    if not os.environ.get("DATABASE_URL"):
+        _template_maker = template_database.start(run_dir=RUN_DIR)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Before the conftest's check that no process is left (a run without a database test can
+    end before the template is made)."""
+    if _template_maker is not None:
+        processes.stop(_template_maker)
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
-    if DATA_DIR is not None:
-        shutil.rmtree(DATA_DIR, ignore_errors=True)
+    if _template_maker is not None:
+        processes.stop(_template_maker)
+    for made in (DATA_DIR, RUN_DIR):
+        if made is not None:
+            shutil.rmtree(made, ignore_errors=True)
 
 
 @pytest.hookimpl(tryfirst=True)
