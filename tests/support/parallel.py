@@ -89,17 +89,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def pytest_configure(config: pytest.Config) -> None:
     """In the controller of a parallel run on SQLite: the run's directory, and the template of
-    the test database started in it while the workers start and collect."""
+    the test database started in it while the workers start and collect (on PostgreSQL each
+    worker migrates its own database)."""
     global RUN_DIR, _template_maker
-    if not WORKER and config.getoption("store_durations"):
+    if WORKER:
+        return
+    if config.getoption("store_durations"):
         config.pluginmanager.register(durations.Recorder(), "crawlhub-durations")
     parallel = config.getoption("dist", "no") != "no" and config.getoption("numprocesses", 0)
-    if WORKER or not parallel or os.environ.get(template_database.RUN_DIR_VARIABLE):
+    if not parallel or os.environ.get("DATABASE_URL"):
         return
     RUN_DIR = Path(tempfile.mkdtemp(prefix="crawlhub-test-run-"))
     os.environ[template_database.RUN_DIR_VARIABLE] = str(RUN_DIR)
-    if not os.environ.get("DATABASE_URL"):
-        _template_maker = template_database.start(run_dir=RUN_DIR)
+    _template_maker = template_database.start(run_dir=RUN_DIR)
 
 
 @pytest.hookimpl(tryfirst=True)
