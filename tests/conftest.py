@@ -12,6 +12,7 @@ import os
 import secrets
 import socket
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from asgiref.sync import sync_to_async
@@ -23,9 +24,10 @@ from crawlhub.http import chromium
 from crawlhub.processes import launcher
 from crawlhub.redis.connections import get_redis
 from crawls.engine import slices
-from tests.support import processes
+from tests.support import processes, template_database
 from tests.support.clients import PASSWORD
 from tests.support.crawling import FAST_WORKERS, WorkerFleet, reset_redis, use_redis
+from tests.support.parallel import WORKER
 from tests.support.sites import Handler, LocalSite, RawServer, free_port
 
 # Every process this test run starts carries MARKER=<TOKEN> <test id> in its environment (set
@@ -98,6 +100,27 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
 
 
 _LEFT_AT_THE_END = pytest.StashKey[list]()
+
+
+@pytest.fixture(scope="session")
+def django_db_keepdb(
+    request: pytest.FixtureRequest,
+    django_db_modify_db_settings: None,
+    django_db_use_migrations: bool,
+    django_db_createdb: bool,
+) -> bool:
+    """pytest-django keeps the test database it finds (as with `--reuse-db`) when this worker
+    copied the run's migrated template there (tests/support/template_database.py): it then
+    only checks that nothing is left to migrate. Asked after django_db_modify_db_settings,
+    which names each worker's database."""
+    if request.config.getvalue("reuse_db"):
+        return True
+    run_dir = os.environ.get(template_database.RUN_DIR_VARIABLE, "")
+    if not WORKER or not run_dir or not django_db_use_migrations or django_db_createdb:
+        return False
+    return template_database.copy_into(
+        test_database=settings.DATABASES["default"], run_dir=Path(run_dir)
+    )
 
 
 @pytest.fixture(scope="session")

@@ -3,7 +3,7 @@ worker is a test run of its own, and owns its embedded Redis (tests/conftest.py)
 (free_port), its process marker (the conftest's TOKEN) and, set here, its data dir: the SQLite
 test database, the secret key and what daphne and RQ workers started by its tests read.
 
-Tests are handed out a file at a time (`--dist loadfile`), the largest files first: what a
+Tests are handed out a file at a time (`--dist loadfile`), the longest files first: what a
 module shares between its tests (the browser and the dashboard's processes, tests/dashboard/
 conftest.py) is started once, in one worker, and the guard after each module sees the module
 whole. A test that must not share something with the others of its worker says so in its own
@@ -17,11 +17,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 import pytest
+
+from tests.support import durations, processes, template_database
 
 # Bytecode is cached during the suite, whatever the environment says (PYTHONDONTWRITEBYTECODE
 # is set on some machines, this one included): each worker rewrites the asserts of some 120
@@ -50,40 +53,71 @@ if WORKER:
     )
     os.environ["CRAWLHUB_DATA_DIR"] = str(DATA_DIR)
 
+# A directory the run's workers share (they inherit the controller's environment), made by the
+# controller: the migrated template of the test database that each worker copies
+# (tests/support/template_database.py).
+RUN_DIR: Path | None = None
+_template_maker: subprocess.Popen | None = None
 
-# What a test is guessed to cost, in quick tests, for handing out the longest files first: a
-# slow one 20; one that asks for a longer timeout than the suite's says it is longer still.
-SLOW_TEST_COST = 20
-SECONDS_OF_TIMEOUT_PER_COST = 2
 
-
-def _cost(item: pytest.Item) -> int:
-    cost = SLOW_TEST_COST if item.get_closest_marker("slow") else 1
-    timeout = item.get_closest_marker("timeout")
-    if timeout is not None and timeout.args:
-        cost = max(cost, int(timeout.args[0]) // SECONDS_OF_TIMEOUT_PER_COST)
-    return cost
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--store-durations",
+        action="store_true",
+        help="write what each test took into tests/durations.json (the order files are handed "
+        "out in)",
+    )
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """In each worker, the files in the order they are handed out (--no-loadscope-reorder):
-    the longest first (by _cost), so that the run does not end waiting on a browser module or
-    a whole-crawl test that started last. Every worker sorts alike (xdist checks that
-    they collected the same list)."""
+    the longest first, by the seconds their tests took in a measured run
+    (tests/support/durations.py), so that the run does not end waiting on a browser module or
+    a whole-crawl test that started last. Every worker sorts alike (xdist checks that they
+    collected the same list)."""
     if not WORKER:
         return
-    cost: dict[str, int] = {}
+    measured = durations.load()
+    cost: dict[str, float] = {}
     for item in items:
         path = item.nodeid.split("::", 1)[0]
-        cost[path] = cost.get(path, 0) + _cost(item)
+        cost[path] = cost.get(path, 0.0) + durations.guess(item, measured)
     order = {path: n for n, path in enumerate(sorted(cost, key=lambda path: -cost[path]))}
     items.sort(key=lambda item: order[item.nodeid.split("::", 1)[0]])
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """In the controller of a parallel run on SQLite: the run's directory, and the template of
+    the test database started in it while the workers start and collect (on PostgreSQL each
+    worker migrates its own database)."""
+    global RUN_DIR, _template_maker
+    if WORKER:
+        return
+    if config.getoption("store_durations"):
+        config.pluginmanager.register(durations.Recorder(), "crawlhub-durations")
+    parallel = config.getoption("dist", "no") != "no" and config.getoption("numprocesses", 0)
+    if not parallel or os.environ.get("DATABASE_URL"):
+        return
+    RUN_DIR = Path(tempfile.mkdtemp(prefix="crawlhub-test-run-"))
+    os.environ[template_database.RUN_DIR_VARIABLE] = str(RUN_DIR)
+    _template_maker = template_database.start(run_dir=RUN_DIR)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Before the conftest's check that no process is left (a run without a database test can
+    end before the template is made)."""
+    if _template_maker is not None:
+        processes.stop(_template_maker)
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
-    if DATA_DIR is not None:
-        shutil.rmtree(DATA_DIR, ignore_errors=True)
+    if _template_maker is not None:
+        processes.stop(_template_maker)
+    for made in (DATA_DIR, RUN_DIR):
+        if made is not None:
+            shutil.rmtree(made, ignore_errors=True)
 
 
 @pytest.hookimpl(tryfirst=True)
