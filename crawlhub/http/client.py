@@ -184,7 +184,7 @@ class Fetcher:
         its title and links when it is complete HTML. `headers` are sent as well (a
         conditional request's If-None-Match, say); the values of those named in
         `secret_headers` (lowercase) are masked in FetchResult.request_headers, like
-        SECRET_HEADERS.
+        wire.SECRET_HEADERS.
 
         With follow_redirects=False (a crawl's own pages: crawls/engine/slices.py), a redirect
         is the answer, like any other status, and its target is in FetchResult.redirect_to: the

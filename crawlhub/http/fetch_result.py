@@ -38,7 +38,7 @@ class FetchResult:
     links: list[str] = field(default_factory=list)
     link_texts: list[str] = field(default_factory=list)  # each link's text, as links go
     headers: dict[str, str] = field(default_factory=dict)  # final response, lowercase names
-    # What the last request sent: its headers (secrets masked, see SECRET_HEADERS), and the
+    # What the last request sent: its headers (secrets masked, see wire.SECRET_HEADERS), and the
     # proxy it went through ("scheme://host:port", no credentials; set by whoever chose it).
     request_headers: dict[str, str] = field(default_factory=dict)
     proxy: str = ""
