@@ -30,7 +30,8 @@ import redis
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from crawlhub.processes.launcher import EmbeddedRedis  # noqa: E402
-from crawls.engine.frontier import SEEN_BUCKET_BITS, Frontier  # noqa: E402
+from crawls.engine.frontier import Frontier  # noqa: E402
+from crawls.engine.frontier_scripts import SEEN_BUCKET_BITS  # noqa: E402
 from crawls.engine.request import Outcome  # noqa: E402
 
 FANOUT = 10

@@ -33,7 +33,7 @@ from django.utils import timezone
 from crawlhub.dates import machine
 from crawls import deliveries, webhooks
 from crawls.alerts import MAX_MINUTES
-from crawls.engine.frontier import (
+from crawls.engine.frontier_alerts import (
     alert_views,
     alerts_lock,
     forget_alert_samples,

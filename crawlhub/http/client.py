@@ -20,48 +20,36 @@ from __future__ import annotations
 
 import contextlib
 import http.client
-import json
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
-from typing import Any
-from urllib.parse import urljoin
+from dataclasses import dataclass, replace
 
 import requests
 import urllib3.exceptions
 from requests.cookies import extract_cookies_to_jar
 from requests.structures import CaseInsensitiveDict
-from requests.utils import get_encoding_from_headers
 
-from crawlhub.http import bodies, charsets, links, netguard
+from crawlhub.http import bodies, links, netguard
 from crawlhub.http.deadline import arm, disarm, set_socket_timeout
 from crawlhub.http.errors import (
-    PROXY_REFUSED,
-    PROXY_TIMED_OUT,
     FetchError,
     classify,
     deadline_error,
     describe,
     timeout_error,
 )
-from crawlhub.http.session import new_session, unguarded
+from crawlhub.http.fetch_result import FetchResult
+from crawlhub.http.redirects import REDIRECT_STATUSES, located, redirect_target
+from crawlhub.http.session import new_session, prepare_without_cookies, unguarded
 from crawlhub.http.urls import normalize, url_problem
 from crawlhub.http.useragents import MODES, pick_user_agent
-from crawlhub.http.wire import MASK, Exchange
+from crawlhub.http.wire import exchange_of, recorded_headers
 
 ACCEPT = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
 # Only what bodies.py decodes, in bounded steps.
 ACCEPT_ENCODING = "gzip, deflate"
-REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
-# "browser": the browser rendering the page died under it (rendering.py).
-RETRYABLE_KINDS = frozenset({"timeout", "refused", "connection", "proxy", "browser"})
-MAX_RETRY_AFTER = 3600.0
 # A redirect's own body is read (to keep the connection pooled) only when it is this small.
 REDIRECT_BODY_LIMIT = 16 * 1024
-# Request headers whose values are never recorded (FetchResult.request_headers).
-SECRET_HEADERS = frozenset({"authorization", "cookie", "proxy-authorization"})
 
 
 class OptionError(ValueError):
@@ -71,83 +59,6 @@ class OptionError(ValueError):
         super().__init__(f"{option}: {message}")
         self.option = option
         self.message = message  # without the option's name
-
-
-@dataclass
-class FetchResult:
-    url: str
-    final_url: str  # the URL that answered last (the last redirect target, or `url`)
-    status: int | None  # None when no response
-    content_type: str  # the Content-Type header as sent, charset included
-    body: bytes  # at most max_bytes, decoded from gzip/deflate
-    nbytes: int  # body bytes received on the wire (compressed size when compressed)
-    truncated: bool  # body hit max_bytes (not parsed then)
-    elapsed_ms: int
-    redirects: list[str]  # each redirect target followed, in order (the last is final_url)
-    error: str  # "" when a full response came; else what went wrong, for people
-    error_kind: str  # "" | "timeout" | "refused" | "dns" | "connection" | "redirects" | ...
-    title: str = ""
-    links: list[str] = field(default_factory=list)
-    link_texts: list[str] = field(default_factory=list)  # each link's text, as links go
-    headers: dict[str, str] = field(default_factory=dict)  # final response, lowercase names
-    # What the last request sent: its headers (secrets masked, see SECRET_HEADERS), and the
-    # proxy it went through ("scheme://host:port", no credentials; set by whoever chose it).
-    request_headers: dict[str, str] = field(default_factory=dict)
-    proxy: str = ""
-    # A redirect that was not followed (fetch(follow_redirects=False)): the absolute http(s)
-    # URL its Location points at; "" for any other answer.
-    redirect_to: str = ""
-    # The last request and its answer as they went on the wire (wire.py); None when no answer
-    # came, or when the body is not the one that came (a page rendered in a browser).
-    exchange: Exchange | None = None
-
-    @property
-    def retryable(self) -> bool:
-        if self.error_kind in RETRYABLE_KINDS:
-            return True
-        return self.status is not None and (self.status >= 500 or self.status == 429)
-
-    @property
-    def refused(self) -> bool:
-        """Nothing listened: the server, or the proxy in between, refused the connection."""
-        return self.error_kind == "refused" or (
-            self.error_kind == "proxy" and self.error == PROXY_REFUSED
-        )
-
-    @property
-    def timed_out(self) -> bool:
-        """No answer in time, from the server or from the proxy in between."""
-        return self.error_kind == "timeout" or (
-            self.error_kind == "proxy" and self.error == PROXY_TIMED_OUT
-        )
-
-    @property
-    def retry_after(self) -> float | None:
-        """Seconds from a Retry-After header (delay or HTTP date), when present and <= 1 h."""
-        value = self.headers.get("retry-after", "").strip()
-        if not value:
-            return None
-        if value.isascii() and value.isdigit():  # "²" is a digit to isdigit(), not to float()
-            seconds = float(value)
-        else:
-            try:
-                when = parsedate_to_datetime(value)
-            except (TypeError, ValueError, IndexError):
-                return None
-            if when.tzinfo is None:
-                when = when.replace(tzinfo=UTC)
-            seconds = max(0.0, (when - datetime.now(UTC)).total_seconds())
-        return seconds if seconds <= MAX_RETRY_AFTER else None
-
-    def json(self) -> Any:
-        """The body parsed as JSON; ValueError when it is not JSON."""
-        return json.loads(self.body)
-
-    def text(self) -> str:
-        """The body in the charset the response declared (for text/* without one, HTTP/1.1's
-        ISO-8859-1, as requests reads it; else, or when it names no charset, UTF-8),
-        undecodable bytes replaced."""
-        return charsets.decode(self.body, get_encoding_from_headers(self.headers))
 
 
 def refusal(url: str) -> str:
@@ -273,7 +184,7 @@ class Fetcher:
         its title and links when it is complete HTML. `headers` are sent as well (a
         conditional request's If-None-Match, say); the values of those named in
         `secret_headers` (lowercase) are masked in FetchResult.request_headers, like
-        SECRET_HEADERS.
+        wire.SECRET_HEADERS.
 
         With follow_redirects=False (a crawl's own pages: crawls/engine/slices.py), a redirect
         is the answer, like any other status, and its target is in FetchResult.redirect_to: the
@@ -440,8 +351,8 @@ class Fetcher:
             result.status = response.status_code
             result.content_type = response.headers.get("Content-Type", "").strip()
             result.headers = {k.lower(): v for k, v in response.headers.items()}
-            result.request_headers = _recorded(sent.headers, call.secret)
-            result.exchange = _exchange(sent, result.request_headers, response)
+            result.request_headers = recorded_headers(sent.headers, call.secret)
+            result.exchange = exchange_of(sent, result.request_headers, response)
             if proxy and response.status_code == 407:
                 response.close()
                 raise FetchError("proxy refused: 407 Proxy Authentication Required", "proxy")
@@ -450,12 +361,12 @@ class Fetcher:
                 return response
             if not call.follow:
                 if call.locate:
-                    result.redirect_to = _located(response, current, location)
+                    result.redirect_to = located(response, current, location)
                 return response
             self._read_body(response, REDIRECT_BODY_LIMIT, deadline)  # frees the connection
             if len(result.redirects) >= self.max_redirects:
                 raise FetchError(f"too many redirects (over {self.max_redirects})", "redirects")
-            current = _redirect_target(current, location)
+            current = redirect_target(current, location)
             result.redirects.append(current)
 
     def _send(
@@ -495,7 +406,7 @@ class Fetcher:
                     hooks={},
                 )
             else:
-                _prepare_without_cookies(prepared, call.method, url, headers, call.body)
+                prepare_without_cookies(prepared, call.method, url, headers, call.body)
             arm(deadline)
             with contextlib.nullcontext() if guarded else unguarded():
                 response = session.get_adapter(prepared.url).send(
@@ -568,77 +479,3 @@ class Fetcher:
         else:
             raw.release_conn()  # read to the end: the connection goes back to the pool
         return body
-
-
-def _prepare_without_cookies(
-    prepared: requests.PreparedRequest,
-    method: str,
-    url: str,
-    headers: Mapping[str, str],
-    body: bytes | None,
-) -> None:
-    """PreparedRequest.prepare's steps but its cookies', for a session whose jar is empty:
-    asking an empty jar for a Cookie header takes its lock and its policy's clock, per page.
-    `url` is in normal form (urls.normalize: _follow sends nothing else), which requests
-    prepares unchanged (test_every_reader_reads_the_normal_form_alike holds it): it is taken
-    as it is, not parsed twice more; only one with a user name (a proxy's) has auth to take."""
-    prepared.prepare_method(method)
-    prepared.url = url
-    prepared.prepare_headers(headers)
-    prepared.prepare_body(body, None, None)
-    if "@" in url:
-        prepared.prepare_auth(None, url)
-    prepared.prepare_hooks({})
-
-
-def _recorded(headers: Mapping[str, str], secret: frozenset[str]) -> dict[str, str]:
-    """Headers a request sent, as they may be shown: the values of SECRET_HEADERS (and of
-    `secret`) masked."""
-    return {
-        name: MASK if name.lower() in SECRET_HEADERS or name.lower() in secret else value
-        for name, value in headers.items()
-    }
-
-
-def _exchange(
-    sent: requests.PreparedRequest, recorded: Mapping[str, str], response: requests.Response
-) -> Exchange:
-    """The hop as it went on the wire, its text left to whoever keeps it (wire.py)."""
-    raw = response.raw
-    # http.client's message has every header line in order (requests reads cookies from it
-    # too); urllib3's own headers group repeated names.
-    message = getattr(getattr(raw, "_original_response", None), "msg", None)
-    return Exchange(
-        method=sent.method or "GET",
-        url=sent.url or "",
-        sent=recorded,
-        version=getattr(raw, "version_string", "HTTP/1.1"),
-        status=response.status_code,
-        reason=response.reason or "",
-        received=tuple(message.raw_items() if message is not None else raw.headers.iteritems()),
-    )
-
-
-def _located(response: requests.Response, current: str, location: str) -> str:
-    """The target of a redirect that is the answer; FetchError (the connection dropped: its
-    body is never read) when the Location is not an http(s) URL."""
-    try:
-        return _redirect_target(current, location)
-    except FetchError:
-        response.close()
-        raise
-
-
-def _redirect_target(current: str, location: str) -> str:
-    """The absolute http(s) URL a Location header points at, or FetchError."""
-    # Servers send UTF-8 in Location, which http.client decoded as Latin-1 (as requests does).
-    with contextlib.suppress(UnicodeError):
-        location = location.encode("latin-1").decode("utf-8")
-    target = links.absolute_url(location, current)
-    if target is None:
-        try:
-            shown = urljoin(current, location.strip())
-        except ValueError:
-            shown = location.strip()
-        raise FetchError(f"redirect to a non-http URL: {shown[:200]}", "redirects")
-    return target

@@ -1,5 +1,6 @@
 """Rendering JavaScript: a page the client fetched (client.py) is loaded in headless Chromium,
 which runs its scripts; the rendered DOM becomes the page's body, title and links.
+Which pages are worth it, and what a rendered page becomes, are in rendered.py.
 
 The document itself is never fetched by the browser. The client fetched it already, with
 everything a fetch gets (guard, proxy, timeouts, size limit, credentials, redirects as
@@ -31,7 +32,6 @@ import asyncio
 import atexit
 import concurrent.futures
 import contextlib
-import dataclasses
 import logging
 import os
 import threading
@@ -40,13 +40,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import soupsieve
 from django.conf import settings
 
-from crawlhub.http import chromium, links, render_page
+from crawlhub.http import chromium, render_page
 from crawlhub.http.client import FetchResult
 from crawlhub.http.guard_proxy import GuardProxy
 from crawlhub.http.render_routing import RenderOptions, Router, guard_web_socket, proxy_settings
+from crawlhub.http.rendered import failed, rendered_result, renders, selector_problem
 
 __all__ = [
     "BrowserPool",
@@ -81,7 +81,6 @@ REQUEST_THREADS_PER_PAGE = 6
 LAUNCH_SECONDS = 60.0
 GIVE_UP_SECONDS = 0.1  # how soon a page being rendered is left once it is to be given up
 CLOSE_SECONDS = 5.0
-RENDERED_TYPE = "text/html; charset=utf-8"
 
 
 class RenderingUnavailable(ValueError):
@@ -90,41 +89,6 @@ class RenderingUnavailable(ValueError):
 
 class RenderingStopped(Exception):
     """A page was given up while being rendered (BrowserPool.render's give_up)."""
-
-
-def selector_problem(selector: str) -> str:
-    """Why `selector` cannot be waited for (not CSS, as a browser reads it), or ""."""
-    if not selector.strip():
-        return ""
-    try:
-        soupsieve.compile(selector)
-    except soupsieve.SelectorSyntaxError as exc:
-        reason = str(exc).splitlines()[0].rstrip(".")
-        return f"{selector!r} is not a CSS selector: {reason}."
-    return ""
-
-
-def renders(document: FetchResult) -> bool:
-    """Worth rendering: a complete 2xx HTML answer (anything else is kept as fetched)."""
-    return (
-        document.status is not None
-        and 200 <= document.status < 300
-        and not document.error
-        and not document.truncated
-        and links.is_html(document.content_type)
-    )
-
-
-def _failed(document: FetchResult, message: str, kind: str, started: float) -> FetchResult:
-    return dataclasses.replace(
-        document,
-        error=message,
-        error_kind=kind,
-        title="",
-        links=[],
-        link_texts=[],
-        elapsed_ms=document.elapsed_ms + int((time.monotonic() - started) * 1000),
-    )
 
 
 @dataclass(eq=False)
@@ -300,7 +264,7 @@ class BrowserPool:
             try:
                 browser = await self._browser_for_page()
             except PlaywrightError as exc:
-                return _failed(
+                return failed(
                     document, f"the browser did not start: {_first_line(exc)}", "browser", started
                 )
             tab: _Tab | None = None
@@ -317,7 +281,7 @@ class BrowserPool:
             except PlaywrightError as exc:
                 if not browser.is_connected() or _closed(exc):
                     log.warning("the browser went away rendering %s: %s", document.url, exc)
-                    return _failed(
+                    return failed(
                         document,
                         "the browser closed while rendering the page",
                         "browser",
@@ -326,9 +290,9 @@ class BrowserPool:
                 # Out of time (the page's scripts and styles, through its proxy, say) reads as a
                 # fetch's timeout: retried, and counted against the proxy.
                 kind = "timeout" if isinstance(exc, PlaywrightTimeout) else "render"
-                return _failed(document, f"rendering failed: {_first_line(exc)}", kind, started)
+                return failed(document, f"rendering failed: {_first_line(exc)}", kind, started)
             except TimeoutError:  # its DOM was not read in its time: its scripts hold it
-                return _failed(
+                return failed(
                     document,
                     f"rendering failed: the page did not give its DOM within {options.timeout:g} s",
                     "timeout",
@@ -407,13 +371,13 @@ class BrowserPool:
         await page.goto(document.url, wait_until="domcontentloaded", timeout=_ms_left(deadline))
         await _settle(page, options, deadline)
         if tab.crashed:
-            return _failed(document, "the page crashed the browser tab", "browser", started)
+            return failed(document, "the page crashed the browser tab", "browser", started)
         dom = await asyncio.wait_for(
             render_page.read_dom(page, max_bytes=options.max_bytes),
             max(1.0, deadline - time.monotonic()),
         )
         if dom.html is None:
-            result = _failed(
+            result = failed(
                 document,
                 f"the rendered page is over the size limit: its DOM is more than "
                 f"{options.max_bytes:,} bytes (at least {dom.size:,}), and was not read",
@@ -422,7 +386,7 @@ class BrowserPool:
             )
             result.truncated = True
             return result
-        return _rendered(document, dom.html, router.navigations, options, started)
+        return rendered_result(document, dom.html, router.navigations, options, started)
 
     def close(self) -> None:
         """Close the browsers and stop the loop's thread (at exit, and in tests)."""
@@ -468,41 +432,6 @@ async def _settle(page: Any, options: RenderOptions, deadline: float) -> None:
             )
         else:
             await page.wait_for_load_state("networkidle", timeout=_ms_left(deadline))
-
-
-def _rendered(
-    document: FetchResult,
-    html: str,
-    navigations: list[str],
-    options: RenderOptions,
-    started: float,
-) -> FetchResult:
-    body = html.encode("utf-8")
-    result = dataclasses.replace(
-        document,
-        body=body[: options.max_bytes],
-        content_type=RENDERED_TYPE,
-        truncated=len(body) > options.max_bytes,
-        title="",
-        links=[],
-        link_texts=[],
-        elapsed_ms=document.elapsed_ms + int((time.monotonic() - started) * 1000),
-        headers={**document.headers, "content-type": RENDERED_TYPE},
-        exchange=None,  # the body is the browser's DOM, not the one that came with those heads
-    )
-    result.headers.pop("content-encoding", None)
-    result.headers.pop("content-length", None)
-    if not result.truncated:
-        result.title, result.links, result.link_texts = links.extract_with_texts(
-            body, document.final_url, RENDERED_TYPE
-        )
-        for target in navigations:
-            if (absolute := links.absolute_url(target, document.final_url)) and (
-                absolute not in result.links
-            ):
-                result.links.append(absolute)
-                result.link_texts.append("")
-    return result
 
 
 def _ms_left(deadline: float) -> float:

@@ -18,7 +18,7 @@ import http.cookiejar
 import socket
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from urllib.parse import urlsplit
 
 import requests
@@ -258,3 +258,24 @@ class _Adapter(HTTPAdapter):
         socks = isinstance(manager, SOCKSProxyManager)
         manager.pool_classes_by_scheme = _SOCKS_POOLS if socks else _PROXIED_POOLS
         return manager
+
+
+def prepare_without_cookies(
+    prepared: requests.PreparedRequest,
+    method: str,
+    url: str,
+    headers: Mapping[str, str],
+    body: bytes | None,
+) -> None:
+    """PreparedRequest.prepare's steps but its cookies', for a session whose jar is empty:
+    asking an empty jar for a Cookie header takes its lock and its policy's clock, per page.
+    `url` is in normal form (urls.normalize: _follow sends nothing else), which requests
+    prepares unchanged (test_every_reader_reads_the_normal_form_alike holds it): it is taken
+    as it is, not parsed twice more; only one with a user name (a proxy's) has auth to take."""
+    prepared.prepare_method(method)
+    prepared.url = url
+    prepared.prepare_headers(headers)
+    prepared.prepare_body(body, None, None)
+    if "@" in url:
+        prepared.prepare_auth(None, url)
+    prepared.prepare_hooks({})

@@ -19,8 +19,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+import requests
+
 # Written for a secret value, here and everywhere else (FetchResult.request_headers, pages).
 MASK = "••••••"
+# Request headers whose values are never recorded (FetchResult.request_headers).
+SECRET_HEADERS = frozenset({"authorization", "cookie", "proxy-authorization"})
 # What may be kept of one head, whatever a server sends (http.client allows 100 lines of 64 KiB):
 # past it, the remaining headers are left out.
 MAX_HEAD_CHARS = 64 * 1024
@@ -87,3 +91,31 @@ def split(heads: str) -> tuple[str, str]:
     if not found or not response:
         return "", ""
     return request + SEPARATOR, response
+
+
+def recorded_headers(headers: Mapping[str, str], secret: frozenset[str]) -> dict[str, str]:
+    """Headers a request sent, as they may be shown: the values of SECRET_HEADERS (and of
+    `secret`) masked."""
+    return {
+        name: MASK if name.lower() in SECRET_HEADERS or name.lower() in secret else value
+        for name, value in headers.items()
+    }
+
+
+def exchange_of(
+    sent: requests.PreparedRequest, recorded: Mapping[str, str], response: requests.Response
+) -> Exchange:
+    """The hop as it went on the wire, its text left to whoever keeps it (Exchange.text)."""
+    raw = response.raw
+    # http.client's message has every header line in order (requests reads cookies from it
+    # too); urllib3's own headers group repeated names.
+    message = getattr(getattr(raw, "_original_response", None), "msg", None)
+    return Exchange(
+        method=sent.method or "GET",
+        url=sent.url or "",
+        sent=recorded,
+        version=getattr(raw, "version_string", "HTTP/1.1"),
+        status=response.status_code,
+        reason=response.reason or "",
+        received=tuple(message.raw_items() if message is not None else raw.headers.iteritems()),
+    )

@@ -38,7 +38,8 @@ from django.conf import settings
 from django.db import DatabaseError, connection, transaction
 
 from crawlhub.redis.connections import REDIS_ERRORS
-from crawls.engine.frontier import Frontier, OverflowFenced, OverflowStaged
+from crawls.engine.frontier import Frontier
+from crawls.engine.frontier_overflow import OverflowFenced, OverflowStaged
 from crawls.engine.request import Request
 from crawls.models import Crawl, SpilledRequest
 

@@ -29,7 +29,8 @@ import psycopg
 from django.db import DatabaseError, connections, models, transaction
 from django.db.models.constants import OnConflict
 
-from crawlhub.http.client import MASK, FetchResult
+from crawlhub.http.client import FetchResult
+from crawlhub.http.wire import MASK
 from crawls.engine.request import VIA_LISTED, VIA_REDIRECT, Request
 from crawls.engine.results import Extracted, OutLinks
 from crawls.models import Crawl, FailedRequest, Link, Page, PageSource

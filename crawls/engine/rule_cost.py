@@ -4,7 +4,7 @@ ran before), and every other rule runs in the rule process.
 
 Linear: each element, attribute or JSON value of the page is looked at a bounded number of
 times, at a bounded cost (what a rule then reads of an element's text or markup is bounded by
-extraction.MAX_READ).
+extraction_page.MAX_READ).
 - CSS: element names, classes, ids, attribute tests and :not() of those, joined by the child
   combinator (`>`) or in a group (`,`), with ::text or ::attr(name). Not the descendant (` `)
   or sibling (`~`, `+`) combinators, whose XPaths visit an element once per ancestor or

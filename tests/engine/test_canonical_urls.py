@@ -19,7 +19,8 @@ from w3lib.url import canonicalize_url
 
 from crawlhub.sample_site import SampleSite
 from crawls.engine import frontier, scope
-from crawls.engine.frontier import Frontier, _outcome_args
+from crawls.engine.frontier import Frontier
+from crawls.engine.frontier_scripts import _outcome_args
 from crawls.engine.request import (
     VIA_REDIRECT,
     Outcome,

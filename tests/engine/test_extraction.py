@@ -10,10 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from crawls.engine import extraction, structured
+from crawls.engine import extraction, extraction_page, structured
 from crawls.engine.extraction import (
-    MAX_PAGE_BYTES,
-    MAX_PARSED_BYTES,
     MAX_VALUE,
     MAX_VALUES,
     Extraction,
@@ -24,6 +22,7 @@ from crawls.engine.extraction import (
     parse_rules,
     rules_to_json,
 )
+from crawls.engine.extraction_page import MAX_PAGE_BYTES, MAX_PARSED_BYTES
 from crawls.engine.extraction_rules import GETS, KINDS
 from crawls.engine.structured import structured_data
 from tests.support.fuzzing import PROPERTY
@@ -736,8 +735,8 @@ def test_an_unexpected_exception_in_a_rule_is_that_rules_error(monkeypatch):
 
 def test_the_tree_is_built_once_and_only_for_a_rule_that_needs_it(monkeypatch):
     built = []
-    selector = extraction.Selector
-    monkeypatch.setattr(extraction, "Selector", lambda **kw: built.append(1) or selector(**kw))
+    selector = extraction_page.Selector
+    monkeypatch.setattr(extraction_page, "Selector", lambda **kw: built.append(1) or selector(**kw))
     rules = [
         {"name": "a", "kind": "css", "expr": "h1"},
         {"name": "b", "kind": "xpath", "expr": "//title"},

@@ -10,13 +10,9 @@ from pathlib import Path
 import pytest
 
 from crawls.engine import keys
-from crawls.engine.frontier import (
-    Frontier,
-    _lua_sources,
-    alerts_lock,
-    record_alert_samples,
-    supervisor_lock,
-)
+from crawls.engine.frontier import Frontier, supervisor_lock
+from crawls.engine.frontier_alerts import alerts_lock, record_alert_samples
+from crawls.engine.frontier_scripts import _lua_sources
 from crawls.engine.request import Outcome
 
 ROOT = Path(__file__).resolve().parents[2]

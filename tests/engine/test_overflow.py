@@ -12,7 +12,8 @@ from django.db import transaction
 from django.test import override_settings
 
 from crawls import services
-from crawls.engine.frontier import Frontier, OverflowFenced
+from crawls.engine.frontier import Frontier
+from crawls.engine.frontier_overflow import OverflowFenced
 from crawls.engine.jobs import supervise
 from crawls.engine.lifecycle import finish_if_done
 from crawls.engine.overflow import Overflow

@@ -19,7 +19,8 @@ from django.db import connection
 from django.db.models import Model
 from django.test.utils import CaptureQueriesContext
 
-from crawlhub.http.client import MASK, Fetcher, FetchResult
+from crawlhub.http.client import Fetcher, FetchResult
+from crawlhub.http.wire import MASK
 from crawls import services
 from crawls.engine.crawl_settings import scope_of
 from crawls.engine.frontier import Frontier
