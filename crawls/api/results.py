@@ -18,7 +18,8 @@ from rest_framework.response import Response
 from crawlhub.web import serializers as api_fields
 from crawls import exports
 from crawls.models import Change, FailedRequest, Page, PageSource
-from crawls.pages import PAGE_SIZES, STATUS_CLASSES, PageFilter, QueryError, page_slice
+from crawls.page_filters import PAGE_SIZES, STATUS_CLASSES, PageFilter
+from crawls.pages import QueryError, page_slice
 from crawls.views.exports import export_response
 
 
