@@ -429,14 +429,14 @@ def cursors(crawl, params: dict, how: tuple) -> tuple[str, str]:
     screen's last row, row k x size - 1 of the order, and `previous` on screen k+1 from its
     first row, the one after: both are made from that row here, in one query, rather than by
     following k cursors (49 screens of a sort that takes seconds would take minutes)."""
-    from crawls import pages
+    from crawls import page_filters, pages
 
     if not how:
         return "", ""
-    flt = pages.PageFilter.from_params(params)
+    flt = page_filters.PageFilter.from_params(params)
     kind, number = how
     position = number if kind == "row" else (number - 1) * flt.size - (kind == "next")
-    key = pages.sort_expression(flt.sort)
+    key = page_filters.sort_expression(flt.sort)
     order = (key.desc(), "-id") if flt.desc else (key.asc(), "id")
     found = flt.apply(crawl.pages.all()).annotate(sort_key=key).order_by(*order).defer("body")
     rows = list(found[position : position + 1])
@@ -447,7 +447,8 @@ def cursors(crawl, params: dict, how: tuple) -> tuple[str, str]:
 
 
 def measure(crawl, params: dict, how: tuple, runs: int) -> dict:
-    from crawls.pages import PageFilter, QueryError, page_slice
+    from crawls.page_filters import PageFilter
+    from crawls.pages import QueryError, page_slice
 
     after, before = cursors(crawl, params, how)
 
@@ -527,7 +528,8 @@ def explain(sql: str, params) -> list[str]:
 def print_plans(crawl, label: str, params: dict, after: str, before: str) -> None:
     from django.db import connection
 
-    from crawls.pages import PageFilter, page_slice
+    from crawls.page_filters import PageFilter
+    from crawls.pages import page_slice
 
     flt = PageFilter.from_params(params)
     print(f"\n-- {label}")

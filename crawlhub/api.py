@@ -31,7 +31,8 @@ from crawlhub.models import ApiToken
 from crawlhub.web import serializers as api_fields
 from crawlhub.web.api_errors import JSONErrors
 from crawls.api.alerts import AlertRuleViewSet, AlertViewSet
-from crawls.api.crawls import ChannelViewSet, CrawlViewSet
+from crawls.api.channels import ChannelViewSet
+from crawls.api.crawls import CrawlViewSet
 from crawls.api.schedules import ScheduleViewSet
 from crawls.api.webhooks import WebhookViewSet
 from proxies.api import PoolHealthView, ProxyJobViewSet, ProxyViewSet

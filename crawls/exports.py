@@ -19,7 +19,7 @@ from django.db.models import QuerySet
 from crawlhub.dates import machine
 from crawls import archives
 from crawls.models import Crawl, Page
-from crawls.pages import PageFilter
+from crawls.page_filters import PageFilter
 from crawls.services import CrawlActionError
 
 FORMATS = {

@@ -1,5 +1,5 @@
 """The API's bodies for changing a running crawl (limits and scope) and for its queue; the
-endpoints are CrawlViewSet's `change` and `queue` (crawls/api/crawls.py)."""
+endpoints are CrawlViewSet's `change` (crawls/api/crawls.py) and `queue` (crawls/api/queue.py)."""
 
 from __future__ import annotations
 

@@ -16,7 +16,8 @@ from crawls import services
 from crawls.engine.credentials import INPUTS as AUTH_INPUTS
 from crawls.models import Crawl
 from crawls.services import visible_crawls
-from crawls.views.forms import AuthFields, CrawlForm, crawl_formfield
+from crawls.views.forms import AuthFields, CrawlForm
+from crawls.views.option_fields import crawl_formfield
 
 
 class LiveSettingsForm(forms.ModelForm):

@@ -9,7 +9,7 @@ from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404
 
 from crawls import exports
-from crawls.pages import PageFilter
+from crawls.page_filters import PageFilter
 from crawls.services import visible_crawls
 
 

@@ -22,13 +22,8 @@ from crawlhub.http import charsets
 from crawlhub.web import csp
 from crawls import changes
 from crawls.models import Change, Crawl, Page, PageSource
-from crawls.pages import (
-    PAGE_SIZES,
-    STATUS_CLASSES,
-    PageFilter,
-    QueryError,
-    page_slice,
-)
+from crawls.page_filters import PAGE_SIZES, STATUS_CLASSES, PageFilter
+from crawls.pages import QueryError, page_slice
 from crawls.services import visible_crawls
 
 # Columns of the pages table: (sort key, heading, numeric).

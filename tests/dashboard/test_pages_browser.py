@@ -20,7 +20,8 @@ from crawls import pages as pages_module
 from crawls import services
 from crawls.engine.rows import url_hash
 from crawls.models import Change, Page
-from crawls.pages import PageFilter, page_slice
+from crawls.page_filters import PageFilter
+from crawls.pages import page_slice
 from tests.support.crawling import drive, start_site_crawl
 from tests.support.sites import Response, pages_site
 

@@ -15,8 +15,9 @@ from crawls import pages as pages_module
 from crawls import services
 from crawls.engine.rows import PAGE_ROWS, url_hash
 from crawls.models import Page
+from crawls.page_filters import PageFilter
 from crawls.page_search import TEXT_TABLE
-from crawls.pages import PageFilter, page_slice
+from crawls.pages import page_slice
 
 pytestmark = pytest.mark.django_db
 

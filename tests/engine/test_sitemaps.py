@@ -30,7 +30,7 @@ from crawls.engine.robots import RobotsCache
 from crawls.engine.sitemap_reads import SitemapRead, sitemap_roots
 from crawls.engine.sitemaps import MAX_SITEMAP_BYTES, MAX_URLS, parse, robots_sitemaps
 from crawls.models import CrawlEvent, CrawlState
-from crawls.pages import PageFilter
+from crawls.page_filters import PageFilter
 from tests.support.crawling import drive
 from tests.support.fuzzing import PROPERTY
 from tests.support.sites import LocalSite, Response, free_port, pages_site
