@@ -12,6 +12,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from crawlhub.web import serializers as api_fields
+from crawlhub.web.lookups import typed_id
 from crawls import alerts
 from crawls.api.fields import CrawlField
 from crawls.models import Alert, AlertKind, AlertRule, Channel
@@ -161,7 +162,9 @@ class AlertViewSet(viewsets.ReadOnlyModelViewSet):
         found = alerts.alerts_visible_to(self.request.user)
         crawl = self.request.query_params.get("crawl")
         if crawl is not None:
-            if not (crawl.isascii() and crawl.isdigit()):
-                raise APIValidationError({"crawl": [f"A crawl id is a number, not {crawl!r}."]})
-            found = found.filter(crawl_id=int(crawl))
+            crawl_id = typed_id(crawl)
+            if crawl_id is None:
+                problem = f"A crawl id is a number, not {crawl[:40]!r}."
+                raise APIValidationError({"crawl": [problem]})
+            found = found.filter(crawl_id=crawl_id)
         return found
