@@ -33,14 +33,16 @@ import secrets
 import time
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import NamedTuple
 
 import redis
 from django.conf import settings
 
 from crawlhub.redis import connections
-from crawlhub.redis.connections import get_redis
+from proxies.pool_scripts import client as _redis
+from proxies.pool_scripts import rule as _rule
+from proxies.pool_scripts import script as _script
+from proxies.pool_scripts import selection_settings as _settings
 
 PREFIX = "px:{px}:"
 GLOBAL = PREFIX + "global"
@@ -86,52 +88,6 @@ def channel_keys(channel: str) -> ChannelKeys:
         held=PREFIX + f"held:{channel}",
         banned=PREFIX + f"banned:{channel}",
     )
-
-
-_LUA_DIR = Path(__file__).resolve().parent / "lua"
-_SCRIPTS = ("acquire", "release", "keep", "fail", "remove", "record_check", "reap", "drain")
-
-
-def _lua_sources() -> dict[str, str]:
-    lib = (_LUA_DIR / "_lib.lua").read_text()
-    return {name: lib + "\n" + (_LUA_DIR / f"{name}.lua").read_text() for name in _SCRIPTS}
-
-
-_SOURCES = _lua_sources()
-_scripts: dict[str, redis.commands.core.Script] = {}
-_client: redis.Redis | None = None
-
-
-def _redis() -> redis.Redis:
-    """get_redis(), kept: building a Redis() costs ~70 us, a third of an acquire. A new one is
-    made when the shared connection pool changes (reset_pools after a fork, another REDIS_URL)."""
-    global _client
-    shared = connections._pools.get(settings.REDIS_URL)
-    if _client is None or shared is None or _client.connection_pool is not shared:
-        _client = get_redis()
-    return _client
-
-
-def _script(name: str) -> redis.commands.core.Script:
-    script = _scripts.get(name)
-    if script is None:
-        script = _scripts[name] = _redis().register_script(_SOURCES[name])
-    return script
-
-
-def _settings() -> tuple:
-    return (
-        float(settings.PROXY_MIN_SCORE),
-        int(settings.PROXY_MAX_AGE * 1000),
-        int(settings.PROXY_MAX_LATENCY_MS),
-        int(settings.PROXY_CHANNEL_SIZE),
-    )
-
-
-def _rule() -> list:
-    """The selection rule as the scripts take it: min_score max_age_ms max_latency need scan."""
-    min_score, max_age_ms, max_latency, need = _settings()
-    return [min_score, max_age_ms, max_latency, need, max(need * 20, 1000)]
 
 
 def _acquire_args(channel: str, lease_seconds: float, strategy: str, token: str) -> list:
@@ -389,7 +345,7 @@ def members() -> dict[str, dict]:
 
 
 def channels() -> list[str]:
-    return sorted(c.decode() for c in get_redis().smembers(CHANNELS))
+    return sorted(c.decode() for c in _redis().smembers(CHANNELS))
 
 
 def channel_members(*, channel: str) -> dict[str, set[str]]:
@@ -449,7 +405,7 @@ def health() -> dict:
     )
     latencies = sorted(m["latency_ms"] for m in pooled.values())
     checked = [m["checked_at"] for m in pooled.values() if m["checked_at"] is not None]
-    stats = {k.decode(): int(v) for k, v in get_redis().hgetall(STATS).items()}
+    stats = {k.decode(): int(v) for k, v in _redis().hgetall(STATS).items()}
     per_channel = {}
     for name in channels():
         sets = channel_members(channel=name)
@@ -468,7 +424,7 @@ def health() -> dict:
         "last_validated_age_s": round(now - max(checked), 1) if checked else None,
         "channels": per_channel,
         "counters": {k: v for k, v in stats.items() if not k.startswith("relaxed:")},
-        "validating": bool(get_redis().exists(LOCK)),
+        "validating": bool(_redis().exists(LOCK)),
     }
 
 
@@ -497,7 +453,7 @@ def validation_lock(
 ) -> Iterator[redis.lock.Lock | None]:
     """One validation pass at a time across every machine. Yields the lock (call reacquire()
     to extend it batch by batch) or None when another pass holds it."""
-    lock = get_redis().lock(LOCK, timeout=timeout, blocking_timeout=blocking_timeout)
+    lock = _redis().lock(LOCK, timeout=timeout, blocking_timeout=blocking_timeout)
     acquired = lock.acquire(blocking=blocking_timeout > 0)
     try:
         yield lock if acquired else None
