@@ -4,7 +4,7 @@ errors are in crawlhub/web/api_errors.py, which DRF loads only when a request fa
 
 from __future__ import annotations
 
-from rest_framework import authentication, exceptions, parsers
+from rest_framework import authentication, exceptions, parsers, renderers
 from rest_framework.request import Request
 
 from crawlhub import tokens
@@ -51,3 +51,23 @@ class JSONParser(parsers.JSONParser):
                 "JSON parse error - the body is nested too deeply (lists or objects inside one "
                 "another, hundreds of levels down)."
             ) from None
+
+
+class JSONRenderer(renderers.JSONRenderer):
+    """DRF's JSON renderer, for an answer that quotes a lone surrogate it was sent (a JSON body
+    may carry "\\udfff", which Python reads as such; an error message naming the bad value
+    echoes it): written with JSON's \\u escapes, which UTF-8 can carry, rather than failing to
+    encode (a 500)."""
+
+    def render(self, data, accepted_media_type=None, renderer_context=None):
+        try:
+            return super().render(data, accepted_media_type, renderer_context)
+        except UnicodeEncodeError:
+            return ascii_renderer.render(data, accepted_media_type, renderer_context)
+
+
+class _ASCIIJSONRenderer(renderers.JSONRenderer):
+    ensure_ascii = True
+
+
+ascii_renderer = _ASCIIJSONRenderer()

@@ -260,6 +260,17 @@ def test_everyone_reads_channels_and_only_staff_write(client, user, staff):
     assert {"slug", "name", "host_delay"} <= set(bad.json())
 
 
+def test_an_answer_that_quotes_a_lone_surrogate_it_was_sent_is_json_not_a_server_error(
+    client, staff
+):
+    """A JSON body may carry "\\udfff", which Python reads as a lone surrogate; the error
+    naming the bad choice quotes it, and UTF-8 cannot carry it: it is written escaped."""
+    body = '{"slug": "s", "name": "S", "proxy_strategy": "x\\udfffy"}'
+    answer = client.post("/api/channels/", body, content_type="application/json", **bearer(staff))
+    assert answer.status_code == 400, answer.content[:300]
+    assert "x\udfffy" in answer.json()["proxy_strategy"][0]
+
+
 # --- Proxies ----------------------------------------------------------------------------------
 
 
