@@ -226,6 +226,10 @@ def crawl_delete(*, crawl: Crawl, user=None) -> CrawlDeletion:
         _cancel(crawl, user, control)
     ran = crawl.state != CrawlState.DRAFT  # a draft has no slice to tell
     with transaction.atomic():
+        # The crawl's row locked first: a slice still finishing a page may write a row of the
+        # crawl's (its log) meanwhile; its reference then waits for this deletion and fails,
+        # instead of this deletion failing at commit on the row it missed (PostgreSQL).
+        Crawl.objects.select_for_update().filter(pk=crawl.pk).first()
         record = CrawlDeletion.objects.create(
             crawl_id=crawl.pk,
             name=crawl.name,
