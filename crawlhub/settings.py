@@ -30,7 +30,9 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 
 
 def _data_dir() -> Path:
-    path = Path(env_str("CRAWLHUB_DATA_DIR", str(BASE_DIR / "var"))).expanduser().resolve()
+    # Empty means unset, as `./run` reads it (${CRAWLHUB_DATA_DIR:-var}).
+    chosen = env_str("CRAWLHUB_DATA_DIR", "").strip() or str(BASE_DIR / "var")
+    path = Path(chosen).expanduser().resolve()
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

@@ -148,6 +148,22 @@ def test_a_redis_url_is_shown_with_its_password_masked():
     assert redis_config.where("unix:///run/r.sock") == "the unix socket /run/r.sock"
 
 
+def test_an_empty_data_dir_is_the_default_as_run_reads_it(forking_runner):
+    """`./run` takes an empty CRAWLHUB_DATA_DIR for unset (var/); so do the settings (an empty
+    one was the working directory: STATIC_ROOT then fell inside STATICFILES_DIRS and `up`
+    stopped at Django's checks)."""
+    show = SHOW.replace(
+        "print(s.SECRET_KEY, s.DATABASES['default']['ENGINE'], s.REDIS_URL, s.DEBUG)",
+        "print(s.DATA_DIR)",
+    )
+    clean = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL")}
+    unset = {k: v for k, v in clean.items() if k != "CRAWLHUB_DATA_DIR"}
+    empty = forking_runner.run(show, env={**unset, "CRAWLHUB_DATA_DIR": ""})
+    default = forking_runner.run(show, env=unset)
+    assert empty.returncode == default.returncode == 0, empty.stderr[-500:]
+    assert empty.stdout.strip() == default.stdout.strip() == str(ROOT / "var")
+
+
 def test_data_dir_that_is_a_file_is_refused(load_settings, tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
