@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 import django_rq
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
@@ -244,9 +244,21 @@ def _run_import(job: ProxyJob, token: str, until: float | None, progress) -> boo
             _lines(job, ProxyJobLine.Kind.DUPLICATE, duplicates)
             _advance(job, token, done=len(batch), changed=len(added), duplicates=len(duplicates))
         progress(job)
+        _let_others_write()
         if job.done < len(items) and _past(until):
             return False
     return True
+
+
+# Between two batches on SQLite, this long without the write lock. SQLite has one writer at a
+# time, and a writer kept waiting (a page creating a crawl) polls for the lock every 25-100 ms:
+# batches committed back to back kept it waiting through a whole import.
+SQLITE_WRITER_PAUSE = 0.1
+
+
+def _let_others_write() -> None:
+    if connection.vendor == "sqlite":
+        time.sleep(SQLITE_WRITER_PAUSE)
 
 
 def _past(until: float | None) -> bool:
@@ -323,6 +335,7 @@ def _run_action(job: ProxyJob, token: str, until: float | None, progress) -> boo
             changed = act([Proxy(pk=pk) for pk in chunk])
             _advance(job, token, done=len(chunk), changed=len(changed))
         progress(job)
+        _let_others_write()
         if job.done < len(job.ids) and _past(until):
             return False
     return True
