@@ -1,7 +1,9 @@
 """The JSON API under /api/: authentication, errors, the router, API tokens and the schema.
 
-Included from crawlhub/urls.py. DRF's views answer 401/403 themselves, so LoginRequiredMiddleware
-lets them through (DRF marks its views login_required = False).
+Included from crawlhub/urls.py. Each app owns its API routes (crawls/api/urls.py,
+proxies/api_urls.py); this module reaches them by dotted name, as the project's urls include the
+apps' pages, so crawlhub never imports an app. DRF's views answer 401/403 themselves, so
+LoginRequiredMiddleware lets them through (DRF marks its views login_required = False).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import include, path
+from django.utils.module_loading import import_string
 from django.views.decorators.http import require_POST
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.renderers import (
@@ -30,12 +33,6 @@ from crawlhub import tokens
 from crawlhub.models import ApiToken
 from crawlhub.web import serializers as api_fields
 from crawlhub.web.api_errors import JSONErrors
-from crawls.api.alerts import AlertRuleViewSet, AlertViewSet
-from crawls.api.channels import ChannelViewSet
-from crawls.api.crawls import CrawlViewSet
-from crawls.api.schedules import ScheduleViewSet
-from crawls.api.webhooks import WebhookViewSet
-from proxies.api import PoolHealthView, ProxyJobViewSet, ProxyViewSet
 
 # --- Authentication ---------------------------------------------------------------------------
 
@@ -143,22 +140,22 @@ def token_revoke_page(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 class Router(DefaultRouter):
-    # JSON only: no ".json" twins of every route (exports choose with ?format=).
-    include_format_suffixes = False
-    # JSON only (exports choose with ?format=): suffix routes like /crawls/1/cancel.json would
-    # pass a `format` argument the actions do not take, a 500.
+    # JSON only (exports choose with ?format=): no ".json" twins of every route, and suffix
+    # routes like /crawls/1/cancel.json would pass a `format` argument the actions do not take,
+    # a 500.
     include_format_suffixes = False
 
+    def register_routes(self, routes: str) -> None:
+        """Register an app's routes, given by the dotted name of its list of (prefix, viewset,
+        basename), as include() takes an app's urls by name."""
+        for prefix, viewset, basename in import_string(routes):
+            self.register(prefix, viewset, basename=basename)
 
+
+# One router, so that the API root lists every app's endpoints, in this order.
 router = Router()
-router.register("crawls", CrawlViewSet, basename="api-crawl")
-router.register("channels", ChannelViewSet, basename="api-channel")
-router.register("schedules", ScheduleViewSet, basename="api-schedule")
-router.register("webhooks", WebhookViewSet, basename="api-webhook")
-router.register("alert-rules", AlertRuleViewSet, basename="api-alert-rule")
-router.register("alerts", AlertViewSet, basename="api-alert")
-router.register("proxies/jobs", ProxyJobViewSet, basename="api-proxy-job")
-router.register("proxies", ProxyViewSet, basename="api-proxy")
+router.register_routes("crawls.api.urls.routes")
+router.register_routes("proxies.api_urls.routes")
 router.register("tokens", TokenViewSet, basename="api-token")
 
 
@@ -180,7 +177,7 @@ def api_docs_page(request: HttpRequest) -> HttpResponse:
 
 
 urlpatterns = [
-    path("pool/health/", PoolHealthView.as_view(), name="api-pool-health"),
+    path("", include("proxies.api_urls")),  # pool/health/
     # Signed-in users only (the default permission): the schema describes the whole API.
     path("schema/", SchemaView.as_view(), name="api-schema"),
     path("", include(router.urls)),

@@ -1,18 +1,26 @@
 """Periodic jobs, run by `manage.py cron` (started by `up`;
-crawlhub.processes.rqworker.CronScheduler)."""
+crawlhub.processes.rqworker.CronScheduler).
+
+Each job is named by its function's dotted path, as Django names what it loads (INSTALLED_APPS,
+ROOT_URLCONF): the apps own their jobs and crawlhub never imports an app. rq's cron.register
+takes the function itself (it names the job by the function's module and name), so the names
+are resolved here, with Django's import_string.
+"""
+
+from typing import Any
 
 from django.conf import settings
+from django.utils.module_loading import import_string
 from rq import cron
 
-from crawls.alert_checks import check_alerts_job, send_overdue_mail_job
-from crawls.engine.jobs import supervise
-from crawls.schedules import run_due_schedules_job
-from crawls.webhooks import deliver_overdue_job
-from proxies.jobs import resume_stalled as resume_stalled_proxy_jobs
-from proxies.validation import validate_proxies
 
-cron.register(
-    supervise,
+def register(job: str, queue: str, **options: Any) -> None:
+    """Register the function at the dotted path `job` on rq's cron table."""
+    cron.register(import_string(job), queue, **options)
+
+
+register(
+    "crawls.engine.jobs.supervise",
     "control",
     interval=settings.CRAWLHUB_SUPERVISOR_SECONDS,
     job_timeout=120,
@@ -21,8 +29,8 @@ cron.register(
 )
 
 # Proxy validation: scores, latency, anonymity; new proxies enter the pools only through it.
-cron.register(
-    validate_proxies,
+register(
+    "proxies.validation.validate_proxies",
     "control",
     interval=settings.PROXY_VALIDATE_EVERY,
     job_timeout=1800,
@@ -31,8 +39,8 @@ cron.register(
 )
 
 # Scheduled crawls: each due schedule starts one new crawl (claimed, so never twice).
-cron.register(
-    run_due_schedules_job,
+register(
+    "crawls.schedules.run_due_schedules_job",
     "control",
     interval=settings.CRAWLHUB_SCHEDULES_SECONDS,
     job_timeout=300,
@@ -40,8 +48,8 @@ cron.register(
     name="scheduled crawls",
 )
 # Webhook deliveries whose retry RQ's scheduler did not run in time.
-cron.register(
-    deliver_overdue_job,
+register(
+    "crawls.webhooks.deliver_overdue_job",
     "control",
     interval=60,
     job_timeout=120,
@@ -49,8 +57,8 @@ cron.register(
     name="webhook retries",
 )
 # Alert e-mails whose retry RQ's scheduler did not run in time (the same sweep as webhooks').
-cron.register(
-    send_overdue_mail_job,
+register(
+    "crawls.alert_checks.send_overdue_mail_job",
     "control",
     interval=60,
     job_timeout=120,
@@ -58,8 +66,8 @@ cron.register(
     name="alert e-mail retries",
 )
 # Proxy imports and bulk actions whose worker died: taken over where they stopped.
-cron.register(
-    resume_stalled_proxy_jobs,
+register(
+    "proxies.jobs.resume_stalled",
     "control",
     interval=60,
     job_timeout=60,
@@ -67,8 +75,8 @@ cron.register(
     name="stalled proxy jobs",
 )
 # Alert rules checked against the running crawls' counters (never on the crawl path).
-cron.register(
-    check_alerts_job,
+register(
+    "crawls.alert_checks.check_alerts_job",
     "control",
     interval=settings.CRAWLHUB_ALERTS_SECONDS,
     job_timeout=300,

@@ -1,11 +1,13 @@
+"""The websocket routes: crawlhub's own, then each app's, by its routing module's dotted name
+(as crawlhub/urls.py includes the apps' pages)."""
+
 from django.urls import path
 
 from crawlhub.web import consumers
-from crawls.routing import websocket_urlpatterns as crawl_routes
-from proxies.routing import websocket_urlpatterns as proxy_routes
+from crawlhub.web.websocket_routes import include_websockets
 
 websocket_urlpatterns = [
     path("ws/health/", consumers.HealthConsumer.as_asgi()),
-    *crawl_routes,
-    *proxy_routes,
+    *include_websockets("crawls.routing"),
+    *include_websockets("proxies.routing"),
 ]

@@ -12,7 +12,6 @@ urlpatterns = [
     path("account/tokens/", api.token_page, name="api_tokens"),
     path("account/tokens/<int:pk>/revoke", api.token_revoke_page, name="api_token_revoke"),
     path("proxies/", include("proxies.urls")),
-    path("workers/", views.workers_page, name="workers"),
     path("healthz", views.healthz, name="healthz"),
     path("favicon.ico", views.favicon, name="favicon"),
     path("sample/", views.sample_site, name="sample_site"),

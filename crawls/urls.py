@@ -1,4 +1,5 @@
-"""Routes of the crawl pages: crawls, export downloads, schedules, alerts and webhooks."""
+"""Routes of the crawl pages: crawls, export downloads, schedules, alerts, webhooks, and the
+workers that run them."""
 
 from django.urls import path
 
@@ -13,6 +14,7 @@ from crawls.views import (
     queue,
     schedules,
     webhooks,
+    workers,
 )
 
 urlpatterns = [
@@ -48,4 +50,5 @@ urlpatterns = [
     path("alerts/<int:pk>/", alerts.alert_rule_action, name="alert_rule_action"),
     path("webhooks/", webhooks.webhook_list, name="webhook_list"),
     path("webhooks/<int:pk>/", webhooks.webhook_detail, name="webhook_detail"),
+    path("workers/", workers.workers_page, name="workers"),
 ]
