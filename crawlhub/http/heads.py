@@ -14,6 +14,9 @@ empty payload. Anything else goes to http.client's own parse_headers, on the sam
 - a Content-Type naming multipart/ or message/ anywhere in its value (the email package would
   go on to parse a body it was not given, noting defects that urllib3 reads).
 
+The message is http.client's HTTPMessage as ever: begin(), urllib3 (its items, payload and
+defects), requests' cookie jar and wire.py read it as they did.
+
 Its reach is Response only: the response class of crawlhub's own connections (session.py).
 http.client's module, and every other user of it in the process, are left alone.
 """
