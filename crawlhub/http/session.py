@@ -32,7 +32,7 @@ from urllib3.exceptions import ConnectTimeoutError, NameResolutionError, NewConn
 from urllib3.util.connection import allowed_gai_family
 from urllib3.util.timeout import _DEFAULT_TIMEOUT
 
-from crawlhub.http import netguard
+from crawlhub.http import heads, netguard
 from crawlhub.http.deadline import Watched
 from crawlhub.http.urls import DEFAULT_PORTS, url_origin
 
@@ -141,11 +141,19 @@ class _Guarded:
         return sock
 
 
-class _DirectHTTPConnection(_Guarded, Watched, urllib3.connection.HTTPConnection):
+class _Connection(Watched):
+    """What each connection of the session's pools is, direct, proxied or through SOCKS: it
+    waits for a response head no longer than the fetch's deadline (deadline.py), and reads the
+    head's headers without the email package when they are plain (heads.py)."""
+
+    response_class = heads.Response
+
+
+class _DirectHTTPConnection(_Guarded, _Connection, urllib3.connection.HTTPConnection):
     pass
 
 
-class _DirectHTTPSConnection(_Guarded, Watched, urllib3.connection.HTTPSConnection):
+class _DirectHTTPSConnection(_Guarded, _Connection, urllib3.connection.HTTPSConnection):
     pass
 
 
@@ -157,11 +165,11 @@ class _DirectHTTPSPool(urllib3.HTTPSConnectionPool):
     ConnectionCls = _DirectHTTPSConnection
 
 
-class _ProxiedHTTPConnection(Watched, urllib3.connection.HTTPConnection):
+class _ProxiedHTTPConnection(_Connection, urllib3.connection.HTTPConnection):
     pass
 
 
-class _ProxiedHTTPSConnection(Watched, urllib3.connection.HTTPSConnection):
+class _ProxiedHTTPSConnection(_Connection, urllib3.connection.HTTPSConnection):
     pass
 
 
@@ -174,11 +182,11 @@ class _ProxiedHTTPSPool(urllib3.HTTPSConnectionPool):
 
 
 # Through a SOCKS proxy (socks5://, socks5h://): the same, on urllib3's SOCKS connections.
-class _SOCKSConnection(Watched, SOCKSConnection):
+class _SOCKSConnection(_Connection, SOCKSConnection):
     pass
 
 
-class _SOCKSHTTPSConnection(Watched, SOCKSHTTPSConnection):
+class _SOCKSHTTPSConnection(_Connection, SOCKSHTTPSConnection):
     pass
 
 

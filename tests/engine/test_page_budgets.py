@@ -7,6 +7,8 @@ the pages/s these counts stand for)."""
 from __future__ import annotations
 
 import contextlib
+import http.client
+import io
 import socket
 import sys
 from collections.abc import Iterator
@@ -19,6 +21,7 @@ from django.db import connection
 from django.db.models import Model
 from django.test.utils import CaptureQueriesContext
 
+from crawlhub.http import heads
 from crawlhub.http.client import Fetcher, FetchResult
 from crawlhub.http.wire import MASK
 from crawls import services
@@ -325,6 +328,60 @@ def test_a_plain_fetch_costs_at_most_so_much_python_work_over_urllib3_s_own(make
         bare = opcodes_of(lambda: [pool.request("GET", url, redirect=False).data for url in urls])
     pool.clear()
     assert ours <= FETCH_OPCODES_OVER_URLLIB3 * bare, (ours / len(urls), bare / len(urls))
+
+
+# What reading a typical response's headers may cost on crawlhub's connections (heads.py),
+# against http.client's own reading of them through the email package: 387 against 2,739
+# bytecode instructions for nginx's head of a bench site page (bench/crawl_bench.py).
+HEAD_OPCODES_OVER_HTTP_CLIENT = 0.2
+NGINX_HEAD = (
+    b"Server: nginx/1.22.1\r\nDate: Fri, 27 Nov 2026 13:19:11 GMT\r\n"
+    b"Content-Type: text/html; charset=utf-8\r\nContent-Length: 4472\r\n"
+    b"Last-Modified: Fri, 27 Nov 2026 13:19:11 GMT\r\nConnection: keep-alive\r\n"
+    b'ETag: "6b09834f-1178"\r\nAccept-Ranges: bytes\r\n\r\n'
+)
+
+
+def modules_run(call) -> set[str]:
+    """The file of every Python function call() ran."""
+    files = set()
+
+    def per_call(frame, event, arg):
+        if event == "call":
+            files.add(frame.f_code.co_filename)
+
+    sys.setprofile(per_call)
+    try:
+        call()
+    finally:
+        sys.setprofile(None)
+    return files
+
+
+def test_a_plain_fetch_reads_its_response_headers_without_the_email_package(make_site):
+    """crawlhub's connections read an ordinary head's headers themselves (heads.py): the email
+    package's parser, which http.client hands them to, was a tenth of a fetch's Python work."""
+    site = make_site(
+        pages_site(
+            {
+                "/page": Response(body="<p>x</p>", headers={"Set-Cookie": "a=1; Path=/"}),
+                "/moved": Response(status=301, headers={"Location": "/page"}),
+            }
+        )
+    )
+    paths = ["/page", "/moved", "/absent", "/page"]
+    with Fetcher(timeout=10, max_bytes=100_000) as fetcher:
+        fetcher.fetch(site.url + "/page")  # connected, and every lazy import done
+        ran = modules_run(
+            lambda: [fetcher.fetch(site.url + path, follow_redirects=False) for path in paths]
+        )
+    assert any(file.endswith("/http/heads.py") for file in ran)
+    assert not any(file.endswith("/email/feedparser.py") for file in ran)
+    for parse in (heads.parse_headers, http.client.parse_headers):  # nothing lazy counted
+        parse(io.BytesIO(NGINX_HEAD))
+    ours = opcodes_of(lambda: heads.parse_headers(io.BytesIO(NGINX_HEAD)))
+    stdlib = opcodes_of(lambda: http.client.parse_headers(io.BytesIO(NGINX_HEAD)))
+    assert ours <= HEAD_OPCODES_OVER_HTTP_CLIENT * stdlib, (ours, stdlib)
 
 
 # A written page's Python work (rows, links sorted for scope, completion), in bytecode
