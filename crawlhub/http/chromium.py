@@ -14,6 +14,8 @@ import glob
 import importlib.util
 import os
 import shutil
+import signal
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -77,6 +79,40 @@ def _playwright_builds() -> list[str]:
 
 def _runnable(path: str) -> bool:
     return os.path.isfile(path) and os.access(path, os.X_OK)
+
+
+def driver_processes() -> set[int]:
+    """The process ids of Playwright's drivers (node running `run-driver`) that are children of
+    this process."""
+    found = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                with open(f"/proc/{entry}/stat") as stat:
+                    parent = int(stat.read().rsplit(")", 1)[1].split()[1])
+                if parent == os.getpid() and b"run-driver" in _cmdline(int(entry)):
+                    found.add(int(entry))
+    return found
+
+
+def kill_left(pids: Iterable[int], *, marker: bytes) -> list[int]:
+    """Kill those of `pids` still running whose command line holds `marker` (a process id
+    reused since is left alone); the ones killed."""
+    killed = []
+    for pid in pids:
+        if marker in _cmdline(pid):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+    return killed
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            return cmdline.read()
+    except OSError:
+        return b""
 
 
 def browser_processes() -> set[int]:

@@ -81,6 +81,7 @@ REQUEST_THREADS_PER_PAGE = 6
 LAUNCH_SECONDS = 60.0
 GIVE_UP_SECONDS = 0.1  # how soon a page being rendered is left once it is to be given up
 CLOSE_SECONDS = 5.0
+CLOSE_ALL_SECONDS = 30.0  # closing every browser and the driver, at most
 
 
 class RenderingUnavailable(ValueError):
@@ -152,6 +153,7 @@ class BrowserPool:
         self._rendered = 0  # pages given to the current browser
         self._open: dict[Any, int] = {}  # browser -> its pages open now
         self._pids: dict[Any, list[int]] = {}  # browser -> its process id
+        self._drivers: set[int] = set()  # Playwright's driver process, once started
         self._idle: list[_Tab] = []  # tabs kept for the next page, oldest first
         self._pages = pages
         self.tabs_made = 0
@@ -222,7 +224,9 @@ class BrowserPool:
         from playwright.async_api import async_playwright
 
         if self._playwright is None:
+            drivers = chromium.driver_processes()
             self._playwright = await async_playwright().start()
+            self._drivers = chromium.driver_processes() - drivers
         before = chromium.browser_processes()
         browser = await self._playwright.chromium.launch(
             executable_path=self.executable,
@@ -394,9 +398,17 @@ class BrowserPool:
             return
         self._closed = True
         with contextlib.suppress(Exception):
-            asyncio.run_coroutine_threadsafe(self._close_all(), self.loop).result(timeout=30)
+            asyncio.run_coroutine_threadsafe(self._close_all(), self.loop).result(
+                timeout=CLOSE_ALL_SECONDS
+            )
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout=10)
+        # A close cut short (a browser that would not close in time, on a loaded machine) left
+        # the driver and its browsers running: in a work horse they end with it, but a process
+        # that goes on (the web server, a test) would keep them.
+        chromium.kill_left(self._drivers, marker=b"run-driver")
+        browsers = [pid for pids in self._pids.values() for pid in pids]
+        chromium.kill_left(browsers, marker=b"--remote-debugging-pipe")
         # A request still being sent ends by its page's deadline; none waits to start.
         self._requests.shutdown(wait=False, cancel_futures=True)
 

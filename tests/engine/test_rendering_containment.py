@@ -4,6 +4,7 @@ any one answer its scripts ask for, or of its DOM."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import ipaddress
@@ -14,7 +15,7 @@ import tracemalloc
 
 import pytest
 
-from crawlhub.http import FetchResult, netguard, rendering
+from crawlhub.http import FetchResult, chromium, netguard, rendering
 from tests.support.sites import raw_head
 
 pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("needs_chromium")]
@@ -326,3 +327,38 @@ def refused_but_for_the_rebound(refused):
     """The guard's answer, but 8.8.8.8 (the rebinding DNS server's first answer) is public
     whatever the machine's networks say."""
     return lambda address, port: "" if str(address) == "8.8.8.8" else refused(address, port)
+
+
+def test_a_close_cut_short_leaves_no_driver_or_browser_running(monkeypatch):
+    """A pool whose close does not end in time (a browser that would not close, on a loaded
+    machine) still leaves neither Playwright's driver nor a browser behind in a process that
+    goes on."""
+    pool = rendering.shared_pool()
+    page = handed("http://example.com/", "<title>one</title>")
+    options = rendering.RenderOptions(timeout=30, max_bytes=MB)
+    assert pool.render(page, proxy=None, options=options).title == "one"
+    drivers, browsers = chromium.driver_processes(), pool.browser_pids()
+    assert drivers and browsers
+
+    async def never_closes() -> None:
+        await asyncio.sleep(3600)
+
+    monkeypatch.setattr(pool, "_close_all", never_closes)
+    monkeypatch.setattr(rendering, "CLOSE_ALL_SECONDS", 0.5)
+    pool.close()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and (
+        chromium.driver_processes() or any(_running(pid) for pid in browsers)
+    ):
+        time.sleep(0.1)
+    assert not chromium.driver_processes()
+    assert not [pid for pid in browsers if _running(pid)]
+
+
+def _running(pid: int) -> bool:
+    """Running, not a zombie waiting for its parent."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
