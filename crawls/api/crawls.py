@@ -81,10 +81,11 @@ class CrawlSerializer(CrawlFieldsSerializer):
     stats = serializers.SerializerMethodField(help_text="Live counters; the final ones once over.")
     page_url = serializers.CharField(source="get_absolute_url", read_only=True)
     waiting = serializers.SerializerMethodField(
-        help_text="Why a running crawl fetches nothing now: reason 'memory' while Redis holds "
-        "crawlhub's budget of its memory (CRAWLHUB_REDIS_MEMORY_BUDGET_PERCENT of maxmemory; "
-        "it goes on by itself once memory frees), with the line its page shows; reason and "
-        "line empty otherwise."
+        help_text="Why a running crawl fetches nothing now: reason 'memory' while it waits for "
+        "Redis memory (Redis holds crawlhub's budget of it, CRAWLHUB_REDIS_MEMORY_BUDGET_PERCENT "
+        "of maxmemory, and this crawl more than its share, or Redis is past the mark halfway to "
+        "maxmemory; it goes on by itself once memory frees), with the line its page shows; "
+        "reason and line empty otherwise."
     )
     auth = serializers.SerializerMethodField(
         help_text="The crawl's credentials: header and cookie names, the basic auth user, the "
@@ -123,7 +124,8 @@ class CrawlSerializer(CrawlFieldsSerializer):
     def get_waiting(self, crawl: Crawl) -> dict:
         if "redis_memory" not in self.context:  # read once for a page of crawls
             self.context["redis_memory"] = services.redis_memory_safe()
-        return services.crawl_waiting(crawl=crawl, memory=self.context["redis_memory"])
+        stats = (self.context.get("stats") or {}).get(crawl.pk)
+        return services.crawl_waiting(crawl=crawl, memory=self.context["redis_memory"], stats=stats)
 
     def get_stats(self, crawl: Crawl) -> dict:
         stats = self.context.get("stats")

@@ -207,9 +207,11 @@ def stats_of(crawl_ids: list[int]) -> dict[int, dict]:
     return stats_many(crawl_ids)
 
 
-def memory_status(crawl: Crawl, memory: RedisMemory) -> dict:
+def memory_status(
+    crawl: Crawl, memory: RedisMemory, *, stats: dict, running: int | None = None
+) -> dict:
     """Whether Redis' memory holds the crawl back (live.memory_status)."""
-    return live.memory_status(crawl, memory)
+    return live.memory_status(crawl, memory, stats=stats, running=running)
 
 
 def progress(crawl: Crawl, stats: dict) -> dict:

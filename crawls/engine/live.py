@@ -19,6 +19,7 @@ from crawlhub.dates import machine
 from crawlhub.redis.connections import REDIS_ERRORS, RedisMemory, redis_memory
 from crawls.engine.ending import memory_line, stalled_line
 from crawls.engine.frontier import SERIES_POINTS, Frontier, live_views
+from crawls.engine.sharing import footprint, memory_share, running_crawls, waits_for_memory
 from crawls.models import Crawl, EndReason
 
 log = logging.getLogger(__name__)
@@ -187,18 +188,29 @@ def status_line(
     worker; empty otherwise."""
     if crawl.is_over():
         return {"reason": crawl.end_reason, "line": crawl.end_line}
-    if memory is not None and (held := memory_status(crawl, memory))["reason"]:
+    if memory is not None and (held := memory_status(crawl, memory, stats=stats))["reason"]:
         return held
     if waiting:
         return {"reason": "stalled", "line": stalled_line(stats)}
     return {"reason": "", "line": ""}
 
 
-def memory_status(crawl: Crawl, memory: RedisMemory) -> dict:
-    """ "memory" and its line while the crawl runs and Redis holds its budget of memory (its
-    slices claim nothing, crawls.engine.slices); empty otherwise."""
+def memory_status(
+    crawl: Crawl, memory: RedisMemory, *, stats: dict, running: int | None = None
+) -> dict:
+    """ "memory" and its line while the crawl runs and waits for Redis memory (its slices claim
+    nothing: crawls.engine.sharing.waits_for_memory, by its counters `stats` and the `running`
+    crawls, counted here when not given); empty otherwise."""
     if memory.full and crawl.state == "running":
-        return {"reason": "memory", "line": memory_line(memory)}
+        running = running_crawls() if running is None else running
+        if waits_for_memory(memory, stats=stats, running=running):
+            line = memory_line(
+                memory,
+                held=footprint(stats),
+                share=memory_share(memory, running=running),
+                running=running,
+            )
+            return {"reason": "memory", "line": line}
     return {"reason": "", "line": ""}
 
 
