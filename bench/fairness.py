@@ -26,6 +26,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import redis
@@ -110,14 +111,30 @@ class Deployment:
 
 
 def small_crawl(up: Deployment, origin: str, site: SampleSite, name: str, args) -> dict:
+    """The small crawl, started and waited for: its seconds, or None when it did not finish
+    within --small-timeout (it is cancelled then)."""
     crawl = up.start(name, origin, site.pages, args)
-    up.manage("crawl", "wait", crawl, "--timeout", str(args.timeout), timeout=args.timeout + 60)
+    expected = len(site.expected())
+    try:
+        wait_until(
+            lambda: up.fetched(crawl) >= expected, timeout=args.small_timeout, what="", interval=0.2
+        )
+    except SystemExit:
+        fetched = up.fetched(crawl)
+        up.manage("crawl", "cancel", crawl)
+        return {"crawl": crawl, "seconds": None, "pages": fetched}
+    up.manage("crawl", "wait", crawl, "--timeout", "120", timeout=180)
     status = up.status(crawl)
     fetched = int(status.get("responses") or 0) + int(status.get("errors") or 0)
-    expected = len(site.expected())
     if fetched != expected or status.get("state") != "finished":
         raise SystemExit(f"small crawl {crawl}: {status.get('state')}, {fetched} of {expected}")
     return {"crawl": crawl, "seconds": float(status["seconds"]), "pages": fetched}
+
+
+def memory_used(up: Deployment) -> tuple[int, int]:
+    """Redis' used memory and maxmemory, in bytes."""
+    memory = up.client.info("memory")
+    return int(memory["used_memory"]), int(memory.get("maxmemory") or 0)
 
 
 def main() -> None:
@@ -140,7 +157,19 @@ def main() -> None:
         default=0,
         help="Redis' maxmemory once the small crawl alone is done (0: none)",
     )
-    parser.add_argument("--timeout", type=int, default=900, help="seconds per crawl")
+    parser.add_argument(
+        "--budget-percent",
+        type=int,
+        default=85,
+        help="crawlhub's CRAWLHUB_REDIS_MEMORY_BUDGET_PERCENT (the deployment's default: 85)",
+    )
+    parser.add_argument("--timeout", type=int, default=900, help="seconds for the big crawl")
+    parser.add_argument(
+        "--small-timeout",
+        type=int,
+        default=120,
+        help="seconds the small crawl may take; past them it is cancelled and shown as such",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (logs, sites)")
     args = parser.parse_args()
 
@@ -162,35 +191,48 @@ def main() -> None:
                 say(f"round {round_}: the small crawl alone")
                 alone = small_crawl(up, small_origin, small_site, f"small-alone-{round_}", args)
                 load_alone = os.getloadavg()[0]
+                if alone["seconds"] is None:
+                    raise SystemExit(f"the small crawl alone did not finish: {alone}")
                 if args.maxmemory_mb:
                     up.client.config_set("maxmemory-policy", "noeviction")
                     up.client.config_set("maxmemory", str(int(args.maxmemory_mb * 2**20)))
                 say(f"round {round_}: the big crawl, then the small one beside it")
                 big = up.start(f"big-{round_}", big_origin, big_site.pages, args)
-                wait_until(
-                    lambda big=big: up.fetched(big) >= args.steady,
-                    timeout=args.timeout,
-                    what=f"the big crawl to fetch {args.steady} pages",
-                    interval=0.5,
-                )
+                if args.maxmemory_mb:
+                    budget = int(args.maxmemory_mb * 2**20) * args.budget_percent // 100
+                    wait_until(
+                        lambda budget=budget: memory_used(up)[0] >= budget,
+                        timeout=args.timeout,
+                        what="Redis to hold crawlhub's budget of its memory",
+                        interval=0.5,
+                    )
+                    time.sleep(2)  # the big crawl's slices see it (once a second)
+                else:
+                    wait_until(
+                        lambda big=big: up.fetched(big) >= args.steady,
+                        timeout=args.timeout,
+                        what=f"the big crawl to fetch {args.steady} pages",
+                        interval=0.5,
+                    )
                 big_before = up.fetched(big)
                 beside = small_crawl(up, small_origin, small_site, f"small-beside-{round_}", args)
                 big_after = up.fetched(big)
                 load_beside = os.getloadavg()[0]
                 big_state = up.status(big)["state"]
-                memory = up.client.info("memory")
+                used, maxmemory = memory_used(up)
                 up.manage("crawl", "cancel", big)
                 if big_state != "running":
                     raise SystemExit(f"the big crawl was {big_state} when the small one ended")
                 row = {
                     "alone": alone["seconds"],
                     "beside": beside["seconds"],
+                    "small_pages": beside["pages"],
                     "big_before": big_before,
                     "big_after": big_after,
                     "load_alone": load_alone,
                     "load_beside": load_beside,
-                    "memory": f"{memory['used_memory'] / 2**20:.1f} MB of "
-                    f"{int(memory.get('maxmemory') or 0) / 2**20:.1f}",
+                    "memory": f"{used / 2**20:.1f} MB"
+                    + (f" of {maxmemory / 2**20:.1f}" if maxmemory else ""),
                 }
                 rows.append(row)
                 say(f"round {round_}: {row}")
@@ -215,13 +257,20 @@ def main() -> None:
         f"{'big pages (start..end)':>25}  Redis memory at the end"
     )
     for n, row in enumerate(rows, 1):
-        print(
-            f"{n:>5}{row['alone']:>9.1f}{row['load_alone']:>6.1f}{row['beside']:>10.1f}"
-            f"{row['load_beside']:>6.1f}{row['beside'] / row['alone']:>7.1f}"
-            f"{row['big_before']:>12,}..{row['big_after']:<11,}  {row['memory']}"
+        beside = (
+            f"{row['beside']:>10.1f}"
+            if row["beside"] is not None
+            else f"{'>' + str(args.small_timeout):>10}"
         )
-    if rows:
-        ratios = [row["beside"] / row["alone"] for row in rows]
+        ratio = row["beside"] / row["alone"] if row["beside"] is not None else None
+        print(
+            f"{n:>5}{row['alone']:>9.1f}{row['load_alone']:>6.1f}{beside}"
+            f"{row['load_beside']:>6.1f}{f'{ratio:.1f}' if ratio else 'n/a':>7}"
+            f"{row['big_before']:>12,}..{row['big_after']:<11,}  {row['memory']}"
+            + (f"; small crawl not done: {row['small_pages']} pages" if ratio is None else "")
+        )
+    ratios = [row["beside"] / row["alone"] for row in rows if row["beside"] is not None]
+    if ratios:
         print(f"ratio beside / alone: median {statistics.median(ratios):.1f}")
 
 
