@@ -44,8 +44,8 @@ from crawls.engine.frontier import Frontier  # noqa: E402
 class Deployment:
     """`manage.py up --workers N` on a fresh database and embedded Redis, and its CLI."""
 
-    def __init__(self, folder: Path, workers: int) -> None:
-        self.folder, self.workers = folder, workers
+    def __init__(self, folder: Path, workers: int, *, budget_percent: int) -> None:
+        self.folder, self.workers, self.budget_percent = folder, workers, budget_percent
 
     def __enter__(self) -> Deployment:
         data = self.folder / "crawlhub"
@@ -54,6 +54,7 @@ class Deployment:
         self.redis_server.__enter__()
         self.env = {**os.environ, "CRAWLHUB_DATA_DIR": str(data)}
         self.env["REDIS_URL"] = self.redis_server.url
+        self.env["CRAWLHUB_REDIS_MEMORY_BUDGET_PERCENT"] = str(self.budget_percent)
         self.env["CRAWLHUB_ADMIN_PASSWORD"] = secrets.token_urlsafe(16)
         self.client = redis.Redis.from_url(self.redis_server.url)
         self.log = open(self.folder / "crawlhub-up.log", "wb")  # noqa: SIM115
@@ -161,7 +162,9 @@ def main() -> None:
         "--budget-percent",
         type=int,
         default=85,
-        help="crawlhub's CRAWLHUB_REDIS_MEMORY_BUDGET_PERCENT (the deployment's default: 85)",
+        help="the deployment's CRAWLHUB_REDIS_MEMORY_BUDGET_PERCENT (default 85); a small "
+        "maxmemory needs a lower one: a slice reads Redis' memory once a second, and a fast "
+        "crawl adds about 0.5 MB a second before its slices see the budget",
     )
     parser.add_argument("--timeout", type=int, default=900, help="seconds for the big crawl")
     parser.add_argument(
@@ -185,7 +188,7 @@ def main() -> None:
         servers.append(big_nginx)
         small_nginx, small_origin = start_nginx(small_site, folder / "small")
         servers.append(small_nginx)
-        with Deployment(folder, args.workers) as up:
+        with Deployment(folder, args.workers, budget_percent=args.budget_percent) as up:
             for round_ in range(1, args.rounds + 1):
                 up.client.config_set("maxmemory", "0")
                 say(f"round {round_}: the small crawl alone")
@@ -250,7 +253,11 @@ def main() -> None:
     print(
         f"small crawl ({args.small} pages) alone and beside a {args.big}-page crawl; "
         f"{args.workers} workers, {args.threads} threads x {args.slices} slices each"
-        + (f", Redis maxmemory {args.maxmemory_mb:g} MB" if args.maxmemory_mb else "")
+        + (
+            f", Redis maxmemory {args.maxmemory_mb:g} MB, budget {args.budget_percent}%"
+            if args.maxmemory_mb
+            else ""
+        )
     )
     print(
         f"{'round':>5}{'alone s':>9}{'load':>6}{'beside s':>10}{'load':>6}{'ratio':>7}"

@@ -83,9 +83,9 @@ class CrawlSerializer(CrawlFieldsSerializer):
     waiting = serializers.SerializerMethodField(
         help_text="Why a running crawl fetches nothing now: reason 'memory' while it waits for "
         "Redis memory (Redis holds crawlhub's budget of it, CRAWLHUB_REDIS_MEMORY_BUDGET_PERCENT "
-        "of maxmemory, and this crawl more than its share, or Redis is past the mark halfway to "
-        "maxmemory; it goes on by itself once memory frees), with the line its page shows; "
-        "reason and line empty otherwise."
+        "of maxmemory, and this crawl at least the average of the running crawls, or Redis is "
+        "past the mark halfway to maxmemory; it goes on by itself once memory frees), with the "
+        "line its page shows; reason and line empty otherwise."
     )
     auth = serializers.SerializerMethodField(
         help_text="The crawl's credentials: header and cookie names, the basic auth user, the "
@@ -124,8 +124,7 @@ class CrawlSerializer(CrawlFieldsSerializer):
     def get_waiting(self, crawl: Crawl) -> dict:
         if "redis_memory" not in self.context:  # read once for a page of crawls
             self.context["redis_memory"] = services.redis_memory_safe()
-        stats = (self.context.get("stats") or {}).get(crawl.pk)
-        return services.crawl_waiting(crawl=crawl, memory=self.context["redis_memory"], stats=stats)
+        return services.crawl_waiting(crawl=crawl, memory=self.context["redis_memory"])
 
     def get_stats(self, crawl: Crawl) -> dict:
         stats = self.context.get("stats")

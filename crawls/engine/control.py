@@ -207,11 +207,9 @@ def stats_of(crawl_ids: list[int]) -> dict[int, dict]:
     return stats_many(crawl_ids)
 
 
-def memory_status(
-    crawl: Crawl, memory: RedisMemory, *, stats: dict, running: int | None = None
-) -> dict:
+def memory_status(crawl: Crawl, memory: RedisMemory) -> dict:
     """Whether Redis' memory holds the crawl back (live.memory_status)."""
-    return live.memory_status(crawl, memory, stats=stats, running=running)
+    return live.memory_status(crawl, memory)
 
 
 def progress(crawl: Crawl, stats: dict) -> dict:

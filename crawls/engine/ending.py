@@ -73,16 +73,16 @@ def stalled_line(stats: dict) -> str:
 
 def memory_line(memory: RedisMemory, *, held: int, share: int, running: int) -> str:
     """A running crawl that waits for Redis memory (its slices claim nothing): Redis holds its
-    budget and the crawl more than its share (`held` bytes against `share`, the budget over
-    the `running` crawls), or Redis holds its stop mark (crawls.engine.sharing)."""
+    budget and the crawl at least the average of the `running` crawls (`held` bytes against
+    `share`, that average), or Redis holds its stop mark (crawls.engine.sharing)."""
     percent = round(memory.budget * 100 / max(1, memory.maxmemory))
     if memory.stopped:
         why = "every crawl waits past the mark halfway to its maxmemory"
     else:
         why = (
-            f"this crawl holds about {held / 2**20:,.1f} MB of it, more than its share of the "
-            f"budget ({share / 2**20:,.1f} MB, {running:,} running crawl"
-            f"{'' if running == 1 else 's'}); crawls under their share go on"
+            f"this crawl holds about {held / 2**20:,.1f} MB of it, at least the average of the "
+            f"{running:,} running crawl{'' if running == 1 else 's'} ({share / 2**20:,.1f} MB); "
+            "crawls holding less go on"
         )
     return (
         f"Waiting for Redis memory: it holds {memory.used / 2**20:,.1f} MB, crawlhub's budget "

@@ -19,7 +19,7 @@ from crawlhub.dates import machine
 from crawlhub.redis.connections import REDIS_ERRORS, RedisMemory, redis_memory
 from crawls.engine.ending import memory_line, stalled_line
 from crawls.engine.frontier import SERIES_POINTS, Frontier, live_views
-from crawls.engine.sharing import footprint, memory_share, running_crawls, waits_for_memory
+from crawls.engine.sharing import fair_share, running_footprints, waits_for_memory
 from crawls.models import Crawl, EndReason
 
 log = logging.getLogger(__name__)
@@ -188,7 +188,7 @@ def status_line(
     worker; empty otherwise."""
     if crawl.is_over():
         return {"reason": crawl.end_reason, "line": crawl.end_line}
-    if memory is not None and (held := memory_status(crawl, memory, stats=stats))["reason"]:
+    if memory is not None and (held := memory_status(crawl, memory))["reason"]:
         return held
     if waiting:
         return {"reason": "stalled", "line": stalled_line(stats)}
@@ -196,19 +196,25 @@ def status_line(
 
 
 def memory_status(
-    crawl: Crawl, memory: RedisMemory, *, stats: dict, running: int | None = None
+    crawl: Crawl, memory: RedisMemory, *, footprints: dict[int, int] | None = None
 ) -> dict:
     """ "memory" and its line while the crawl runs and waits for Redis memory (its slices claim
-    nothing: crawls.engine.sharing.waits_for_memory, by its counters `stats` and the `running`
-    crawls, counted here when not given); empty otherwise."""
+    nothing: crawls.engine.sharing.waits_for_memory, by what the running crawls hold,
+    `footprints`, read here when not given); empty otherwise."""
     if memory.full and crawl.state == "running":
-        running = running_crawls() if running is None else running
-        if waits_for_memory(memory, stats=stats, running=running):
+        if memory.stopped:  # every crawl waits (past maxmemory Redis would refuse the read)
+            footprints = {}
+        elif footprints is None:
+            try:
+                footprints = running_footprints()
+            except REDIS_ERRORS:
+                footprints = {}
+        if waits_for_memory(memory, crawl_id=crawl.pk, footprints=footprints):
             line = memory_line(
                 memory,
-                held=footprint(stats),
-                share=memory_share(memory, running=running),
-                running=running,
+                held=footprints.get(crawl.pk, 0),
+                share=fair_share(footprints),
+                running=len(footprints),
             )
             return {"reason": "memory", "line": line}
     return {"reason": "", "line": ""}

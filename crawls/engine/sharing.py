@@ -9,11 +9,11 @@ not a whole budget, and the crawls take turns. A slice alone, or behind its own 
 only, keeps its whole budget. A crawl whose priority is above 0 goes ahead of the others (its
 slices are queued at the front) and does not give way.
 
-Memory: once Redis holds crawlhub's budget of its maxmemory, the crawls that hold more than
-their share of it (the budget over the running crawls, by what their keys hold: `footprint`)
-claim nothing, and a crawl under its share goes on; past the mark halfway from the budget to
-maxmemory every crawl waits. So the crawl filling Redis waits first and a small crawl beside it
-finishes, and Redis still never reaches its maxmemory through crawls adding to it.
+Memory: once Redis holds crawlhub's budget of its maxmemory, the crawls that hold at least the
+average of what the running crawls hold in it (by their counters: `footprint`) claim nothing,
+and a crawl under that share goes on; past the mark halfway from the budget to maxmemory every
+crawl waits. So the crawl filling Redis waits at the budget, as a crawl alone does, and a small
+crawl beside it finishes; what the small ones add is bounded by the stop mark.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from django.conf import settings
 from rq import Queue
 
 from crawlhub.redis.connections import RedisMemory
+from crawls.engine.frontier import stats_many
 from crawls.models import Crawl, CrawlState
 
 # The RQ queue the slices wait in (crawls.engine.jobs enqueues them there).
@@ -66,19 +67,26 @@ def footprint(stats: dict) -> int:
     return int(stats.get("requests", 0)) * SEEN_BYTES + waiting * REQUEST_BYTES
 
 
-def running_crawls() -> int:
-    """How many crawls are running: they share crawlhub's budget of Redis' memory."""
-    return Crawl.objects.filter(state=CrawlState.RUNNING).count()
+def running_footprints(client: redis.Redis | None = None) -> dict[int, int]:
+    """footprint() of every running crawl (a query, and one Redis round trip)."""
+    ids = list(Crawl.objects.filter(state=CrawlState.RUNNING).values_list("pk", flat=True))
+    return {pk: footprint(stats) for pk, stats in stats_many(ids, client=client).items()}
 
 
-def memory_share(memory: RedisMemory, *, running: int) -> int:
-    """A running crawl's share of crawlhub's budget of Redis' memory, in bytes."""
-    return memory.budget // max(1, running)
+def fair_share(footprints: dict[int, int]) -> int:
+    """What the running crawls hold in Redis on average: past the budget, a crawl holding at
+    least this much waits."""
+    return sum(footprints.values()) // max(1, len(footprints))
 
 
-def waits_for_memory(memory: RedisMemory, *, stats: dict, running: int) -> bool:
+def waits_for_memory(memory: RedisMemory, *, crawl_id: int, footprints: dict[int, int]) -> bool:
     """Whether a running crawl claims nothing for Redis' memory: Redis holds its budget and the
-    crawl more than its share of it, or Redis is past the stop mark (every crawl waits)."""
+    crawl at least the average of the running crawls (`footprints`, running_footprints(); a
+    crawl running alone waits), or Redis is past the stop mark (every crawl waits). The
+    estimates of what a crawl holds may be off, alike for every crawl: they only rank them."""
     if not memory.full:
         return False
-    return memory.stopped or footprint(stats) > memory_share(memory, running=running)
+    if memory.stopped:
+        return True
+    footprints = footprints if crawl_id in footprints else {**footprints, crawl_id: 0}
+    return footprints[crawl_id] >= fair_share(footprints)

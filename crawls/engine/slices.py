@@ -51,7 +51,7 @@ from crawls.engine.sessions import LoginFailed
 from crawls.engine.sharing import (
     gives_way,
     others_waiting,
-    running_crawls,
+    running_footprints,
     slice_turn_seconds,
     waits_for_memory,
 )
@@ -232,11 +232,11 @@ class Slice:
             return False
 
     def _check_memory(self) -> None:
-        """While Redis holds its memory budget and this crawl more than its share of it (or
-        Redis is past its stop mark: crawls/engine/sharing.py) the slice claims nothing: each
-        page fetched would add its links to Redis. What it holds is fetched and completed (the
-        budget leaves room for that); it waits, alive, instead of ending idle, so no successor
-        starts meanwhile."""
+        """While Redis holds its memory budget and this crawl at least the running crawls'
+        average (or Redis is past its stop mark: crawls/engine/sharing.py) the slice claims
+        nothing: each page fetched would add its links to Redis. What it holds is fetched and
+        completed (the room left below maxmemory is for that); it waits, alive, instead of
+        ending idle, so no successor starts meanwhile."""
         try:
             memory = redis_memory(self.frontier.redis)
         except REDIS_ERRORS:
@@ -246,7 +246,9 @@ class Slice:
             # Past maxmemory Redis refuses the MULTI that reads the counters: it waits then.
             with contextlib.suppress(*REDIS_ERRORS):
                 waits = waits_for_memory(
-                    memory, stats=self.frontier.stats(), running=running_crawls()
+                    memory,
+                    crawl_id=self.crawl.pk,
+                    footprints=running_footprints(self.frontier.redis),
                 )
         if waits and not self.memory_full:
             log.warning(

@@ -63,18 +63,14 @@ def redis_memory_safe() -> RedisMemory | None:
         return None
 
 
-def crawl_waiting(
-    *, crawl: Crawl, memory: RedisMemory | None, stats: dict | None = None
-) -> dict[str, str]:
+def crawl_waiting(*, crawl: Crawl, memory: RedisMemory | None) -> dict[str, str]:
     """Why a running crawl fetches nothing right now that is not its own doing: {"reason":
     "memory", "line": ...} while it waits for Redis memory (`memory`: redis_memory_safe(),
-    read once for many crawls; past crawlhub's budget, the crawls holding more than their share
-    wait, by their counters: `stats`, read here when not given); empty reason and line
-    otherwise, or when Redis is away (None)."""
-    if memory is None or not memory.full or not crawl.is_active():
+    read once for many crawls; past crawlhub's budget, the crawls holding the most wait:
+    crawls.engine.sharing); empty reason and line otherwise, or when Redis is away (None)."""
+    if memory is None:
         return {"reason": "", "line": ""}
-    stats = crawl_stats_safe(crawl) if stats is None else stats
-    return control.memory_status(crawl, memory, stats=stats)
+    return control.memory_status(crawl, memory)
 
 
 def crawls_stats_safe(crawls: list[Crawl]) -> dict[int, dict]:

@@ -403,9 +403,8 @@ def test_a_crawl_waiting_for_redis_memory_says_so_and_the_line_goes_when_it_free
     client.set("test:ballast", b"x" * 50_000_000)  # what other crawls would hold
     settled_memory(client)  # the write's buffers and the last test's keys freed
     try:
-        # At 95% of maxmemory: past the stop mark (92.5%, halfway from the 85% budget), where
-        # every crawl waits, the one under its share too; 3 MB below maxmemory.
-        client.config_set("maxmemory", str(int(redis_memory(client).used / 0.95)))
+        # 4 MB past the budget (85% of maxmemory), 4 MB below maxmemory: nothing is fetched.
+        client.config_set("maxmemory", str(int(redis_memory(client).used / 0.85 * 0.92)))
         services.crawl_start(crawl=crawl, user=user)
         page.goto(f"{dashboard}/crawls/{crawl.pk}/")
         wait_for_js(page, "!document.getElementById('end-line').hidden")
