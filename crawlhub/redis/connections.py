@@ -97,8 +97,8 @@ class RedisMemory:
 
     @property
     def stop_mark(self) -> int:
-        """Halfway from the budget to maxmemory: past the budget, the crawls holding more than
-        their share of it wait (crawls.engine.sharing) and the others go on, up to this mark."""
+        """Halfway from the budget to maxmemory: past the budget, the crawls holding the most
+        wait (crawls.engine.sharing) and the others go on, up to this mark."""
         return self.budget + (self.maxmemory - self.budget) // 2
 
     @property

@@ -78,6 +78,8 @@ def memory_line(memory: RedisMemory, *, held: int, share: int, running: int) -> 
     percent = round(memory.budget * 100 / max(1, memory.maxmemory))
     if memory.stopped:
         why = "every crawl waits past the mark halfway to its maxmemory"
+    elif running <= 1:
+        why = "this crawl runs alone and waits at the budget"
     else:
         why = (
             f"this crawl holds about {held / 2**20:,.1f} MB of it, at least the average of the "
