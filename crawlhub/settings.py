@@ -267,6 +267,9 @@ RQ_SHOW_ADMIN_LINK = True
 
 # The crawl engine's timing. A slice is one RQ job that crawls for this long, then hands over.
 CRAWLHUB_SLICE_SECONDS = env_int("CRAWLHUB_SLICE_SECONDS", 20, minimum=1)
+# While another crawl's slice waits for a worker, a slice hands over after this long instead
+# (crawls/engine/sharing.py): crawls on the same workers take turns.
+CRAWLHUB_SLICE_TURN_SECONDS = env_int("CRAWLHUB_SLICE_TURN_SECONDS", 2, minimum=1)
 # A crawl's log keeps the newest this many of its workers' lines of each level (info, warning,
 # error); older ones are removed when a slice ends (crawls/engine/crawl_log.py).
 CRAWLHUB_LOG_LINES = env_int("CRAWLHUB_LOG_LINES", 5000, minimum=10)

@@ -95,6 +95,17 @@ class RedisMemory:
     def full(self) -> bool:
         return self.budget > 0 and self.used >= self.budget
 
+    @property
+    def stop_mark(self) -> int:
+        """Halfway from the budget to maxmemory: past the budget, the crawls holding the most
+        wait (crawls.engine.sharing) and the others go on, up to this mark."""
+        return self.budget + (self.maxmemory - self.budget) // 2
+
+    @property
+    def stopped(self) -> bool:
+        """Redis holds its stop mark: every crawl waits for memory."""
+        return self.budget > 0 and self.used >= self.stop_mark
+
 
 def redis_memory_from(info: dict) -> RedisMemory:
     """RedisMemory from Redis' INFO memory section (as redis-py parses it)."""

@@ -81,10 +81,11 @@ class CrawlSerializer(CrawlFieldsSerializer):
     stats = serializers.SerializerMethodField(help_text="Live counters; the final ones once over.")
     page_url = serializers.CharField(source="get_absolute_url", read_only=True)
     waiting = serializers.SerializerMethodField(
-        help_text="Why a running crawl fetches nothing now: reason 'memory' while Redis holds "
-        "crawlhub's budget of its memory (CRAWLHUB_REDIS_MEMORY_BUDGET_PERCENT of maxmemory; "
-        "it goes on by itself once memory frees), with the line its page shows; reason and "
-        "line empty otherwise."
+        help_text="Why a running crawl fetches nothing now: reason 'memory' while it waits for "
+        "Redis memory (Redis holds crawlhub's budget of it, CRAWLHUB_REDIS_MEMORY_BUDGET_PERCENT "
+        "of maxmemory, and this crawl at least the average of the running crawls, or Redis is "
+        "past the mark halfway to maxmemory; it goes on by itself once memory frees), with the "
+        "line its page shows; reason and line empty otherwise."
     )
     auth = serializers.SerializerMethodField(
         help_text="The crawl's credentials: header and cookie names, the basic auth user, the "

@@ -54,6 +54,7 @@ WORKER_KINDS = frozenset(
 # Why a slice ended (slices.StopFlag.reason), as its last line says it.
 ENDINGS = {
     "budget": "its time was up",
+    "turn": "its turn was up, and another crawl's slice waited for a worker",
     "done": "the crawl has nothing left to fetch",
     "idle": "nothing to fetch for a while (retries wait, or hosts' delays)",
     "paused": "the crawl was paused",

@@ -3,7 +3,7 @@
 Decided where a crawl ends (lifecycle.finish_if_done and fail, services.crawl_cancel) from its
 final counters, and saved with it (Crawl.end_reason, Crawl.end_line), never per page. A crawl
 still running is "stalled" while it has work queued that no slice is fetching, or waits for
-Redis memory (live.py).
+Redis memory (live.py, crawls/engine/sharing.py).
 Pure functions of their arguments: the migration that fills in crawls ended before reads them.
 """
 
@@ -71,12 +71,24 @@ def stalled_line(stats: dict) -> str:
     )
 
 
-def memory_line(memory: RedisMemory) -> str:
-    """A running crawl while Redis holds its budget of memory (slices claim nothing)."""
-    share = round(memory.budget * 100 / max(1, memory.maxmemory))
+def memory_line(memory: RedisMemory, *, held: int, share: int, running: int) -> str:
+    """A running crawl that waits for Redis memory (its slices claim nothing): Redis holds its
+    budget and the crawl at least the average of the `running` crawls (`held` bytes against
+    `share`, that average), or Redis holds its stop mark (crawls.engine.sharing)."""
+    percent = round(memory.budget * 100 / max(1, memory.maxmemory))
+    if memory.stopped:
+        why = "every crawl waits past the mark halfway to its maxmemory"
+    elif running <= 1:
+        why = "this crawl runs alone and waits at the budget"
+    else:
+        why = (
+            f"this crawl holds about {held / 2**20:,.1f} MB of it, at least the average of the "
+            f"{running:,} running crawl{'' if running == 1 else 's'} ({share / 2**20:,.1f} MB); "
+            "crawls holding less go on"
+        )
     return (
         f"Waiting for Redis memory: it holds {memory.used / 2**20:,.1f} MB, crawlhub's budget "
-        f"is {memory.budget / 2**20:,.1f} MB ({share}% of its maxmemory, "
-        f"{memory.maxmemory / 2**20:,.1f} MB). Nothing is lost; fetching goes "
+        f"is {memory.budget / 2**20:,.1f} MB ({percent}% of its maxmemory, "
+        f"{memory.maxmemory / 2**20:,.1f} MB); {why}. Nothing is lost; fetching goes "
         "on by itself once memory frees (a crawl cancelled or deleted, a larger maxmemory)."
     )

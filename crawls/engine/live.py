@@ -19,6 +19,7 @@ from crawlhub.dates import machine
 from crawlhub.redis.connections import REDIS_ERRORS, RedisMemory, redis_memory
 from crawls.engine.ending import memory_line, stalled_line
 from crawls.engine.frontier import SERIES_POINTS, Frontier, live_views
+from crawls.engine.sharing import fair_share, running_footprints, waits_for_memory
 from crawls.models import Crawl, EndReason
 
 log = logging.getLogger(__name__)
@@ -194,11 +195,28 @@ def status_line(
     return {"reason": "", "line": ""}
 
 
-def memory_status(crawl: Crawl, memory: RedisMemory) -> dict:
-    """ "memory" and its line while the crawl runs and Redis holds its budget of memory (its
-    slices claim nothing, crawls.engine.slices); empty otherwise."""
+def memory_status(
+    crawl: Crawl, memory: RedisMemory, *, footprints: dict[int, int] | None = None
+) -> dict:
+    """ "memory" and its line while the crawl runs and waits for Redis memory (its slices claim
+    nothing: crawls.engine.sharing.waits_for_memory, by what the running crawls hold,
+    `footprints`, read here when not given); empty otherwise."""
     if memory.full and crawl.state == "running":
-        return {"reason": "memory", "line": memory_line(memory)}
+        if memory.stopped:  # every crawl waits (past maxmemory Redis would refuse the read)
+            footprints = {}
+        elif footprints is None:
+            try:
+                footprints = running_footprints()
+            except REDIS_ERRORS:
+                footprints = {}
+        if waits_for_memory(memory, crawl_id=crawl.pk, footprints=footprints):
+            line = memory_line(
+                memory,
+                held=footprints.get(crawl.pk, 0),
+                share=fair_share(footprints),
+                running=len(footprints),
+            )
+            return {"reason": "memory", "line": line}
     return {"reason": "", "line": ""}
 
 

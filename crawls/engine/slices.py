@@ -48,6 +48,13 @@ from crawls.engine.request import Request
 from crawls.engine.scope import ScopeError
 from crawls.engine.scope_changes import current_scope, request_fits
 from crawls.engine.sessions import LoginFailed
+from crawls.engine.sharing import (
+    gives_way,
+    others_waiting,
+    running_footprints,
+    slice_turn_seconds,
+    waits_for_memory,
+)
 from crawls.models import Crawl
 
 log = logging.getLogger(__name__)
@@ -67,7 +74,8 @@ EMPTY_CLAIM_BACKOFF = 0.1
 # tenth of its pace. More than EMPTY_CLAIM_BACKOFF plus a loop's wait (_collect).
 CLAIM_AHEAD_SECONDS = 0.2
 REDIS_RETRY_SECONDS = 300.0
-# How often a slice reads Redis' memory against its budget (one INFO call).
+# How often a slice reads Redis' memory against its budget (one INFO call), and, once past its
+# turn, whether another crawl's slice waits for a worker (one LRANGE).
 MEMORY_CHECK_SECONDS = 1.0
 
 
@@ -173,12 +181,15 @@ class Slice:
         self.scope_gen = 0
         self.last_memory = 0.0
         self.memory_full = False  # Redis holds its budget: claim nothing until it frees
+        # Past this long, the slice hands over to another crawl's waiting slice (sharing.py).
+        self.turn = slice_turn_seconds(self.budget) if gives_way(crawl) else self.budget
 
     # -- the loop ---------------------------------------------------------------------------
 
     def run(self) -> SliceReport:
         started = time.monotonic()
         self.last_flush = self.last_state = self.last_work = self.last_renew = started
+        self.last_turn_check = started
         pool = ThreadPoolExecutor(self.crawl.threads, thread_name_prefix=f"slice-{self.slice_id}")
         try:
             while True:
@@ -187,6 +198,8 @@ class Slice:
                 self._renew(now)
                 if now - started >= self.budget:
                     self.stop.set("budget")
+                elif now - started >= self.turn and self._turn_wanted(now):
+                    self.stop.set("turn")
                 if self.stop or not self._claim(pool, now) or not self._collect(now):
                     break
                 self._flush_when_due()
@@ -208,15 +221,36 @@ class Slice:
             self.last_memory = now
             self._check_memory()
 
+    def _turn_wanted(self, now: float) -> bool:
+        """Past its turn, once a second: whether another crawl's slice waits for a worker."""
+        if now - self.last_turn_check < MEMORY_CHECK_SECONDS:
+            return False
+        self.last_turn_check = now
+        try:
+            return others_waiting(self.frontier.redis, self.crawl.pk)
+        except REDIS_ERRORS:
+            return False
+
     def _check_memory(self) -> None:
-        """While Redis holds its memory budget the slice claims nothing: each page fetched would
-        add its links to Redis. What it holds is fetched and completed (the budget leaves room
-        for that); it waits, alive, instead of ending idle, so no successor starts meanwhile."""
+        """While Redis holds its memory budget and this crawl at least the running crawls'
+        average (or Redis is past its stop mark: crawls/engine/sharing.py) the slice claims
+        nothing: each page fetched would add its links to Redis. What it holds is fetched and
+        completed (the room left below maxmemory is for that); it waits, alive, instead of
+        ending idle, so no successor starts meanwhile."""
         try:
             memory = redis_memory(self.frontier.redis)
         except REDIS_ERRORS:
             return
-        if memory.full and not self.memory_full:
+        waits = memory.full
+        if waits and not memory.stopped:
+            # Past maxmemory Redis refuses the MULTI that reads the counters: it waits then.
+            with contextlib.suppress(*REDIS_ERRORS):
+                waits = waits_for_memory(
+                    memory,
+                    crawl_id=self.crawl.pk,
+                    footprints=running_footprints(self.frontier.redis),
+                )
+        if waits and not self.memory_full:
             log.warning(
                 "crawl %s: Redis holds %d of its %d-byte memory budget; slice %s claims "
                 "nothing until memory frees",
@@ -225,14 +259,14 @@ class Slice:
                 memory.budget,
                 self.slice_id,
             )
-        elif self.memory_full and not memory.full:
+        elif self.memory_full and not waits:
             log.info(
                 "crawl %s: Redis memory freed (%d bytes); slice %s claims again",
                 self.crawl.pk,
                 memory.used,
                 self.slice_id,
             )
-        self.memory_full = memory.full
+        self.memory_full = waits
 
     def _renew(self, now: float) -> None:
         """Extend the leases of what the slice holds (being fetched, or fetched and not yet

@@ -65,9 +65,9 @@ def redis_memory_safe() -> RedisMemory | None:
 
 def crawl_waiting(*, crawl: Crawl, memory: RedisMemory | None) -> dict[str, str]:
     """Why a running crawl fetches nothing right now that is not its own doing: {"reason":
-    "memory", "line": ...} while Redis holds crawlhub's budget of its memory (`memory`:
-    redis_memory_safe(), read once for many crawls); empty reason and line otherwise, or when
-    Redis is away (None)."""
+    "memory", "line": ...} while it waits for Redis memory (`memory`: redis_memory_safe(),
+    read once for many crawls; past crawlhub's budget, the crawls holding the most wait:
+    crawls.engine.sharing); empty reason and line otherwise, or when Redis is away (None)."""
     if memory is None:
         return {"reason": "", "line": ""}
     return control.memory_status(crawl, memory)

@@ -2,6 +2,8 @@
 its maxmemory (claims stop, the crawl page and the API say why) and go on by themselves when
 memory frees; a write Redis refuses for its maxmemory ("OOM command not allowed") writes
 nothing and is waited out like a Redis that went away, never a crash in a worker's log.
+Between the budget and the stop mark halfway to maxmemory, only the crawls holding at least the
+running crawls' average wait: a small crawl beside a big one goes on (crawls.engine.sharing).
 
 The tests lower the session Redis' maxmemory around what it holds now (noeviction, as the
 embedded Redis runs) and put it back after.
@@ -14,13 +16,14 @@ import threading
 import time
 from collections.abc import Iterator
 
+import django_rq
 import pytest
 import redis as redis_py
 
 from crawlhub.redis.connections import redis_memory
 from crawls import services
 from crawls.api.crawls import CrawlSerializer
-from crawls.engine import live
+from crawls.engine import live, sharing
 from crawls.engine.frontier import Frontier
 from crawls.engine.jobs import after_slice, slice_job, supervise
 from crawls.engine.slices import run_slice, with_redis_retry
@@ -176,3 +179,62 @@ def test_slices_redis_refuses_to_queue_are_a_warning_and_the_supervisor_queues_t
     maxmemory(0)
     assert supervise()["slices_started"] == 2 and Frontier(crawl.pk).live_slices() == 2
     services.crawl_cancel(crawl=crawl, user=user)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_past_the_budget_the_crawl_holding_the_memory_waits_and_a_small_one_beside_it_finishes(
+    user, make_site, redis, maxmemory, caplog
+):
+    """Redis between crawlhub's budget and the stop mark, most of it held by a big crawl's
+    queue: the big crawl claims nothing and says why; a small crawl, holding less than the
+    running crawls' average, fetches every page and ends."""
+    big_site = make_site(pages_site({"/": page()}))
+    big = start_site_crawl(user, big_site, max_pages=100_000)
+    frontier = Frontier(big.pk)
+    for start in range(0, 60_000, 5_000):
+        frontier.add_seeds([f"{big_site.url}/q{n}" for n in range(start, start + 5_000)])
+    paths = [f"/p{n}" for n in range(30)]
+    small_site = make_site(pages_site({"/": page(*paths), **{p: page() for p in paths}}))
+    small = start_site_crawl(user, small_site)
+    # No worker runs here: the slices are the two run_slice calls below. Their queued jobs
+    # would have the big one end its turn for the small one's (crawls.engine.sharing).
+    django_rq.get_queue("crawls").empty()
+    limit = int(settled_used(redis) / 0.88)  # 88%: past the 85% budget, below the 92.5% mark
+    maxmemory(limit)
+    memory = redis_memory(redis)
+    assert memory.full and not memory.stopped
+    footprints = sharing.running_footprints()
+    average = sharing.fair_share(footprints)
+    assert footprints[big.pk] >= average > footprints[small.pk], footprints
+
+    reports: dict = {}
+    with caplog.at_level(logging.INFO):
+        big_slice = threading.Thread(
+            target=lambda: reports.update(big=run_slice(big.pk, "b1", budget_seconds=60))
+        )
+        big_slice.start()
+        small_report = run_slice(small.pk, "s1", budget_seconds=60)
+        # The small crawl was done while the big one waited, alive, having fetched nothing.
+        assert small_report["reason"] == "done"
+        assert sorted(small_site.paths()) == sorted(["/", *paths])
+        assert big_slice.is_alive() and big_site.paths() == []
+        waiting = live.snapshot(big)["end"]
+        assert waiting["reason"] == "memory"
+        assert "this crawl holds about" in waiting["line"]
+        assert "at least the average of the 2 running crawls" in waiting["line"]
+        assert "crawls holding less go on" in waiting["line"]
+        assert CrawlSerializer(big).data["waiting"] == waiting
+        assert live.snapshot(small)["end"]["reason"] != "memory"
+        assert CrawlSerializer(small).data["waiting"] == {"reason": "", "line": ""}
+        services.crawl_cancel(crawl=big, user=user)
+        big_slice.join(timeout=60)
+    # Cancelled: its queue dropped, memory frees and the slice finds nothing left, or sees the
+    # state first.
+    assert not big_slice.is_alive() and reports["big"]["reason"] in ("cancelled", "done")
+    assert big_site.paths() == []
+    after_slice(small.pk)
+    small.refresh_from_db()
+    assert small.state == CrawlState.FINISHED
+    assert (small.stats["requests"], small.stats["responses"]) == (31, 31)
+    assert redis_memory(redis).used < limit  # Redis never reached its maxmemory
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
