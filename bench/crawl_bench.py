@@ -24,6 +24,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -329,9 +330,21 @@ def run_scrapy(site: SampleSite, origin: str, folder: Path, args) -> Result:
 # -- crawlhub --------------------------------------------------------------------------------
 
 
-def run_crawlhub(site: SampleSite, origin: str, folder: Path, args, *, root: Path = ROOT) -> Result:
-    """crawlhub as checked out at `root` (this checkout by default) crawls the site."""
-    expected = site.expected()
+def run_crawlhub(
+    site: SampleSite,
+    origin: str,
+    folder: Path,
+    args,
+    *,
+    root: Path = ROOT,
+    expected: set[str] | None = None,
+    ended: Callable[[redis.Redis, Path], None] | None = None,
+) -> Result:
+    """crawlhub as checked out at `root` (this checkout by default) crawls the site.
+    `expected`: site.expected(), when the caller has it already (a minute at a million pages).
+    `ended` is called once the crawl is over, before its Redis stops, with a client of that
+    Redis and the data folder (bench/million_pages.py reads Redis' peak memory there)."""
+    expected = expected if expected is not None else site.expected()
     data = folder / "crawlhub"
     # A fresh database and Redis for every run (crawl ids start again at 1).
     subprocess.run(["rm", "-rf", str(data), str(folder / "redis-crawlhub")], check=True)
@@ -409,6 +422,8 @@ def run_crawlhub(site: SampleSite, origin: str, folder: Path, args, *, root: Pat
                 "from crawls.models import Page; "
                 f"print(Page.objects.filter(crawl_id={crawl}).count())",
             ).split()[-1]
+            if ended is not None:
+                ended(client, data)
         finally:
             stop_process(up, timeout=60)
             log.close()
