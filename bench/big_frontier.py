@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import signal
 import sys
 import time
 from dataclasses import dataclass, field
@@ -67,6 +68,13 @@ def main() -> None:
         type=float,
         default=600,
         help="how long to go on completing once every URL is discovered (0: until done)",
+    )
+    parser.add_argument(
+        "--seconds",
+        type=float,
+        default=0,
+        help="end after this long, discovered or not, with the summary (0: no limit); "
+        "SIGINT and SIGTERM end it the same way",
     )
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
@@ -132,6 +140,10 @@ def run(args: argparse.Namespace, folder: Path) -> None:
     started = time.perf_counter()
     next_found = next_done = args.every
     drain_until = None
+    give_up = started + args.seconds if args.seconds else float("inf")
+    stop = []  # SIGINT or SIGTERM: end at the next batch, with the summary
+    for number in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(number, lambda signum, frame: stop.append(signum))
     spill_marks = (spilling.wall, spilling.cpu, spilling.redis)
     refill_marks = (refilling.wall, refilling.cpu, refilling.redis)
 
@@ -208,6 +220,11 @@ def run(args: argparse.Namespace, folder: Path) -> None:
         if made >= args.urls and drain_until is None:
             drain_until = time.perf_counter() + (args.drain_seconds or float("inf"))
         if drain_until is not None and time.perf_counter() > drain_until:
+            break
+        if stop or time.perf_counter() > give_up:
+            print(
+                "ended early: " + (f"signal {stop[0]}" if stop else f"--seconds {args.seconds:g}")
+            )
             break
     line("end")
     summary(args, frontier, crawl, folder, lines, completed, made, repeats, done)
