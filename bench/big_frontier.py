@@ -131,7 +131,7 @@ def run(args: argparse.Namespace, folder: Path) -> None:
     header = (
         f"{'discovered':>11}{'completed':>11}{'elapsed':>9}{'pages/s':>9}{'CPU ms/p':>9}"
         f"{'Redis MB':>9}{'peak':>7}{'spilled rows':>13}{'DB MB':>7}"
-        f"{'spilled':>9}{'s (CPU, Redis)':>17}{'refilled':>9}{'s (CPU, Redis)':>17}{'load':>6}"
+        f"{'spilled':>9}{'s (CPU, Redis)':>19}{'refilled':>9}{'s (CPU, Redis)':>19}{'load':>6}"
     )
     print(header, flush=True)
     stretch = Stretch(redis_cpu=redis_cpu(redis))
@@ -171,8 +171,8 @@ def run(args: argparse.Namespace, folder: Path) -> None:
             f"{per_page * 1000:>9.2f}{int(memory['used_memory']) / MB:>9.1f}"
             f"{int(memory['used_memory_peak']) / MB:>7.0f}{rows:>13,}"
             f"{database_bytes(folder) / MB:>7.0f}{stretch.spilled:>9,}"
-            f"{'{:.1f} ({:.1f}, {:.1f})'.format(*spill):>17}{stretch.refilled:>9,}"
-            f"{'{:.1f} ({:.1f}, {:.1f})'.format(*refill):>17}{os.getloadavg()[0]:>6.1f}  {what}",
+            f"{'{:.1f} ({:.1f}, {:.1f})'.format(*spill):>19}{stretch.refilled:>9,}"
+            f"{'{:.1f} ({:.1f}, {:.1f})'.format(*refill):>19}{os.getloadavg()[0]:>6.1f}  {what}",
             flush=True,
         )
         lines.append((what, stretch.pages, rate, stretch.spilled, stretch.refilled))

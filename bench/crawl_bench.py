@@ -97,15 +97,18 @@ def wait_until(check, *, timeout: float, what: str, interval: float = 0.1) -> No
 
 
 def start_nginx(
-    site: SampleSite, folder: Path, *, access_log: Path | None = None
+    site: SampleSite, folder: Path, *, access_log: Path | None = None, port: int | None = None
 ) -> tuple[subprocess.Popen, str]:
     """Write `site` as static files and serve it with nginx on a free loopback port; with
-    `access_log`, each request is logged there as "<request URI> <status>"."""
+    `access_log`, each request is logged there as "<request URI> <status>". With `port`, the
+    site written there before for that port (its pages hold absolute links with it) is served
+    again as it is."""
     if not Path(NGINX).exists():
         raise SystemExit(f"{NGINX} not found: install Debian's nginx (apt-get install -y nginx)")
-    port = free_port()
+    written, port = port is not None, port or free_port()
     origin = f"http://127.0.0.1:{port}"
-    site.served_from(directory=folder, origin=origin)
+    if not written:
+        site.served_from(directory=folder, origin=origin)
     temp = folder / "nginx-temp"
     temp.mkdir(exist_ok=True)
     user = "user root;" if os.geteuid() == 0 else ""  # workers must read a 0700 temp dir
@@ -150,7 +153,7 @@ http {{
         except requests.ConnectionError:
             return False
 
-    wait_until(up, timeout=15, what="nginx")
+    wait_until(up, timeout=120, what="nginx")  # a million pages' locations load slowly
     return nginx, origin
 
 

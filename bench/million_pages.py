@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -110,6 +111,12 @@ def main() -> None:
     parser.add_argument("--timeout", type=int, default=7200, help="seconds for the crawl")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (logs, site, DB)")
+    parser.add_argument(
+        "--site",
+        type=Path,
+        help="the folder of an earlier run with --keep: its site is served again as written "
+        "(on its port), not written anew (a million pages take 10-20 minutes to write)",
+    )
     args = parser.parse_args()
     args.rules = False  # run_crawlhub's switch for extraction rules (crawl_bench.py --rules)
     if args.window:
@@ -119,11 +126,19 @@ def main() -> None:
     started = time.monotonic()
     expected = site.expected()
     say(f"{len(expected):,} URLs expected ({time.monotonic() - started:.0f} s)")
-    folder = Path(tempfile.mkdtemp(prefix=f"million-pages-{args.pages}-"))
+    port = None
+    if args.site:
+        folder = args.site.resolve()
+        port = int(re.search(r"listen 127\.0\.0\.1:(\d+);", (folder / "nginx.conf").read_text())[1])
+        for old in ("access.log", "crawlhub", "redis-crawlhub"):
+            subprocess.run(["rm", "-rf", str(folder / old)], check=True)
+        say(f"serving the {args.pages:,}-page site written in {folder} (port {port})")
+    else:
+        folder = Path(tempfile.mkdtemp(prefix=f"million-pages-{args.pages}-"))
+        say(f"writing a {args.pages:,}-page site to {folder}")
     access = folder / "access.log"
-    say(f"writing a {args.pages:,}-page site to {folder}")
     started = time.monotonic()
-    nginx, origin = start_nginx(site, folder, access_log=access)
+    nginx, origin = start_nginx(site, folder, access_log=access, port=port)
     say(f"site written and served at {origin} ({time.monotonic() - started:.0f} s)")
     time.sleep(0.5)  # nginx logs its start-up check's request just after answering it
     offset = access.stat().st_size if access.exists() else 0
