@@ -24,6 +24,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -96,15 +97,18 @@ def wait_until(check, *, timeout: float, what: str, interval: float = 0.1) -> No
 
 
 def start_nginx(
-    site: SampleSite, folder: Path, *, access_log: Path | None = None
+    site: SampleSite, folder: Path, *, access_log: Path | None = None, port: int | None = None
 ) -> tuple[subprocess.Popen, str]:
     """Write `site` as static files and serve it with nginx on a free loopback port; with
-    `access_log`, each request is logged there as "<request URI> <status>"."""
+    `access_log`, each request is logged there as "<request URI> <status>". With `port`, the
+    site written there before for that port (its pages hold absolute links with it) is served
+    again as it is."""
     if not Path(NGINX).exists():
         raise SystemExit(f"{NGINX} not found: install Debian's nginx (apt-get install -y nginx)")
-    port = free_port()
+    written, port = port is not None, port or free_port()
     origin = f"http://127.0.0.1:{port}"
-    site.served_from(directory=folder, origin=origin)
+    if not written:
+        site.served_from(directory=folder, origin=origin)
     temp = folder / "nginx-temp"
     temp.mkdir(exist_ok=True)
     user = "user root;" if os.geteuid() == 0 else ""  # workers must read a 0700 temp dir
@@ -149,7 +153,7 @@ http {{
         except requests.ConnectionError:
             return False
 
-    wait_until(up, timeout=15, what="nginx")
+    wait_until(up, timeout=120, what="nginx")  # a million pages' locations load slowly
     return nginx, origin
 
 
@@ -329,9 +333,21 @@ def run_scrapy(site: SampleSite, origin: str, folder: Path, args) -> Result:
 # -- crawlhub --------------------------------------------------------------------------------
 
 
-def run_crawlhub(site: SampleSite, origin: str, folder: Path, args, *, root: Path = ROOT) -> Result:
-    """crawlhub as checked out at `root` (this checkout by default) crawls the site."""
-    expected = site.expected()
+def run_crawlhub(
+    site: SampleSite,
+    origin: str,
+    folder: Path,
+    args,
+    *,
+    root: Path = ROOT,
+    expected: set[str] | None = None,
+    ended: Callable[[redis.Redis, Path], None] | None = None,
+) -> Result:
+    """crawlhub as checked out at `root` (this checkout by default) crawls the site.
+    `expected`: site.expected(), when the caller has it already (a minute at a million pages).
+    `ended` is called once the crawl is over, before its Redis stops, with a client of that
+    Redis and the data folder (bench/million_pages.py reads Redis' peak memory there)."""
+    expected = expected if expected is not None else site.expected()
     data = folder / "crawlhub"
     # A fresh database and Redis for every run (crawl ids start again at 1).
     subprocess.run(["rm", "-rf", str(data), str(folder / "redis-crawlhub")], check=True)
@@ -409,6 +425,8 @@ def run_crawlhub(site: SampleSite, origin: str, folder: Path, args, *, root: Pat
                 "from crawls.models import Page; "
                 f"print(Page.objects.filter(crawl_id={crawl}).count())",
             ).split()[-1]
+            if ended is not None:
+                ended(client, data)
         finally:
             stop_process(up, timeout=60)
             log.close()

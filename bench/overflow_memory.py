@@ -16,11 +16,13 @@ else is touched; DATABASE_URL=postgres://... measures PostgreSQL instead) and pr
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import socket
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -33,12 +35,10 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--urls", type=int, default=200_000)
-    parser.add_argument("--window", type=int, default=20_000)
-    parser.add_argument("--batch", type=int, default=200, help="requests per claim")
-    args = parser.parse_args()
+@contextlib.contextmanager
+def environment() -> Iterator[Path]:
+    """A temporary folder as CRAWLHUB_DATA_DIR (SQLite unless DATABASE_URL says otherwise),
+    an embedded Redis on a free port as REDIS_URL, Django set up and migrated; the folder."""
     with tempfile.TemporaryDirectory() as folder:
         os.environ["CRAWLHUB_DATA_DIR"] = folder
         from crawlhub.processes.launcher import EmbeddedRedis
@@ -48,66 +48,86 @@ def main() -> None:
         os.environ["REDIS_URL"] = server.url
         os.environ.setdefault("DJANGO_SETTINGS_MODULE", "crawlhub.settings")
         try:
-            run(args, Path(folder))
+            import django
+
+            django.setup()  # then what needs Django's settings
+            from django.core.management import call_command
+
+            call_command("migrate", verbosity=0)
+            yield Path(folder)
         finally:
             server.stop()
 
 
-def run(args: argparse.Namespace, folder: Path) -> None:
-    import django
-
-    django.setup()  # then what needs Django's settings
+def running_crawl(name: str):
+    """A crawl (its row, its frontier running: no page cap, no depth limit, no host delay)."""
     from django.contrib.auth import get_user_model
-    from django.core.management import call_command
-    from django.db import connection
 
     from crawls import services
     from crawls.engine.frontier import Frontier
+
+    user = get_user_model().objects.create_user(username=f"bench-{time.time_ns()}")
+    crawl = services.crawl_create(user=user, name=name, seeds=["http://h0.example.com/"])
+    frontier = Frontier(crawl.pk)
+    frontier.configure(max_pages=0, max_depth=-1, host_delay=0)
+    frontier.set_state("running")
+    return crawl, frontier
+
+
+def redis_cpu(redis) -> float:
+    info = redis.info("cpu")
+    return float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
+
+
+class Clock:
+    """Wall time, this process' CPU time and Redis' CPU time spent inside `with` blocks."""
+
+    def __init__(self, redis) -> None:
+        self.redis_client = redis
+        self.wall = self.cpu = self.redis = 0.0
+
+    def __enter__(self) -> None:
+        self.marks = (time.perf_counter(), time.process_time(), redis_cpu(self.redis_client))
+
+    def __exit__(self, *exc) -> None:
+        wall, cpu, rcpu = self.marks
+        self.wall += time.perf_counter() - wall
+        self.cpu += time.process_time() - cpu
+        self.redis += redis_cpu(self.redis_client) - rcpu
+
+    def per(self, n: int) -> str:
+        n = max(n, 1)
+        return (
+            f"{self.wall / n * 1e6:.0f} us wall, {self.cpu / n * 1e6:.0f} us CPU here, "
+            f"{self.redis / n * 1e6:.0f} us Redis CPU a request"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--urls", type=int, default=200_000)
+    parser.add_argument("--window", type=int, default=20_000)
+    parser.add_argument("--batch", type=int, default=200, help="requests per claim")
+    args = parser.parse_args()
+    with environment() as folder:
+        run(args, folder)
+
+
+def run(args: argparse.Namespace, folder: Path) -> None:
+    from django.db import connection
+
     from crawls.engine.overflow import Overflow
     from crawls.engine.request import Outcome
     from crawls.models import SpilledRequest
 
-    call_command("migrate", verbosity=0)
-    user = get_user_model().objects.create_user(username=f"bench-{time.time_ns()}")
-    crawl = services.crawl_create(
-        user=user, name="overflow bench", seeds=["http://h0.example.com/"]
-    )
-    frontier = Frontier(crawl.pk)
-    frontier.configure(max_pages=0, max_depth=-1, host_delay=0)
-    frontier.set_state("running")
+    crawl, frontier = running_crawl("overflow bench")
     overflow = Overflow(frontier, window=args.window)
     redis = frontier.redis
 
     def used() -> int:
         return int(redis.info("memory")["used_memory"])
 
-    def redis_cpu() -> float:
-        info = redis.info("cpu")
-        return float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
-
-    class Clock:
-        """Wall time, this process' CPU time and Redis' CPU time spent inside `with` blocks."""
-
-        def __init__(self) -> None:
-            self.wall = self.cpu = self.redis = 0.0
-
-        def __enter__(self) -> None:
-            self.marks = (time.perf_counter(), time.process_time(), redis_cpu())
-
-        def __exit__(self, *exc) -> None:
-            wall, cpu, rcpu = self.marks
-            self.wall += time.perf_counter() - wall
-            self.cpu += time.process_time() - cpu
-            self.redis += redis_cpu() - rcpu
-
-        def per(self, n: int) -> str:
-            n = max(n, 1)
-            return (
-                f"{self.wall / n * 1e6:.0f} us wall, {self.cpu / n * 1e6:.0f} us CPU here, "
-                f"{self.redis / n * 1e6:.0f} us Redis CPU a request"
-            )
-
-    before, spilling, chunk = used(), Clock(), 10_000
+    before, spilling, chunk = used(), Clock(redis), 10_000
     started = time.perf_counter()
     for start in range(0, args.urls, chunk):
         end = min(start + chunk, args.urls)
@@ -137,7 +157,7 @@ def run(args: argparse.Namespace, folder: Path) -> None:
         size = sum(p.stat().st_size for p in folder.glob("crawlhub.sqlite3*"))
         print(f"database file / row           {size / max(rows, 1):8.1f} bytes (SQLite, WAL)")
 
-    refilling, count = Clock(), 0
+    refilling, count = Clock(redis), 0
     started = time.perf_counter()
     while True:
         got = frontier.claim(args.batch, lease_seconds=600)
