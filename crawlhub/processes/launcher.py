@@ -30,6 +30,8 @@ _MAX_SOCKET_PATH = 100
 _PR_SET_PDEATHSIG = 1
 # A restarted server loads its whole append-only file before it answers.
 REDIS_RESTART_SECONDS = 60.0
+# The embedded Redis keeps a set of up to this many integers compact (see _command).
+INTSET_ENTRIES = 8192
 
 
 class LauncherError(RuntimeError):
@@ -223,6 +225,12 @@ class EmbeddedRedis:
             f"{self.maxmemory_mb}mb",
             "--maxmemory-policy",
             "noeviction",
+            # A crawl's dedup set is 4,096 buckets (crawls/engine/frontier_scripts.py), each an
+            # intset of 8-byte fingerprints while it holds at most this many: ~10 bytes a URL
+            # up to ~33 million URLs a crawl. Past Redis' default (512) a bucket becomes a hash
+            # table of ~65 bytes an entry, from ~2 million URLs on (bench/big_frontier.py).
+            "--set-max-intset-entries",
+            str(INTSET_ENTRIES),
         ]
 
     def _wait_ready(self, timeout: float) -> None:

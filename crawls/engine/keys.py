@@ -84,7 +84,12 @@ CRAWL_KEYS: tuple[Key, ...] = (
     Key("unspilled", "set", OVERFLOW,
         "fps whose database rows left the overflow (queued again, or dropped) and are being "
         "removed"),
-    Key("seen:<bucket>", "set", ARGUMENT, "64-bit fingerprints, 4096 buckets (intset encoded)"),
+    Key(
+        "seen:<bucket>",
+        "set",
+        ARGUMENT,
+        "64-bit fingerprints, 4096 buckets (intsets up to set-max-intset-entries: 8,192 embedded)",
+    ),
     Key("robots", "hash", PYTHON, "host -> robots.txt text"),
     Key("robotslock:<host>", "string", PYTHON, "one worker fetches a host's robots.txt"),
     Key("publish", "string", PYTHON, "a live snapshot went out less than N ms ago (throttle)"),

