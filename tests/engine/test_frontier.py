@@ -650,6 +650,16 @@ def test_live_slices_count_registered_and_beating_slices_until_their_ttl(frontie
     assert Frontier(2).live_slices() == 0
 
 
+def test_a_slice_of_a_retired_crawl_beats_without_writing_a_key_again(frontier):
+    """A slice still finishing a page of a deleted crawl (its keys retired, its state
+    "cancelled") leaves no key of the crawl behind but that state."""
+    frontier.slice_register(["s1"], ttl=3600)
+    frontier.retire(60)
+    frontier.slice_beat("s1")
+    frontier.slice_register(["s2"], ttl=3600)
+    assert sorted(frontier.redis.keys(frontier.prefix + "*")) == [frontier.key("state").encode()]
+
+
 def test_supervisor_lock_lets_one_supervisor_run():
     assert supervisor_lock(ttl=0.2) is True
     assert supervisor_lock(ttl=0.2) is False
