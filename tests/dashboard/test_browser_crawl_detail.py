@@ -9,11 +9,13 @@ import re
 import time
 
 import pytest
+from rq.job import Job
 
 from crawlhub.redis.connections import get_redis, redis_memory
 from crawlhub.sample_site import SampleSite
 from crawls import services
 from crawls.engine.frontier import Frontier
+from crawls.engine.jobs import slice_job_id, supervise
 from crawls.models import CRAWL_OPTIONS, Crawl, CrawlDeletion, CrawlEvent, CrawlState
 from tests.dashboard.test_browser import log_in, wait_for_js, wait_until
 from tests.support.crawling import ROOT, sample_handler
@@ -286,9 +288,18 @@ def test_the_page_says_waiting_pausing_paused_and_drops_stale_messages(
     frontier = Frontier(waiting.pk)
     frontier.configure(max_pages=1000, max_depth=3, host_delay=0)
     frontier.slice_register(["queued-behind-others"], ttl=3600)  # what enqueue_slices does
+    # Its job exists, as a job queued behind others does, but no worker takes it: the
+    # supervisor forgets a registered slice whose job is gone, and would start a real one.
+    Job.create(
+        "crawls.engine.jobs.slice_job",
+        args=(waiting.pk, "queued-behind-others"),
+        id=slice_job_id("queued-behind-others"),
+        connection=frontier.redis,
+    ).save()
     frontier.set_state("running")
     frontier.add_seeds(waiting.seeds)
     Crawl.objects.filter(pk=waiting.pk).update(state=CrawlState.RUNNING)
+    supervise()  # as the cron's supervisor may, at any moment
     page.goto(f"{dashboard}/crawls/{waiting.pk}/")
     assert page.locator("#waiting").is_visible()
     assert "worker" in page.locator("#waiting").inner_text()
