@@ -223,21 +223,30 @@ class BrowserPool:
     async def _launch(self) -> Any:
         from playwright.async_api import async_playwright
 
+        # A page given up while its browser starts cancels this: what was started by then is
+        # noted in the finally clauses, for close() to end it (Playwright will not).
         if self._playwright is None:
             drivers = chromium.driver_processes()
-            self._playwright = await async_playwright().start()
-            self._drivers = chromium.driver_processes() - drivers
+            try:
+                self._playwright = await async_playwright().start()
+            finally:
+                self._drivers |= chromium.driver_processes() - drivers
         before = chromium.browser_processes()
-        browser = await self._playwright.chromium.launch(
-            executable_path=self.executable,
-            args=list(CHROMIUM_ARGS),
-            headless=True,
-            handle_sigint=False,
-            handle_sigterm=False,
-            handle_sighup=False,
-            timeout=LAUNCH_SECONDS * 1000,
-        )
-        self._pids[browser] = sorted(chromium.browser_processes() - before)
+        browser = None
+        try:
+            browser = await self._playwright.chromium.launch(
+                executable_path=self.executable,
+                args=list(CHROMIUM_ARGS),
+                headless=True,
+                handle_sigint=False,
+                handle_sigterm=False,
+                handle_sighup=False,
+                timeout=LAUNCH_SECONDS * 1000,
+            )
+        finally:
+            # A launch that failed or was cancelled files what it started under None.
+            started = chromium.browser_processes() - before
+            self._pids[browser] = sorted({*self._pids.get(browser, []), *started})
         self.launches += 1
         return browser
 

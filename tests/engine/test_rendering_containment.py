@@ -362,3 +362,29 @@ def _running(pid: int) -> bool:
             return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+@pytest.mark.parametrize("after", [0.05, 0.4, 1.0])
+def test_a_page_given_up_while_its_browser_starts_leaves_nothing_running(after):
+    """A worker told to stop while its first page's browser is still starting (give_up set on
+    a loaded machine before the driver or Chromium is up) cancels the start mid-way: what was
+    started by then is still ended by the pool's close."""
+    pool = rendering.shared_pool()
+    page = handed("http://example.com/", "<title>one</title>")
+    options = rendering.RenderOptions(timeout=30, max_bytes=MB)
+    give_up = threading.Event()
+    threading.Timer(after, give_up.set).start()
+    with pytest.raises(rendering.RenderingStopped):
+        pool.render(page, proxy=None, options=options, give_up=give_up)
+    seen_drivers = chromium.driver_processes()
+    time.sleep(1.5)  # a start cancelled mid-way may still bring up its process
+    seen_drivers |= chromium.driver_processes()
+    seen_browsers = chromium.browser_processes()
+    rendering.close_pool()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and (
+        chromium.driver_processes() or chromium.browser_processes()
+    ):
+        time.sleep(0.1)
+    assert not chromium.driver_processes(), f"driver left (seen {seen_drivers})"
+    assert not chromium.browser_processes(), f"browser left (seen {seen_browsers})"
