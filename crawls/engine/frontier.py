@@ -395,11 +395,14 @@ def live_views(
 ) -> dict[int, dict]:
     """Frontier.live_view() of many crawls in one MULTI; without `hosts` the queue size per
     host is left out ({}), for the list page, which shows none. "memory" is Redis' (a
-    RedisMemory), the same for every crawl."""
+    RedisMemory), the same for every crawl; "at" is Redis' clock in the same MULTI (unix
+    seconds): views read in one order carry times in that order, whichever process read them
+    (the pages drop a snapshot older than the one they show)."""
     client = client or get_redis()
     frontiers = [Frontier(crawl_id, client) for crawl_id in crawl_ids]
     now_ms = _ms(time.time())
     with client.pipeline(transaction=True) as pipe:
+        pipe.time()
         pipe.info("memory")
         for frontier in frontiers:
             frontier._queue_stats(pipe)
@@ -412,6 +415,7 @@ def live_views(
             # ahead (jobs.QUEUED_SLICE_TTL): those due within a minute are running.
             pipe.zcount(frontier.key("slices"), now_ms, now_ms + STARTED_SLICE_WINDOW_MS)
         replies = iter(pipe.execute())
+    seconds, micros = next(replies)
     memory = redis_memory_from(next(replies))
     views = {}
     for frontier in frontiers:
@@ -423,6 +427,7 @@ def live_views(
             "series": [tuple(int(x) for x in point.split(b":")) for point in next(replies)],
             "slices_running": int(next(replies)),
             "memory": memory,
+            "at": seconds + micros / 1_000_000,
         }
     return views
 

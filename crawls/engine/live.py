@@ -89,7 +89,9 @@ def _snapshot(crawl: Crawl, view: dict | Exception) -> dict:
         "started_at": machine(crawl.started_at),
         "finished_at": machine(crawl.finished_at),
         "actions": actions(crawl),
-        "at": time.time(),
+        # When the counters were read, by Redis' clock: snapshots published by several
+        # processes arrive in any order, and the pages keep the latest read.
+        "at": time.time() if isinstance(view, Exception) else view["at"],
     }
     if isinstance(view, Exception):
         stats = with_derived({**crawl.stats, "redis_error": str(view)})

@@ -374,6 +374,24 @@ async def test_the_throttle_holds_across_two_publishing_processes(user, user_cli
 # What snapshots carry
 
 
+@pytest.mark.django_db
+def test_a_snapshot_is_timed_by_when_its_counters_were_read_not_when_it_was_built(user):
+    """Two processes can build their snapshots in the other order than they read the counters
+    (one descheduled between the two, on a loaded machine): the pages keep the snapshot with
+    the latest `at`, so `at` is the read's time, Redis' clock in the same MULTI, and a page's
+    counters never go back."""
+    crawl = started_crawl(user)
+    frontier = Frontier(crawl.pk)
+    [claimed] = frontier.claim(1, lease_seconds=30)
+    older = frontier.live_view()
+    frontier.complete([Outcome(claimed, "done", status=200)])
+    newer = frontier.live_view()
+    late, early = live._snapshot(crawl, newer), live._snapshot(crawl, older)  # built reversed
+    assert (early["stats"]["responses"], late["stats"]["responses"]) == (0, 1)
+    assert early["at"] < late["at"]
+    assert abs(late["at"] - time.time()) < 60  # unix seconds, as the pages compare them
+
+
 def queued_per_host(frontier: Frontier) -> dict[str, int]:
     """The per-host queue sizes the live page shows."""
     return frontier.live_view()["hosts"]
