@@ -84,9 +84,12 @@ def run_worker(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
     )
 
 
-def wait_for_line(log: Path, text: str, proc: subprocess.Popen, *, timeout: float = 120) -> None:
+def wait_for_line(
+    log: Path, text: str, proc: subprocess.Popen, *, timeout: float = 120, count: int = 1
+) -> None:
+    """Until `text` is in the worker's log (`count` times)."""
     deadline = time.monotonic() + timeout
-    while text not in log.read_text():
+    while log.read_text().count(text) < count:
         assert proc.poll() is None, f"worker exited ({proc.returncode}):\n{log.read_text()}"
         assert time.monotonic() < deadline, f"no {text!r} within {timeout} s:\n{log.read_text()}"
         time.sleep(0.2)
@@ -139,8 +142,9 @@ def test_workers_crawl_exactly_through_a_tls_redis_with_a_password_and_the_live_
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    wait_for_line(log, "worker-2 (pid", worker)
-    wait_for_line(log, "worker-1 (pid", worker)
+    # Both workers registered with RQ, taking jobs: the crawl's time starts then (a worker's
+    # start-up, Django and all, took minutes at a load of 30).
+    wait_for_line(log, "joined as RQ worker", worker, timeout=300, count=2)
 
     site, _, crawl = start_sample_crawl(user, make_site, pages=150, delay=0.002)
     cookies = "; ".join(f"{k}={v.value}" for k, v in user_client.cookies.items())
