@@ -14,6 +14,7 @@ from w3lib.url import safe_url_string
 from crawlhub.http import charsets
 from crawlhub.http.urls import (
     MAX_URL_LENGTH,
+    SCHEMES,
     URLError,
     URLTooLong,
     is_normal_path,
@@ -299,6 +300,14 @@ class Resolver:
         )
         # An origin the client sends as it is: "/path" links then need no normalize().
         self.normal_origin = _http_only(self.origin + "/", self.encoding) == self.origin + "/"
+        # The origin's scheme with its "://", and what follows it: an href that names the
+        # origin with its scheme in capitals ("HTTP://host/x") is read like "http://host/x".
+        self.scheme_end = len(self.scheme) + 3
+        self.authority = self.origin[self.scheme_end :]
+        # "./" and "../" resolved once: the start of every "./x" and "../x" (x a plain path).
+        self.here = self._join_dots(".", "") if self.plain else ""
+        self.up = self._join_dots("..", "") if self.plain else ""
+        self._resolved_base: list[str | None] = []  # the base itself ("", "#top"), once asked
 
     def join(self, href: str) -> str:
         if href.startswith(("http://", "https://")):
@@ -314,7 +323,7 @@ class Resolver:
         if "/." in f"/{path}":
             if not self.plain or ";" in path:
                 return urljoin(self.base, href)
-            return self._join_dots(path, href[len(path) :])
+            return self.origin + self._join_dots(path, href[len(path) :])
         if href.startswith("/"):
             return self.origin + href
         if href.startswith("?"):
@@ -323,8 +332,8 @@ class Resolver:
 
     def _join_dots(self, path: str, query: str) -> str:
         """A path with "." or ".." segments resolved as urljoin (Python 3.11) does it: RFC 3986,
-        plus its quirks (empty segments of a relative path dropped, ".." past the root ignored).
-        """
+        plus its quirks (empty segments of a relative path dropped, ".." past the root ignored);
+        the path and query that follow the origin."""
         if path.startswith("/"):
             segments = path.split("/")
         else:
@@ -333,7 +342,7 @@ class Resolver:
         joined = "/".join(without_dot_segments(segments)) or "/"
         if not joined.startswith("/"):
             joined = "/" + joined
-        return self.origin + joined + ("" if query == "?" else query)
+        return joined + ("" if query == "?" else query)
 
     def absolute(self, href: str) -> str | None:
         """`href` resolved, fragment dropped; None unless it is an http(s) URL."""
@@ -341,19 +350,66 @@ class Resolver:
         if "\t" in href or "\n" in href or "\r" in href:
             href = href.replace("\t", "").replace("\n", "").replace("\r", "")
         href = href.partition("#")[0]
-        # Most links are "/path", or the page's own origin and a path, on a page whose origin
-        # is in normal form already: the path alone says whether the URL is.
-        if self.normal_origin:
-            path = href[len(self.origin) :] if href.startswith(self.origin) else href
-            if path[:1] == "/" and path[1:2] != "/" and is_normal_path(path):
-                url = self.origin + path
-                if len(url) <= MAX_URL_LENGTH:
-                    return url
+        if self.normal_origin and (url := self._on_normal_origin(href)):
+            return url
+        if not href:  # "#top": the base, on most pages
+            if not self._resolved_base:
+                self._resolved_base.append(_http_only(self.base, self.encoding))
+            return self._resolved_base[0]
+        scheme, colon, _ = href.partition(":")
+        if colon and scheme.lower() not in SCHEMES and _SCHEME.fullmatch(scheme):
+            return None  # "mailto:", "javascript:": join() gives them as they are, not http(s)
         try:
-            url = self.join(href) if href else self.base
+            url = self.join(href)
         except ValueError:  # e.g. a malformed IPv6 literal
             return None
         return _http_only(url, self.encoding)
+
+    def _on_normal_origin(self, href: str) -> str | None:
+        """`href` (whitespace and fragment gone) resolved without normalize(), when it resolves
+        to the page's origin (in normal form) and a path in normal form: the path alone says
+        whether the URL is. Nearly every link of a page: "/path", "path", "../path", "?q", the
+        origin and a path, with its scheme in capitals or not. None for the others, which
+        absolute() joins and normalizes as ever (the same URL: tests/http/test_link_extraction)."""
+        origin = self.origin
+        if href.startswith(origin):
+            path = href[len(origin) :]
+        elif href[:1] == "/":
+            path = href
+        elif href[:1] == "?":
+            path = self.path + href
+        elif ":" not in href:
+            if not href:
+                return None
+            before_query = href.partition("?")[0]
+            if "/." not in f"/{before_query}":
+                path = self.directory + href
+            elif not self.plain or ";" in before_query:
+                return None
+            elif before_query[:2] == "./" and _plain_segments(before_query[2:]):
+                path = self.here + href[2:]
+            elif before_query[:3] == "../" and _plain_segments(before_query[3:]):
+                path = self.up + href[3:]
+            else:
+                path = self._join_dots(before_query, href[len(before_query) :])
+        elif (
+            href[: self.scheme_end].lower() == origin[: self.scheme_end]
+            and href.startswith(self.authority, self.scheme_end)
+            and ";" not in href  # urljoin, which reads "HTTP:", rewrites ";params"
+        ):
+            path = href[len(origin) :]
+        else:
+            return None
+        if path[:1] != "/" or path[1:2] == "/" or not is_normal_path(path):
+            return None
+        url = origin + path
+        return url if len(url) <= MAX_URL_LENGTH else None
+
+
+def _plain_segments(path: str) -> bool:
+    """`path` (relative, no query) has no empty and no dot segment but maybe its last: after
+    "./" or "../", it is only appended to where they lead (urljoin drops empty segments)."""
+    return "//" not in f"/{path}" and "/." not in f"/{path}"
 
 
 def _http_only(url: str, encoding: str) -> str | None:
