@@ -38,6 +38,16 @@ MAX_LINK_TEXT = 200
 FEED_BYTES = 1024 * 1024
 # A URL scheme as urlsplit recognizes one: a letter, then letters, digits, "+", "-" or ".".
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+\-.]*")
+# The shape of most links, read by one match: whitespace around it, maybe an http(s) origin
+# (the scheme in any case), an absolute path and query of characters nothing escapes (none a
+# ";", which urljoin reads in an "HTTP:" URL), maybe a fragment. Resolver.absolute then needs
+# only to compare the origin with the page's and to look for dot segments.
+_PLAIN_CHARS = r"A-Za-z0-9\-._~!$&'()*+,=:@/"
+_PLAIN_LINK = re.compile(
+    rf"[{_WHITESPACE}]*((?i:https?)://[^/?#]*)?"
+    rf"(/(?!/)[{_PLAIN_CHARS}]*(?:\?[{_PLAIN_CHARS}?]+)?)(?:#.*|[{_WHITESPACE}]*)",
+    re.DOTALL,
+)
 
 
 def is_html(content_type: str) -> bool:
@@ -168,18 +178,26 @@ class _Page:
         self._anchor: int | None = None
         self._anchor_text: list[str] = []
         self._anchor_size = 0
+        # In the first <title> or in an <a>: data() keeps text. Most text is neither, and
+        # data() is told of every piece of it: one test.
+        self._reading = False
 
     def start(self, tag: str, attrib: dict[str, str]) -> None:
         if tag not in _TAGS_READ:  # most elements of a page: told of each, one test
             return
-        if tag == "a" or tag == "area":
+        if tag == "a":  # the most common by far
             value = attrib.get("href")
             if value and len(self.hrefs) < MAX_LINKS:
-                if tag == "area":
-                    self._texts[len(self.hrefs)] = attrib.get("alt") or ""
-                else:
+                if self._anchor is not None:
                     self._end_anchor()
-                    self._anchor = len(self.hrefs)
+                self._anchor = len(self.hrefs)
+                self._reading = True
+                self.hrefs.append(value)
+            return
+        if tag == "area":
+            value = attrib.get("href")
+            if value and len(self.hrefs) < MAX_LINKS:
+                self._texts[len(self.hrefs)] = attrib.get("alt") or ""
         elif tag == "img":
             if self._anchor is not None and not self._anchor_text and attrib.get("alt"):
                 self._anchor_text.append(attrib["alt"])  # an image link says what its alt says
@@ -195,17 +213,22 @@ class _Page:
             elif tag == "title" and (self._in_title or self._title is None):
                 self._title = self._title if self._title is not None else []
                 self._in_title += 1
+                self._reading = True
             return
         if value and len(self.hrefs) < MAX_LINKS:
             self.hrefs.append(value)
 
     def end(self, tag: str) -> None:
-        if tag == "title" and self._in_title:
+        if tag == "a":
+            if self._anchor is not None:
+                self._end_anchor()
+        elif tag == "title" and self._in_title:
             self._in_title -= 1
-        elif tag == "a":
-            self._end_anchor()
+            self._reading = self._in_title > 0 or self._anchor is not None
 
     def data(self, text: str) -> None:
+        if not self._reading:
+            return
         # A garbage title can be megabytes long; only the start is ever shown.
         if self._in_title and self._title_size < MAX_TITLE * 4:
             self._title.append(text)
@@ -215,19 +238,24 @@ class _Page:
             self._anchor_size += len(text)
 
     def close(self) -> _Page:
-        self._end_anchor()
+        if self._anchor is not None:
+            self._end_anchor()
         return self
 
     def _end_anchor(self) -> None:
-        if self._anchor is not None:
-            if self._anchor_text:
-                self._texts[self._anchor] = "".join(self._anchor_text)
-            self._anchor, self._anchor_text, self._anchor_size = None, [], 0
+        """The open <a> ends (its </a>, the next <a href>, the page's end): its text is kept."""
+        if self._anchor_text:
+            self._texts[self._anchor] = "".join(self._anchor_text)
+            self._anchor_text = []
+        self._anchor, self._anchor_size = None, 0
+        self._reading = self._in_title > 0
 
     def texts(self) -> list[str]:
         """Each href's link text, in the order of hrefs."""
-        found = self._texts
-        return [_link_text(found.get(i, "")) for i in range(len(self.hrefs))]
+        texts = [""] * len(self.hrefs)
+        for index, text in self._texts.items():
+            texts[index] = _link_text(text)
+        return texts
 
     def title(self) -> str:
         if not self._title:
@@ -256,9 +284,10 @@ def _base_url(base_href: str | None, page_url: str) -> str:
 
 
 def _link_text(text: str) -> str:
-    if not text:
-        return ""
-    return " ".join(_visible(text[: MAX_LINK_TEXT * 4]).split())[:MAX_LINK_TEXT]
+    text = text[: MAX_LINK_TEXT * 4]
+    if not text.isprintable():  # _visible's own test, without its call for most texts
+        text = _visible(text)
+    return " ".join(text.split())[:MAX_LINK_TEXT]
 
 
 def _links(hrefs: list[str], texts: list[str], resolver: Resolver) -> tuple[list[str], list[str]]:
@@ -346,6 +375,14 @@ class Resolver:
 
     def absolute(self, href: str) -> str | None:
         """`href` resolved, fragment dropped; None unless it is an http(s) URL."""
+        if self.normal_origin and (plain := _PLAIN_LINK.fullmatch(href)) is not None:
+            origin, path = plain.groups()
+            if (
+                (origin is None or origin == self.origin or self._is_origin(origin))
+                and "/." not in path
+                and len(self.origin) + len(path) <= MAX_URL_LENGTH
+            ):
+                return self.origin + path
         href = href.strip(_WHITESPACE)
         if "\t" in href or "\n" in href or "\r" in href:
             href = href.replace("\t", "").replace("\n", "").replace("\r", "")
@@ -364,6 +401,11 @@ class Resolver:
         except ValueError:  # e.g. a malformed IPv6 literal
             return None
         return _http_only(url, self.encoding)
+
+    def _is_origin(self, given: str) -> bool:
+        """`given` is the page's origin, its scheme in capitals maybe ("HTTP://host")."""
+        end = self.scheme_end
+        return given[:end].lower() == self.origin[:end] and given[end:] == self.authority
 
     def _on_normal_origin(self, href: str) -> str | None:
         """`href` (whitespace and fragment gone) resolved without normalize(), when it resolves
@@ -392,12 +434,8 @@ class Resolver:
                 path = self.up + href[3:]
             else:
                 path = self._join_dots(before_query, href[len(before_query) :])
-        elif (
-            href[: self.scheme_end].lower() == origin[: self.scheme_end]
-            and href.startswith(self.authority, self.scheme_end)
-            and ";" not in href  # urljoin, which reads "HTTP:", rewrites ";params"
-        ):
-            path = href[len(origin) :]
+        elif self._is_origin(href[: len(origin)]) and ";" not in href:
+            path = href[len(origin) :]  # urljoin, which reads "HTTP:", rewrites ";params"
         else:
             return None
         if path[:1] != "/" or path[1:2] == "/" or not is_normal_path(path):
