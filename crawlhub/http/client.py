@@ -46,7 +46,7 @@ from crawlhub.http.session import (
     prepare_without_cookies,
     unguarded,
 )
-from crawlhub.http.urls import normalize, url_problem
+from crawlhub.http.urls import URLError, normalize, problem_of
 from crawlhub.http.useragents import MODES, pick_user_agent
 from crawlhub.http.wire import exchange_of, recorded_headers
 
@@ -348,9 +348,10 @@ class Fetcher:
 
         What is sent is `url` in normal form (urls.normalize): the guard, and every hop's
         check, read the host the socket connects to."""
-        if problem := url_problem(url, userinfo=True):
-            raise FetchError(f"{problem}: {url[:200]!r}", "invalid")
-        current = normalize(url, userinfo=True)
+        try:  # read once: url_problem() and then normalize() read it twice
+            current = normalize(url, userinfo=True)
+        except URLError as exc:
+            raise FetchError(f"{problem_of(exc)}: {url[:200]!r}", "invalid") from None
         guarded = call.guard_first
         while True:
             if guarded and (refused := refusal(current)):
