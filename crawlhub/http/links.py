@@ -48,6 +48,15 @@ _PLAIN_LINK = re.compile(
     rf"(/(?!/)[{_PLAIN_CHARS}]*(?:\?[{_PLAIN_CHARS}?]+)?)(?:#.*|[{_WHITESPACE}]*)",
     re.DOTALL,
 )
+# The shape of most relative links: "path", "./path" or "../path" of characters nothing escapes
+# (no ":", which could start a scheme, and no ";"), a query maybe, a fragment maybe. The path
+# starts with no "." or "/" (a dot segment or an empty one, which urljoin reads apart).
+_PLAIN_RELATIVE = re.compile(
+    rf"[{_WHITESPACE}]*(?:(\.\.?/)|(?=[A-Za-z0-9\-_~!$&'()*+,=@]))"
+    r"((?:[A-Za-z0-9\-_~!$&'()*+,=@][A-Za-z0-9\-._~!$&'()*+,=@/]*)?"
+    rf"(?:\?[A-Za-z0-9\-._~!$&'()*+,=@/?]+)?)(?:#.*|[{_WHITESPACE}]*)",
+    re.DOTALL,
+)
 
 
 def is_html(content_type: str) -> bool:
@@ -337,6 +346,13 @@ class Resolver:
         self.here = self._join_dots(".", "") if self.plain else ""
         self.up = self._join_dots("..", "") if self.plain else ""
         self._resolved_base: list[str | None] = []  # the base itself ("", "#top"), once asked
+        # Where "path", "./path" and "../path" start, when each is a path in normal form that
+        # a _PLAIN_RELATIVE path keeps in normal form ("" when not: those go the long way).
+        self.starts = {
+            None: _normal_start(self.directory),
+            "./": _normal_start(self.here),
+            "../": _normal_start(self.up),
+        }
 
     def join(self, href: str) -> str:
         if href.startswith(("http://", "https://")):
@@ -383,6 +399,13 @@ class Resolver:
                 and len(self.origin) + len(path) <= MAX_URL_LENGTH
             ):
                 return self.origin + path
+        if self.normal_origin and (relative := _PLAIN_RELATIVE.fullmatch(href)) is not None:
+            prefix, path = relative.groups()
+            start = self.starts[prefix]
+            if start and "/." not in path and "//" not in path:
+                url = self.origin + start + path
+                if len(url) <= MAX_URL_LENGTH:
+                    return url
         href = href.strip(_WHITESPACE)
         if "\t" in href or "\n" in href or "\r" in href:
             href = href.replace("\t", "").replace("\n", "").replace("\r", "")
@@ -442,6 +465,14 @@ class Resolver:
             return None
         url = origin + path
         return url if len(url) <= MAX_URL_LENGTH else None
+
+
+def _normal_start(directory: str) -> str:
+    """`directory` (ending in "/") if a path in normal form (urls.is_normal_path) that gives
+    one whatever plain path follows it; "" if not."""
+    if directory[:1] != "/" or directory[1:2] == "/" or not is_normal_path(directory):
+        return ""
+    return directory
 
 
 def _plain_segments(path: str) -> bool:
