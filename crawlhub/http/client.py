@@ -40,8 +40,13 @@ from crawlhub.http.errors import (
 )
 from crawlhub.http.fetch_result import FetchResult
 from crawlhub.http.redirects import REDIRECT_STATUSES, located, redirect_target
-from crawlhub.http.session import new_session, prepare_without_cookies, unguarded
-from crawlhub.http.urls import normalize, url_problem
+from crawlhub.http.session import (
+    PreparedHeaders,
+    new_session,
+    prepare_without_cookies,
+    unguarded,
+)
+from crawlhub.http.urls import URLError, normalize, problem_of
 from crawlhub.http.useragents import MODES, pick_user_agent
 from crawlhub.http.wire import exchange_of, recorded_headers
 
@@ -141,6 +146,11 @@ class Fetcher:
         self.session.headers.update({"Accept": ACCEPT, "Accept-Encoding": ACCEPT_ENCODING})
         # The session's headers, set once, as a plain dict: every fetch starts from them.
         self._plain_headers = dict(self.session.headers)
+        # The (connect, read) timeouts far from the deadline, made once: requests would make
+        # them of a tuple, checking each value, per fetch (urllib3 uses a copy).
+        self._usual = urllib3.Timeout(connect=timeout, read=timeout)
+        # The session's headers and a User-Agent, as requests prepares them, made once.
+        self._own_headers = PreparedHeaders(self._plain_headers)
 
     @staticmethod
     def check_options(
@@ -338,9 +348,10 @@ class Fetcher:
 
         What is sent is `url` in normal form (urls.normalize): the guard, and every hop's
         check, read the host the socket connects to."""
-        if problem := url_problem(url, userinfo=True):
-            raise FetchError(f"{problem}: {url[:200]!r}", "invalid")
-        current = normalize(url, userinfo=True)
+        try:  # read once: url_problem() and then normalize() read it twice
+            current = normalize(url, userinfo=True)
+        except URLError as exc:
+            raise FetchError(f"{problem_of(exc)}: {url[:200]!r}", "invalid") from None
         guarded = call.guard_first
         while True:
             if guarded and (refused := refusal(current)):
@@ -350,7 +361,7 @@ class Fetcher:
             result.final_url = current
             result.status = response.status_code
             result.content_type = response.headers.get("Content-Type", "").strip()
-            result.headers = {k.lower(): v for k, v in response.headers.items()}
+            result.headers = dict(response.headers.lower_items())
             result.request_headers = recorded_headers(sent.headers, call.secret)
             result.exchange = exchange_of(sent, result.request_headers, response)
             if proxy and response.status_code == 407:
@@ -405,14 +416,17 @@ class Fetcher:
                     cookies=jar,
                     hooks={},
                 )
-            else:
+            elif call.headers or call.headers_for:
                 prepare_without_cookies(prepared, call.method, url, headers, call.body)
+            else:
+                own = self._own_headers.with_user_agent(agent)
+                prepare_without_cookies(prepared, call.method, url, own, call.body, checked=True)
             arm(deadline)
             with contextlib.nullcontext() if guarded else unguarded():
                 response = session.get_adapter(prepared.url).send(
                     prepared,
                     stream=True,
-                    timeout=(timeout, timeout),
+                    timeout=self._usual if timeout == self.timeout else (timeout, timeout),
                     verify=True,
                     cert=None,
                     proxies={"http": proxy, "https": proxy} if proxy else {},

@@ -14,6 +14,7 @@ from w3lib.url import safe_url_string
 from crawlhub.http import charsets
 from crawlhub.http.urls import (
     MAX_URL_LENGTH,
+    SCHEMES,
     URLError,
     URLTooLong,
     is_normal_path,
@@ -37,6 +38,25 @@ MAX_LINK_TEXT = 200
 FEED_BYTES = 1024 * 1024
 # A URL scheme as urlsplit recognizes one: a letter, then letters, digits, "+", "-" or ".".
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+\-.]*")
+# The shape of most links, read by one match: whitespace around it, maybe an http(s) origin
+# (the scheme in any case), an absolute path and query of characters nothing escapes (none a
+# ";", which urljoin reads in an "HTTP:" URL), maybe a fragment. Resolver.absolute then needs
+# only to compare the origin with the page's and to look for dot segments.
+_PLAIN_CHARS = r"A-Za-z0-9\-._~!$&'()*+,=:@/"
+_PLAIN_LINK = re.compile(
+    rf"[{_WHITESPACE}]*((?i:https?)://[^/?#]*)?"
+    rf"(/(?!/)[{_PLAIN_CHARS}]*(?:\?[{_PLAIN_CHARS}?]+)?)(?:#.*|[{_WHITESPACE}]*)",
+    re.DOTALL,
+)
+# The shape of most relative links: "path", "./path" or "../path" of characters nothing escapes
+# (no ":", which could start a scheme, and no ";"), a query maybe, a fragment maybe. The path
+# starts with no "." or "/" (a dot segment or an empty one, which urljoin reads apart).
+_PLAIN_RELATIVE = re.compile(
+    rf"[{_WHITESPACE}]*(?:(\.\.?/)|(?=[A-Za-z0-9\-_~!$&'()*+,=@]))"
+    r"((?:[A-Za-z0-9\-_~!$&'()*+,=@][A-Za-z0-9\-._~!$&'()*+,=@/]*)?"
+    rf"(?:\?[A-Za-z0-9\-._~!$&'()*+,=@/?]+)?)(?:#.*|[{_WHITESPACE}]*)",
+    re.DOTALL,
+)
 
 
 def is_html(content_type: str) -> bool:
@@ -167,18 +187,26 @@ class _Page:
         self._anchor: int | None = None
         self._anchor_text: list[str] = []
         self._anchor_size = 0
+        # In the first <title> or in an <a>: data() keeps text. Most text is neither, and
+        # data() is told of every piece of it: one test.
+        self._reading = False
 
     def start(self, tag: str, attrib: dict[str, str]) -> None:
         if tag not in _TAGS_READ:  # most elements of a page: told of each, one test
             return
-        if tag == "a" or tag == "area":
+        if tag == "a":  # the most common by far
             value = attrib.get("href")
             if value and len(self.hrefs) < MAX_LINKS:
-                if tag == "area":
-                    self._texts[len(self.hrefs)] = attrib.get("alt") or ""
-                else:
+                if self._anchor is not None:
                     self._end_anchor()
-                    self._anchor = len(self.hrefs)
+                self._anchor = len(self.hrefs)
+                self._reading = True
+                self.hrefs.append(value)
+            return
+        if tag == "area":
+            value = attrib.get("href")
+            if value and len(self.hrefs) < MAX_LINKS:
+                self._texts[len(self.hrefs)] = attrib.get("alt") or ""
         elif tag == "img":
             if self._anchor is not None and not self._anchor_text and attrib.get("alt"):
                 self._anchor_text.append(attrib["alt"])  # an image link says what its alt says
@@ -194,17 +222,22 @@ class _Page:
             elif tag == "title" and (self._in_title or self._title is None):
                 self._title = self._title if self._title is not None else []
                 self._in_title += 1
+                self._reading = True
             return
         if value and len(self.hrefs) < MAX_LINKS:
             self.hrefs.append(value)
 
     def end(self, tag: str) -> None:
-        if tag == "title" and self._in_title:
+        if tag == "a":
+            if self._anchor is not None:
+                self._end_anchor()
+        elif tag == "title" and self._in_title:
             self._in_title -= 1
-        elif tag == "a":
-            self._end_anchor()
+            self._reading = self._in_title > 0 or self._anchor is not None
 
     def data(self, text: str) -> None:
+        if not self._reading:
+            return
         # A garbage title can be megabytes long; only the start is ever shown.
         if self._in_title and self._title_size < MAX_TITLE * 4:
             self._title.append(text)
@@ -214,19 +247,24 @@ class _Page:
             self._anchor_size += len(text)
 
     def close(self) -> _Page:
-        self._end_anchor()
+        if self._anchor is not None:
+            self._end_anchor()
         return self
 
     def _end_anchor(self) -> None:
-        if self._anchor is not None:
-            if self._anchor_text:
-                self._texts[self._anchor] = "".join(self._anchor_text)
-            self._anchor, self._anchor_text, self._anchor_size = None, [], 0
+        """The open <a> ends (its </a>, the next <a href>, the page's end): its text is kept."""
+        if self._anchor_text:
+            self._texts[self._anchor] = "".join(self._anchor_text)
+            self._anchor_text = []
+        self._anchor, self._anchor_size = None, 0
+        self._reading = self._in_title > 0
 
     def texts(self) -> list[str]:
         """Each href's link text, in the order of hrefs."""
-        found = self._texts
-        return [_link_text(found.get(i, "")) for i in range(len(self.hrefs))]
+        texts = [""] * len(self.hrefs)
+        for index, text in self._texts.items():
+            texts[index] = _link_text(text)
+        return texts
 
     def title(self) -> str:
         if not self._title:
@@ -255,9 +293,10 @@ def _base_url(base_href: str | None, page_url: str) -> str:
 
 
 def _link_text(text: str) -> str:
-    if not text:
-        return ""
-    return " ".join(_visible(text[: MAX_LINK_TEXT * 4]).split())[:MAX_LINK_TEXT]
+    text = text[: MAX_LINK_TEXT * 4]
+    if not text.isprintable():  # _visible's own test, without its call for most texts
+        text = _visible(text)
+    return " ".join(text.split())[:MAX_LINK_TEXT]
 
 
 def _links(hrefs: list[str], texts: list[str], resolver: Resolver) -> tuple[list[str], list[str]]:
@@ -299,6 +338,21 @@ class Resolver:
         )
         # An origin the client sends as it is: "/path" links then need no normalize().
         self.normal_origin = _http_only(self.origin + "/", self.encoding) == self.origin + "/"
+        # The origin's scheme with its "://", and what follows it: an href that names the
+        # origin with its scheme in capitals ("HTTP://host/x") is read like "http://host/x".
+        self.scheme_end = len(self.scheme) + 3
+        self.authority = self.origin[self.scheme_end :]
+        # "./" and "../" resolved once: the start of every "./x" and "../x" (x a plain path).
+        self.here = self._join_dots(".", "") if self.plain else ""
+        self.up = self._join_dots("..", "") if self.plain else ""
+        self._resolved_base: list[str | None] = []  # the base itself ("", "#top"), once asked
+        # Where "path", "./path" and "../path" start, when each is a path in normal form that
+        # a _PLAIN_RELATIVE path keeps in normal form ("" when not: those go the long way).
+        self.starts = {
+            None: _normal_start(self.directory),
+            "./": _normal_start(self.here),
+            "../": _normal_start(self.up),
+        }
 
     def join(self, href: str) -> str:
         if href.startswith(("http://", "https://")):
@@ -314,7 +368,7 @@ class Resolver:
         if "/." in f"/{path}":
             if not self.plain or ";" in path:
                 return urljoin(self.base, href)
-            return self._join_dots(path, href[len(path) :])
+            return self.origin + self._join_dots(path, href[len(path) :])
         if href.startswith("/"):
             return self.origin + href
         if href.startswith("?"):
@@ -323,8 +377,8 @@ class Resolver:
 
     def _join_dots(self, path: str, query: str) -> str:
         """A path with "." or ".." segments resolved as urljoin (Python 3.11) does it: RFC 3986,
-        plus its quirks (empty segments of a relative path dropped, ".." past the root ignored).
-        """
+        plus its quirks (empty segments of a relative path dropped, ".." past the root ignored);
+        the path and query that follow the origin."""
         if path.startswith("/"):
             segments = path.split("/")
         else:
@@ -333,27 +387,98 @@ class Resolver:
         joined = "/".join(without_dot_segments(segments)) or "/"
         if not joined.startswith("/"):
             joined = "/" + joined
-        return self.origin + joined + ("" if query == "?" else query)
+        return joined + ("" if query == "?" else query)
 
     def absolute(self, href: str) -> str | None:
         """`href` resolved, fragment dropped; None unless it is an http(s) URL."""
+        if self.normal_origin and (plain := _PLAIN_LINK.fullmatch(href)) is not None:
+            origin, path = plain.groups()
+            if (
+                (origin is None or origin == self.origin or self._is_origin(origin))
+                and "/." not in path
+                and len(self.origin) + len(path) <= MAX_URL_LENGTH
+            ):
+                return self.origin + path
+        if self.normal_origin and (relative := _PLAIN_RELATIVE.fullmatch(href)) is not None:
+            prefix, path = relative.groups()
+            start = self.starts[prefix]
+            if start and "/." not in path and "//" not in path:
+                url = self.origin + start + path
+                if len(url) <= MAX_URL_LENGTH:
+                    return url
         href = href.strip(_WHITESPACE)
         if "\t" in href or "\n" in href or "\r" in href:
             href = href.replace("\t", "").replace("\n", "").replace("\r", "")
         href = href.partition("#")[0]
-        # Most links are "/path", or the page's own origin and a path, on a page whose origin
-        # is in normal form already: the path alone says whether the URL is.
-        if self.normal_origin:
-            path = href[len(self.origin) :] if href.startswith(self.origin) else href
-            if path[:1] == "/" and path[1:2] != "/" and is_normal_path(path):
-                url = self.origin + path
-                if len(url) <= MAX_URL_LENGTH:
-                    return url
+        if self.normal_origin and (url := self._on_normal_origin(href)):
+            return url
+        if not href:  # "#top": the base, on most pages
+            if not self._resolved_base:
+                self._resolved_base.append(_http_only(self.base, self.encoding))
+            return self._resolved_base[0]
+        scheme, colon, _ = href.partition(":")
+        if colon and scheme.lower() not in SCHEMES and _SCHEME.fullmatch(scheme):
+            return None  # "mailto:", "javascript:": join() gives them as they are, not http(s)
         try:
-            url = self.join(href) if href else self.base
+            url = self.join(href)
         except ValueError:  # e.g. a malformed IPv6 literal
             return None
         return _http_only(url, self.encoding)
+
+    def _is_origin(self, given: str) -> bool:
+        """`given` is the page's origin, its scheme in capitals maybe ("HTTP://host")."""
+        end = self.scheme_end
+        return given[:end].lower() == self.origin[:end] and given[end:] == self.authority
+
+    def _on_normal_origin(self, href: str) -> str | None:
+        """`href` (whitespace and fragment gone) resolved without normalize(), when it resolves
+        to the page's origin (in normal form) and a path in normal form: the path alone says
+        whether the URL is. Nearly every link of a page: "/path", "path", "../path", "?q", the
+        origin and a path, with its scheme in capitals or not. None for the others, which
+        absolute() joins and normalizes as ever (the same URL: tests/http/test_link_extraction)."""
+        origin = self.origin
+        if href.startswith(origin):
+            path = href[len(origin) :]
+        elif href[:1] == "/":
+            path = href
+        elif href[:1] == "?":
+            path = self.path + href
+        elif ":" not in href:
+            if not href:
+                return None
+            before_query = href.partition("?")[0]
+            if "/." not in f"/{before_query}":
+                path = self.directory + href
+            elif not self.plain or ";" in before_query:
+                return None
+            elif before_query[:2] == "./" and _plain_segments(before_query[2:]):
+                path = self.here + href[2:]
+            elif before_query[:3] == "../" and _plain_segments(before_query[3:]):
+                path = self.up + href[3:]
+            else:
+                path = self._join_dots(before_query, href[len(before_query) :])
+        elif self._is_origin(href[: len(origin)]) and ";" not in href:
+            path = href[len(origin) :]  # urljoin, which reads "HTTP:", rewrites ";params"
+        else:
+            return None
+        if path[:1] != "/" or path[1:2] == "/" or not is_normal_path(path):
+            return None
+        url = origin + path
+        return url if len(url) <= MAX_URL_LENGTH else None
+
+
+def _normal_start(directory: str) -> str:
+    """`directory` (ending in "/") if a path in normal form (urls.is_normal_path) that gives
+    one whatever plain path follows it; "" if not."""
+    if directory[:1] != "/" or directory[1:2] == "/" or not is_normal_path(directory):
+        return ""
+    return directory
+
+
+def _plain_segments(path: str) -> bool:
+    """`path` (relative, no query) has no empty and no dot segment but maybe its last: after
+    "./" or "../", it is only appended to where they lead (urljoin drops empty segments)."""
+    return "//" not in f"/{path}" and "/." not in f"/{path}"
 
 
 def _http_only(url: str, encoding: str) -> str | None:

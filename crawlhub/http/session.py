@@ -18,7 +18,9 @@ import http.cookiejar
 import socket
 import sys
 import threading
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping
+from operator import itemgetter
 from urllib.parse import urlsplit
 
 import requests
@@ -26,7 +28,8 @@ import urllib3
 import urllib3.connection
 from requests.adapters import HTTPAdapter
 from requests.structures import CaseInsensitiveDict
-from requests.utils import get_encoding_from_headers
+from requests.utils import check_header_validity, get_encoding_from_headers
+from urllib3 import HTTPHeaderDict
 from urllib3.contrib.socks import SOCKSConnection, SOCKSHTTPSConnection, SOCKSProxyManager
 from urllib3.exceptions import ConnectTimeoutError, NameResolutionError, NewConnectionError
 from urllib3.util.connection import allowed_gai_family
@@ -252,7 +255,7 @@ class _Adapter(HTTPAdapter):
             return super().build_response(req, resp)
         response = requests.Response()
         response.status_code = resp.status
-        response.headers = CaseInsensitiveDict(resp.headers)
+        response.headers = case_insensitive(resp.headers)
         response.encoding = get_encoding_from_headers(response.headers)
         response.raw = resp
         response.reason = resp.reason
@@ -268,12 +271,66 @@ class _Adapter(HTTPAdapter):
         return manager
 
 
+def case_insensitive(headers: Mapping[str, str]) -> CaseInsensitiveDict:
+    """CaseInsensitiveDict(headers), as requests makes a response's: each name as first
+    written, its values joined by ", ", in order. From urllib3's HTTPHeaderDict, which keeps
+    them so already, it is made at once: requests copies them one by one through both classes'
+    item methods, ~60 bytecode instructions a header (tests/http/test_fetching.py compares)."""
+    if type(headers) is not HTTPHeaderDict:
+        return CaseInsensitiveDict(headers)
+    grouped = headers._container  # {lowercase name: [name as first written, *values]}
+    values = grouped.values()
+    copied = CaseInsensitiveDict()
+    copied._store = OrderedDict(
+        zip(
+            grouped,
+            zip(map(_FIRST, values), map(", ".join, map(_REST, values)), strict=True),
+            strict=True,
+        )
+    )
+    return copied
+
+
+_FIRST = itemgetter(0)
+_REST = itemgetter(slice(1, None))
+
+
+class PreparedHeaders:
+    """A Fetcher's own request headers (the session's, and a User-Agent) as requests prepares
+    them (checked, in a CaseInsensitiveDict, in order), prepared once and copied for each
+    request: checking and copying them one by one is ~400 bytecode instructions a fetch. Each
+    User-Agent is checked by requests' own check, once (a Fetcher has one, or one of a few);
+    one it refuses is refused every time, as prepare_headers would."""
+
+    MAX_CHECKED = 256  # User-Agents remembered as checked; a Fetcher has at most ~30
+
+    def __init__(self, headers: Mapping[str, str]) -> None:
+        first = requests.PreparedRequest()
+        first.prepare_headers({**headers, "User-Agent": ""})
+        self._store = first.headers._store  # {lowercase name: (name, value)}
+        self._checked: set[str] = set()
+
+    def with_user_agent(self, agent: str) -> CaseInsensitiveDict:
+        """prepare_headers({**headers, "User-Agent": agent})'s headers, this request's own."""
+        if agent not in self._checked:
+            check_header_validity(("User-Agent", agent))  # InvalidHeader, as prepare_headers
+            if len(self._checked) < self.MAX_CHECKED:
+                self._checked.add(agent)
+        store = OrderedDict(self._store)  # its values are tuples: copying the dict suffices
+        store["user-agent"] = ("User-Agent", agent)
+        headers = CaseInsensitiveDict()
+        headers._store = store
+        return headers
+
+
 def prepare_without_cookies(
     prepared: requests.PreparedRequest,
     method: str,
     url: str,
     headers: Mapping[str, str],
     body: bytes | None,
+    *,
+    checked: bool = False,
 ) -> None:
     """PreparedRequest.prepare's steps but its cookies', for a session whose jar is empty:
     asking an empty jar for a Cookie header takes its lock and its policy's clock, per page.
@@ -282,7 +339,10 @@ def prepare_without_cookies(
     as it is, not parsed twice more; only one with a user name (a proxy's) has auth to take."""
     prepared.prepare_method(method)
     prepared.url = url
-    prepared.prepare_headers(headers)
+    if checked:  # prepared by requests already (PreparedHeaders), and this request's own copy
+        prepared.headers = headers
+    else:
+        prepared.prepare_headers(headers)
     prepared.prepare_body(body, None, None)
     if "@" in url:
         prepared.prepare_auth(None, url)

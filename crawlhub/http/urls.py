@@ -341,8 +341,13 @@ def url_problem(url: str, *, userinfo: bool = False) -> str:
     try:
         normalize(url, userinfo=userinfo)
     except URLError as exc:
-        return str(exc).removeprefix("is ")
+        return problem_of(exc)
     return ""
+
+
+def problem_of(error: URLError) -> str:
+    """url_problem's words for what normalize() raised."""
+    return str(error).removeprefix("is ")
 
 
 def is_http_url(url: str) -> bool:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import requests
+from requests.structures import CaseInsensitiveDict
 
 # Written for a secret value, here and everywhere else (FetchResult.request_headers, pages).
 MASK = "••••••"
@@ -96,10 +97,10 @@ def split(heads: str) -> tuple[str, str]:
 def recorded_headers(headers: Mapping[str, str], secret: frozenset[str]) -> dict[str, str]:
     """Headers a request sent, as they may be shown: the values of SECRET_HEADERS (and of
     `secret`) masked."""
-    return {
-        name: MASK if name.lower() in SECRET_HEADERS or name.lower() in secret else value
-        for name, value in headers.items()
-    }
+    # A CaseInsensitiveDict's own (name, value) pairs: its items() looks each name up again.
+    pairs = headers._store.values() if type(headers) is CaseInsensitiveDict else headers.items()
+    hidden = SECRET_HEADERS | secret if secret else SECRET_HEADERS
+    return {name: MASK if name.lower() in hidden else value for name, value in pairs}
 
 
 def exchange_of(

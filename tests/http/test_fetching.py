@@ -20,9 +20,11 @@ from email.utils import formatdate
 import pytest
 import requests
 from requests.adapters import HTTPAdapter
+from requests.structures import CaseInsensitiveDict
+from urllib3 import HTTPHeaderDict
 
 from crawlhub.http.client import Fetcher, FetchResult
-from crawlhub.http.session import _Adapter
+from crawlhub.http.session import PreparedHeaders, _Adapter, case_insensitive
 from crawlhub.http.useragents import DEFAULT_USER_AGENT, USER_AGENTS, pick_user_agent
 from tests.support.sites import RawServer, Request, Response, pages_site, raw_head
 
@@ -722,3 +724,38 @@ def test_fetch_text_reads_leniently_and_reports_failures(make_site, fetcher):
     assert status == 200 and text == "User-agent: *\nDisallow: /\ufffd\n"
     assert fetcher.fetch_text(site.url + "/other")[0] == 404
     assert fetcher.fetch_text(f"http://127.0.0.1:{closed_port()}/robots.txt") == (None, "")
+
+
+def test_a_responses_headers_are_copied_as_requests_copies_them():
+    """session.case_insensitive makes at once the CaseInsensitiveDict requests makes of
+    urllib3's headers one by one: each name as first written, repeated values joined, in
+    order."""
+    rng = random.Random(5)
+    names = ["Set-Cookie", "set-cookie", "X-A", "x-a", "Content-Type", "Vary", "vary", "ETag"]
+    for _ in range(500):
+        headers = HTTPHeaderDict()
+        for _ in range(rng.randint(0, 12)):
+            headers.add(rng.choice(names), rng.choice(["", "1", "a=b; Path=/", "x, y", " z "]))
+        ours, requests_own = case_insensitive(headers), CaseInsensitiveDict(headers)
+        assert list(ours.items()) == list(requests_own.items()), headers
+        assert list(ours.lower_items()) == list(requests_own.lower_items())
+    plain = {"Content-Type": "text/html", "X-B": "2"}
+    assert list(case_insensitive(plain).items()) == list(CaseInsensitiveDict(plain).items())
+
+
+def test_a_fetchers_own_headers_are_prepared_as_requests_prepares_them():
+    """PreparedHeaders gives each request the headers prepare_headers makes (names, values,
+    order), its own copy; a User-Agent requests refuses is refused every time."""
+    own = {"User-Agent": "python-requests", "Accept-Encoding": "gzip", "Accept": "*/*"}
+    prepared = PreparedHeaders(own)
+    for agent in [*USER_AGENTS, "x", "x", DEFAULT_USER_AGENT]:
+        expected = requests.PreparedRequest()
+        expected.prepare_headers({**own, "User-Agent": agent})
+        ours = prepared.with_user_agent(agent)
+        assert list(ours.items()) == list(expected.headers.items())
+        ours["Cookie"] = "a=1"  # a request's own copy: the next one has none
+        assert "Cookie" not in prepared.with_user_agent(agent)
+    for _ in range(2):
+        for agent in (" leading", "two\nlines", "ends\r"):
+            with pytest.raises(requests.exceptions.InvalidHeader):
+                prepared.with_user_agent(agent)

@@ -395,3 +395,72 @@ def test_absolute_links_to_the_pages_own_origin_are_not_normalized_one_by_one(mo
     found = links_of(html)
     assert found == [f"http://example.com/p/{n}?x={n}" for n in range(20)]
     assert asked == ["http://example.com/"]  # the page's origin, once (Resolver.normal_origin)
+
+
+def the_long_way(resolver: Resolver, href: str) -> str | None:
+    """What Resolver.absolute gives without a shortcut: each link joined by Resolver.join (which
+    joins as urljoin does: the tests above), then put in the client's normal form."""
+    href = href.strip(" \t\n\r\f").replace("\t", "").replace("\n", "").replace("\r", "")
+    href = href.partition("#")[0]
+    try:
+        url = resolver.join(href) if href else resolver.base
+    except ValueError:
+        return None
+    return links_module._http_only(url, "utf-8")
+
+
+def shortcut_hrefs(origin: str, count: int, seed: int) -> list[str]:
+    """Links of the shapes the shortcuts read (relative, "./", "../", "?q", the origin with its
+    scheme in any case) and their near misses: empty and dot segments, ";", "%", "\\", spaces,
+    non-ASCII, a fragment, another scheme or host."""
+    rng = random.Random(seed)
+    host = origin.partition("://")[2]
+    starts = [
+        "", "/", "./", "../", "../../", ".//", "..//", "?", "#", " ", "\n/", origin,
+        origin.upper(), "HTTP://" + host, "Https://" + host, "http://" + host.upper(),
+        "hTTp://" + host, "mailto:", "JavaScript:", "HTTP:", "//" + host, "x:",
+    ]  # fmt: skip
+    segments = [
+        "a",
+        "b.html",
+        "p",
+        "12",
+        "",
+        ".",
+        "..",
+        "c;p=1",
+        "d;",
+        "%41",
+        "%2e",
+        "é",
+        "a b",
+        "\\",
+    ]
+    tails = ["", "?", "?q=1", "?a=../b", "??x", "?x=:y", "#f", "#", "?q#f", "?é"]
+    hrefs = []
+    for _ in range(count):
+        path = "/".join(rng.choices(segments, k=rng.randint(0, 4)))
+        hrefs.append(rng.choice(starts) + path + rng.choice(tails))
+    return hrefs
+
+
+@pytest.mark.parametrize(
+    "base",
+    [
+        "http://a.com/d1/d2/p.html?x=1",
+        "https://a.com:8443/dir/",
+        "http://a.com/",
+        "http://127.0.0.1:8080/p/5",
+        "http://a.com/d1//d2/",
+        "http://a.com/p;v=1/q",
+        "http://a.com/..",
+        "http://a.com/%7e/x",
+    ],
+)
+def test_links_resolve_through_the_shortcuts_as_the_long_way(base):
+    """Resolver.absolute reads most links without urljoin or normalize() (the origin and a
+    path, "/path", "path", "./path", "../path", "?q", "HTTP://host/path", "mailto:"): the same
+    URL as joining and normalize() give, on thousands of links of those shapes and near misses."""
+    resolver = Resolver(base)
+    for href in shortcut_hrefs(resolver.origin, 4000, seed=len(base)):
+        assert resolver.absolute(href) == the_long_way(resolver, href), (base, href)
