@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -60,9 +61,10 @@ class BulkInsert:
         )
 
     def prepared(self, values: dict) -> tuple:
-        """A row from `values` (attname -> value already in the database's form: JSON through
-        `json`, a datetime through `datetime`, bytes through `binary`); a column not in
-        `values` takes its field's default. Safe to call from any thread."""
+        """A row from `values` (attname -> value already in the database's form: JSON and
+        datetimes through the connection's `ops` adapters, as page_row does, bytes through
+        `binary`); a column not in `values` takes its field's default. Safe to call from any
+        thread."""
         names, defaults = self._defaults
         return tuple(map(values.get, names, defaults))  # per column, without a Python loop
 
@@ -76,14 +78,6 @@ class BulkInsert:
             for field in self.fields
         )
         return names, defaults
-
-    def json(self, value: object) -> object:
-        """A JSONField's value as the database takes it (what JSONField.get_db_prep_save does
-        with a plain value)."""
-        return connections[self.using].ops.adapt_json_value(value, None)
-
-    def datetime(self, value: datetime) -> object:
-        return connections[self.using].ops.adapt_datetimefield_value(value)
 
     def binary(self, value: bytes | None) -> object:
         return None if value is None else connections[self.using].Database.Binary(value)
@@ -173,12 +167,17 @@ def page_row(
     """The page's row, ready for PAGE_ROWS.write; without a fetch, `error` says why there was
     none (e.g. blocked by robots.txt). Made as the Page model would write it (module docstring)."""
     rows = PAGE_ROWS
+    # This thread's connection's adapters, looked up once a row (connections[] reads a
+    # thread-local: ~35 bytecode instructions a value). A JSONField's value as the database
+    # takes it is what JSONField.get_db_prep_save makes of a plain value.
+    ops = connections[rows.using].ops
+    json = functools.partial(ops.adapt_json_value, encoder=None)
     values = {
         "crawl_id": crawl.pk,
         "url": request.url,
         "depth": request.depth,
         "referrer": request.referrer,
-        "fetched_at": rows.datetime(now),
+        "fetched_at": ops.adapt_datetimefield_value(now),
         "url_hash": url_hash(request.url),
         "error": error,
         "fp": request.fp,
@@ -186,18 +185,17 @@ def page_row(
         "attempts": request.attempts + 1,
     }
     if request.history:
-        values["history"] = rows.json(list(request.history))
+        values["history"] = json(list(request.history))
     if request.redirects:
-        values["redirects"] = rows.json(list(request.redirects))
+        values["redirects"] = json(list(request.redirects))
     if fetch is not None:
-        _fill_response(values, crawl, fetch)
+        _fill_response(values, crawl, fetch, json)
     if extras is not None:
-        _fill_extras(values, extras)
+        _fill_extras(values, extras, json)
     return rows.prepared(values)
 
 
-def _fill_response(values: dict, crawl: Crawl, fetch: FetchResult) -> None:
-    json = PAGE_ROWS.json
+def _fill_response(values: dict, crawl: Crawl, fetch: FetchResult, json: Callable) -> None:
     values.update(
         final_url=fetch.final_url,
         status=fetch.status,
@@ -220,8 +218,7 @@ def _fill_response(values: dict, crawl: Crawl, fetch: FetchResult) -> None:
             values["heads"] = fetch.exchange.text(secret=SECRET_RESPONSE_HEADERS)
 
 
-def _fill_extras(values: dict, extras: PageExtras) -> None:
-    json = PAGE_ROWS.json
+def _fill_extras(values: dict, extras: PageExtras, json: Callable) -> None:
     values["digest"] = extras.digest
     values["change"] = extras.change
     if extras.carried:
