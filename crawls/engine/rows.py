@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from itertools import repeat
 
 import psycopg
 from django.db import DatabaseError, connections, models, transaction
@@ -251,14 +253,27 @@ def source_of(request: Request) -> str:
     return PageSource.SEED if request.depth == 0 and not request.referrer else PageSource.LINK
 
 
+_NO_NUL = operator.methodcaller("replace", "\x00", "")
+_LOWER = operator.methodcaller("lower")
+_NAME_CUT, _VALUE_CUT = slice(200), slice(MAX_HEADER_CHARS)
+
+
 def kept_headers(headers: dict[str, str], *, secret: frozenset[str] = frozenset()) -> dict:
     """Headers as a page keeps them: at most MAX_HEADERS, values cut, secret ones masked, and
-    nothing a database refuses (NUL)."""
-    kept = {}
-    for name, value in list(headers.items())[:MAX_HEADERS]:
-        clean = str(value).replace("\x00", "")[:MAX_HEADER_CHARS]
-        kept[str(name).replace("\x00", "")[:200]] = MASK if name.lower() in secret else clean
-    return kept
+    nothing a database refuses (NUL). Two per page: each made by map and zip (a loop in C),
+    not a Python loop per header."""
+    items = list(headers.items())[:MAX_HEADERS]
+    if not items:
+        return {}
+    names, values = zip(*items, strict=True)
+    kept_names = map(operator.getitem, map(_NO_NUL, map(str, names)), repeat(_NAME_CUT))
+    kept_values = map(operator.getitem, map(_NO_NUL, map(str, values)), repeat(_VALUE_CUT))
+    if secret and not secret.isdisjoint(map(_LOWER, names)):
+        kept_values = [
+            MASK if name.lower() in secret else value
+            for name, value in zip(names, kept_values, strict=True)
+        ]
+    return dict(zip(kept_names, kept_values, strict=True))
 
 
 def link_rows(crawl: Crawl, links: OutLinks) -> list[tuple]:
