@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import replace
+from itertools import repeat
+from operator import and_, contains, rshift
 from pathlib import Path
 from typing import NamedTuple
 
@@ -186,18 +188,22 @@ def _link_args(
     own = origin + "/" if origin and parent.url.startswith(origin + "/") else None
     if own and prefix_host(parent.url) != host:
         own = None
-    lines = []
-    add, names, shift = lines.append, _BUCKET_NAMES, 64 - SEEN_BUCKET_BITS  # per link: locals
-    for url in urls:
-        if "\n" in url:
-            url = url.replace("\n", "%0A")
-        fp = fingerprint(url)
-        if own and url.startswith(own):
-            link_host = ""
-        else:
-            link_host = request_host(url)
-            link_host = (
-                "+" + link_host if prefix_host(url) == link_host else "-" + (link_host or "/")
-            )
-        add(f"{names[(fp >> shift) & _BUCKET_MASK]}\n{fp}\n{link_host}\n{url}\n")  # _bucket(fp)
-    return "".join(lines), tail
+    # Per link of every page: made by map (a loop in C), not by a Python loop over the links.
+    if any(map(contains, urls, repeat("\n"))):
+        urls = [url.replace("\n", "%0A") for url in urls]
+    fps = list(map(fingerprint, urls))
+    shifted = map(rshift, fps, repeat(64 - SEEN_BUCKET_BITS))
+    buckets = map(_BUCKET_NAMES.__getitem__, map(and_, shifted, repeat(_BUCKET_MASK)))  # _bucket
+    on_own = list(map(str.startswith, urls, repeat(own))) if own else [False] * len(urls)
+    if all(on_own):
+        hosts = repeat("")
+    else:
+        hosts = ["" if mine else _link_host(url) for url, mine in zip(urls, on_own, strict=True)]
+    return "".join(map("{}\n{}\n{}\n{}\n".format, buckets, fps, hosts, urls)), tail
+
+
+def _link_host(url: str) -> str:
+    """The host line of a link off the page's prefix (_link_args): "+" and its host when its
+    prefix tells it, else "-" and its packed host field ("/" for none)."""
+    link_host = request_host(url)
+    return "+" + link_host if prefix_host(url) == link_host else "-" + (link_host or "/")

@@ -8,12 +8,15 @@ import pytest
 from django.utils import timezone
 
 from crawlhub.http.client import Fetcher
+from crawlhub.http.wire import MASK
 from crawls import services
 from crawls.engine.request import Request
 from crawls.engine.results import Extracted, OutLinks
 from crawls.engine.rows import (
     LINK_COLUMNS,
     LINK_ROWS,
+    MAX_HEADER_CHARS,
+    MAX_HEADERS,
     PAGE_ROWS,
     SECRET_RESPONSE_HEADERS,
     BulkInsert,
@@ -246,3 +249,32 @@ def test_a_page_row_is_the_row_a_page_instance_would_write(crawl, make_site, fet
         assert comparable(page_row(crawl, req, now, **kwargs)) == comparable(PAGE_ROWS.row(page)), (
             kwargs
         )
+
+
+def test_kept_headers_are_those_a_loop_over_them_keeps():
+    """kept_headers (map and zip, no Python loop per header) against the loop it replaces:
+    at most MAX_HEADERS, NULs dropped, names and values cut, secret names masked whatever
+    their case, a later header of the same kept name taking its place."""
+
+    def looped(headers: dict, secret: frozenset[str]) -> dict:
+        kept = {}
+        for name, value in list(headers.items())[:MAX_HEADERS]:
+            clean = str(value).replace("\x00", "")[:MAX_HEADER_CHARS]
+            kept[str(name).replace("\x00", "")[:200]] = MASK if name.lower() in secret else clean
+        return kept
+
+    many = {f"x-h{n}": f"v{n}" for n in range(MAX_HEADERS + 10)}
+    odd = {
+        "Set-Cookie": "s=1",
+        "content-type": "text/html\x00",
+        "x-\x00nul": "a\x00b",
+        "x-nul": "later",  # the same kept name as the one before
+        "n" * 300: "v" * 3000,
+        "WWW-Authenticate": "Basic",
+        "x-number": 7,
+        "": "",
+    }
+    for headers in ({}, many, odd, {**odd, **many}, {"SET-COOKIE": "a"}):
+        for secret in (frozenset(), SECRET_RESPONSE_HEADERS):
+            assert kept_headers(headers, secret=secret) == looped(headers, secret), headers
+            assert list(kept_headers(headers, secret=secret)) == list(looped(headers, secret))
