@@ -1,5 +1,6 @@
 """The structure the import contracts (pyproject.toml, `./run lint`) describe, checked from the
-code itself: no import cycle anywhere, and no import of our own modules hidden in a function."""
+code itself: no import cycle anywhere, no import of our own modules hidden in a function, the
+formatter configured rather than fought, and no application module over 500 lines."""
 
 from __future__ import annotations
 
@@ -104,3 +105,19 @@ def test_the_formatter_is_fought_in_a_handful_of_places_at_most():
         if line.rstrip().endswith("# fmt: skip") or "# fmt: off" in line
     ]
     assert len(skips) <= MAX_FORMAT_SKIPS, skips
+
+
+# An application module a reader takes in at once: past this, it is split along a seam a reader
+# would name (issue: rooms a newcomer can find).
+MAX_MODULE_LINES = 500
+
+
+def test_no_application_module_is_over_500_lines():
+    long = {
+        str(path.relative_to(ROOT)): lines
+        for top in PACKAGES
+        for path in sorted((ROOT / top).rglob("*.py"))
+        if "migrations" not in path.parts
+        and (lines := len(path.read_text().splitlines())) > MAX_MODULE_LINES
+    }
+    assert not long, long

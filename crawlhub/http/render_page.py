@@ -8,6 +8,9 @@ UDP disabled (rendering.CHROMIUM_ARGS), which leaves TURN over TCP; so no docume
 RTCPeerConnection (nor the constructors that come with it), the frames a page makes included
 (the script runs in each new document, before the page's own).
 
+Settling. A page is read once its wait selector is in the DOM, or once its network is idle;
+at the deadline the DOM is taken as it is (a page that polls forever never settles).
+
 The DOM. page.content() would serialize the DOM in the page and carry it whole, however big, to
 Playwright's driver and on to this process. read_dom() measures first, in the page: a walk of the
 DOM that stops as soon as its size passes max_bytes, so a DOM of hundreds of megabytes costs the
@@ -16,6 +19,8 @@ walk of max_bytes of it; only a DOM within max_bytes is serialized and read.
 
 from __future__ import annotations
 
+import contextlib
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,3 +87,20 @@ async def read_dom(page: Any, *, max_bytes: int) -> DomRead:
     pass max_bytes in UTF-8 (three times at most): the caller cuts it as it cuts a fetch."""
     found = await page.evaluate(_READ_DOM, max_bytes)
     return DomRead(html=found["html"], size=int(found["size"]))
+
+
+async def settle(page: Any, *, wait_selector: str, deadline: float) -> None:
+    """Wait for `wait_selector`, or for the network to settle, until `deadline`
+    (time.monotonic()); at the deadline the DOM is taken as it is."""
+    from playwright.async_api import TimeoutError as PlaywrightTimeout
+
+    with contextlib.suppress(PlaywrightTimeout):
+        if wait_selector:
+            await page.wait_for_selector(wait_selector, state="attached", timeout=ms_left(deadline))
+        else:
+            await page.wait_for_load_state("networkidle", timeout=ms_left(deadline))
+
+
+def ms_left(deadline: float) -> float:
+    """Milliseconds to `deadline` (time.monotonic()), for Playwright's timeouts: 1 at least."""
+    return max(1.0, (deadline - time.monotonic()) * 1000)

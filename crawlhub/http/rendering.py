@@ -381,8 +381,10 @@ class BrowserPool:
             document, options, deadline, proxy=tab.proxy or None, context=tab.context
         )
         page = tab.page
-        await page.goto(document.url, wait_until="domcontentloaded", timeout=_ms_left(deadline))
-        await _settle(page, options, deadline)
+        await page.goto(
+            document.url, wait_until="domcontentloaded", timeout=render_page.ms_left(deadline)
+        )
+        await render_page.settle(page, wait_selector=options.wait_selector, deadline=deadline)
         if tab.crashed:
             return failed(document, "the page crashed the browser tab", "browser", started)
         dom = await asyncio.wait_for(
@@ -439,24 +441,6 @@ class BrowserPool:
             task.cancel()
         if left:
             await asyncio.wait(left, timeout=CLOSE_SECONDS)
-
-
-async def _settle(page: Any, options: RenderOptions, deadline: float) -> None:
-    """Wait for the selector, or for the network to settle; at the deadline the DOM is taken as
-    it is (a page that polls forever never settles)."""
-    from playwright.async_api import TimeoutError as PlaywrightTimeout
-
-    with contextlib.suppress(PlaywrightTimeout):
-        if options.wait_selector:
-            await page.wait_for_selector(
-                options.wait_selector, state="attached", timeout=_ms_left(deadline)
-            )
-        else:
-            await page.wait_for_load_state("networkidle", timeout=_ms_left(deadline))
-
-
-def _ms_left(deadline: float) -> float:
-    return max(1.0, (deadline - time.monotonic()) * 1000)
 
 
 def _header(headers: Mapping[str, str], name: str) -> str:

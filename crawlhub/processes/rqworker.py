@@ -28,7 +28,7 @@ from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 from rq import Worker as RQWorker
 
-# As long as a slice waits for Redis (crawls.engine.slices.REDIS_RETRY_SECONDS).
+# As long as a slice waits for Redis (crawls.engine.stopping.REDIS_RETRY_SECONDS).
 REDIS_WAIT_SECONDS = 300.0
 # Once Redis is back, a waiting worker sees it within this long.
 REDIS_POLL_SECONDS = 1.0
@@ -90,7 +90,7 @@ class Worker(RQWorker):
     def handle_warm_shutdown_request(self) -> None:
         """SIGTERM (`up` or `worker` stopping): the job in progress is told too. A crawl slice
         then finishes the pages it is fetching and hands the rest of its requests back
-        (crawls.engine.slices.stop_on_sigterm), instead of crawling out its time budget."""
+        (crawls.engine.stopping.stop_on_sigterm), instead of crawling out its time budget."""
         super().handle_warm_shutdown_request()
         if self.horse_pid:
             with suppress(ProcessLookupError):

@@ -51,7 +51,7 @@ WORKER_KINDS = frozenset(
         Kind.SITEMAP,
     }
 )
-# Why a slice ended (slices.StopFlag.reason), as its last line says it.
+# Why a slice ended (stopping.StopFlag.reason), as its last line says it.
 ENDINGS = {
     "budget": "its time was up",
     "turn": "its turn was up, and another crawl's slice waited for a worker",

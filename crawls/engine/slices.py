@@ -11,8 +11,9 @@ error (crawls.engine.retry); a request that has crashed too many slices is faile
 error without being fetched again. When the database itself is away, the slice stops instead.
 
 This is the slice's loop (claim, collect, flush, renew, stop); what a request goes through in a
-pool thread is crawls/engine/fetching.py, and how a crawl's settings become the objects both use
-is crawls/engine/crawl_settings.py.
+pool thread is crawls/engine/fetching.py, how a crawl's settings become the objects both use
+is crawls/engine/crawl_settings.py, and what stops a slice (and its wait for Redis) is
+crawls/engine/stopping.py.
 """
 
 from __future__ import annotations
@@ -20,13 +21,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import queue
-import signal
-import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
 
-import redis
 from django.conf import settings
 
 from crawlhub.http import Fetcher
@@ -55,6 +52,7 @@ from crawls.engine.sharing import (
     slice_turn_seconds,
     waits_for_memory,
 )
+from crawls.engine.stopping import SliceReport, StopFlag, stop_on_sigterm, with_redis_retry
 from crawls.models import Crawl
 
 log = logging.getLogger(__name__)
@@ -73,42 +71,10 @@ EMPTY_CLAIM_BACKOFF = 0.1
 # claim's backoff, a loop's wait) late on every turn, which cost a many-host polite crawl a
 # tenth of its pace. More than EMPTY_CLAIM_BACKOFF plus a loop's wait (_collect).
 CLAIM_AHEAD_SECONDS = 0.2
-REDIS_RETRY_SECONDS = 300.0
+
 # How often a slice reads Redis' memory against its budget (one INFO call), and, once past its
 # turn, whether another crawl's slice waits for a worker (one LRANGE).
 MEMORY_CHECK_SECONDS = 1.0
-
-
-@dataclass
-class SliceReport:
-    pages: int = 0
-    reason: str = ""
-    seconds: float = 0.0
-    handed_back: int = 0
-    extra: dict = field(default_factory=dict)
-
-
-class StopFlag:
-    """Set by SIGTERM (the worker is shutting down) or by the crawl leaving 'running'.
-
-    SIGTERM also sets `shutdown`, whatever stopped the slice first: the pages being rendered
-    are given up and go back to the queue (a page may take the crawl's timeout in a browser;
-    the worker has seconds), those being fetched finish."""
-
-    def __init__(self) -> None:
-        self.event = threading.Event()
-        self.shutdown = threading.Event()
-        self.reason = ""
-
-    def set(self, reason: str) -> None:
-        if reason == "sigterm":
-            self.shutdown.set()
-        if not self.event.is_set():
-            self.reason = reason
-            self.event.set()
-
-    def __bool__(self) -> bool:
-        return self.event.is_set()
 
 
 def _drain(items: queue.SimpleQueue, *, timeout: float) -> list:
@@ -122,22 +88,6 @@ def _drain(items: queue.SimpleQueue, *, timeout: float) -> list:
             found.append(items.get_nowait())
         except queue.Empty:
             return found
-
-
-def with_redis_retry(fn, *, stop_after: float = REDIS_RETRY_SECONDS):
-    """Call fn, waiting out a Redis that went away (backoff up to 5 s, for stop_after s)."""
-    deadline = time.monotonic() + stop_after
-    delay = 0.2
-    while True:
-        try:
-            return fn()
-        except REDIS_ERRORS as exc:
-            if time.monotonic() > deadline:
-                raise
-            why = "full" if isinstance(exc, redis.exceptions.OutOfMemoryError) else "unavailable"
-            log.warning("Redis %s (%s); retrying in %.1f s", why, exc, delay)
-            time.sleep(delay)
-            delay = min(delay * 2, 5.0)
 
 
 class Slice:
@@ -457,13 +407,6 @@ class Slice:
         outcomes = [r.outcome for r in results]
         self.log.host_events(with_redis_retry(lambda: self.frontier.complete(outcomes)))
         publish_crawl(self.crawl.pk)
-
-
-def stop_on_sigterm(flag: StopFlag) -> None:
-    """In the worker's job process: SIGTERM finishes the current pages, hands the rest back."""
-    if threading.current_thread() is not threading.main_thread():
-        return
-    signal.signal(signal.SIGTERM, lambda signum, frame: flag.set("sigterm"))
 
 
 def run_slice(crawl_id: int, slice_id: str, *, budget_seconds: float | None = None) -> dict:

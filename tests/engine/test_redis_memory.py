@@ -26,7 +26,8 @@ from crawls.api.crawls import CrawlSerializer
 from crawls.engine import live, sharing
 from crawls.engine.frontier import Frontier
 from crawls.engine.jobs import after_slice, slice_job, supervise
-from crawls.engine.slices import run_slice, with_redis_retry
+from crawls.engine.slices import run_slice
+from crawls.engine.stopping import with_redis_retry
 from crawls.models import CrawlState
 from tests.support.crawling import start_site_crawl
 from tests.support.sites import pages_site

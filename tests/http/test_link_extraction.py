@@ -11,7 +11,7 @@ from urllib.parse import urljoin
 
 import pytest
 
-from crawlhub.http import links as links_module
+from crawlhub.http import link_urls
 from crawlhub.http.links import MAX_LINKS, Resolver, extract
 from crawls import services
 from tests.support import processes
@@ -376,7 +376,7 @@ def test_absolute_links_to_the_pages_own_origin_resolve_as_through_normalize(bas
         href = origin + tail
         expected = slow = urljoin(base, href.partition("#")[0])
         with contextlib.suppress(ValueError):
-            expected = links_module._http_only(slow, "utf-8")
+            expected = link_urls._http_only(slow, "utf-8")
         assert resolver.absolute(href) == expected, href
 
 
@@ -384,13 +384,13 @@ def test_absolute_links_to_the_pages_own_origin_are_not_normalized_one_by_one(mo
     """A link that is the page's origin followed by a path in normal form is in normal form:
     normalize() (a parse of the whole URL) is not asked about it."""
     asked = []
-    normalize = links_module.normalize
+    normalize = link_urls.normalize
 
     def counting(url, *args, **kwargs):
         asked.append(url)
         return normalize(url, *args, **kwargs)
 
-    monkeypatch.setattr(links_module, "normalize", counting)
+    monkeypatch.setattr(link_urls, "normalize", counting)
     html = "".join(f'<a href="http://example.com/p/{n}?x={n}">{n}</a>' for n in range(20))
     found = links_of(html)
     assert found == [f"http://example.com/p/{n}?x={n}" for n in range(20)]
@@ -406,7 +406,7 @@ def the_long_way(resolver: Resolver, href: str) -> str | None:
         url = resolver.join(href) if href else resolver.base
     except ValueError:
         return None
-    return links_module._http_only(url, "utf-8")
+    return link_urls._http_only(url, "utf-8")
 
 
 def shortcut_hrefs(origin: str, count: int, seed: int) -> list[str]:
