@@ -32,7 +32,7 @@ def test_the_api_docs_show_every_operation_with_no_error(page, dashboard, user):
     page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
     page.on("pageerror", lambda e: errors.append(str(e)))
     failed: list[str] = []
-    page.on("requestfailed", lambda r: failed.append(r.url))
+    page.on("requestfailed", lambda r: None if _favicon_left(r) else failed.append(r.url))
     log_in(page, dashboard, user.username)
     page.goto(dashboard + "/api/docs/")
     expected = sum(len(methods) for methods in ENDPOINTS.values())
@@ -52,3 +52,10 @@ def test_the_api_docs_show_every_operation_with_no_error(page, dashboard, user):
     assert "application/wacz" in opened and "errors are still JSON" not in opened
     shoot(page, "operation")
     assert errors == [] and failed == [], (errors, failed)
+
+
+def _favicon_left(request) -> bool:
+    """A page's favicon, still loading when the page was left (the login form sent, the next
+    page opened: on a loaded machine the browser asks for it late) is aborted by the
+    navigation: not an error of any page."""
+    return request.url.endswith("/favicon.svg") and request.failure == "net::ERR_ABORTED"
