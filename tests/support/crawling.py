@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -24,7 +25,7 @@ from crawlhub.sample_site import SampleSite
 from crawls import services
 from crawls.engine import lifecycle
 from crawls.engine.frontier import Frontier
-from crawls.engine.request import canonicalize
+from crawls.engine.request import Request, canonicalize
 from crawls.engine.slices import run_slice
 from crawls.models import Crawl, CrawlState
 from tests.support import processes
@@ -346,6 +347,29 @@ def refetched(crawl, site: SampleSite, server) -> int:
     its target once each): the work a dead worker held and did again."""
     fetches = [path for path in server.paths() if path != "/robots.txt"]
     return len(fetches) - len(site.expected()) - crawl.stats["retries"]
+
+
+def in_flight_paths(crawl) -> list[str]:
+    """The path?query of every request the crawl's backup hash holds (claimed, not completed):
+    read right after a kill -9, before the dead slice's leases run out, what it held."""
+    paths = []
+    for raw in get_redis().hvals(Frontier(crawl.pk).key("backup")):
+        parts = urlsplit(Request.unpack(raw).url)
+        paths.append(parts.path + (f"?{parts.query}" if parts.query else ""))
+    return paths
+
+
+def assert_refetched_only_held(crawl, site: SampleSite, server, held: list[list[str]]) -> None:
+    """Only requests whose worker died were fetched twice: each was claimed and not completed
+    when its worker was killed (fetched and waiting for its batch's completion, being fetched,
+    or claimed ahead), so it was in one of `held`, the backup hash read right after each kill
+    (in_flight_paths). The site's 500s are fetched again by their retries."""
+    twice = refetched(crawl, site, server)
+    print("repeated fetches:", twice, "held at the kills:", [len(paths) for paths in held])
+    assert 0 <= twice <= sum(map(len, held))
+    fetched = Counter(path for path in server.paths() if not path.startswith("/broken/"))
+    again = {path for path, n in fetched.items() if n > 1 and path != "/robots.txt"}
+    assert again <= set().union(*held), f"fetched twice, never held by a killed worker: {again}"
 
 
 def wait_for_progress(crawl, pages: int, fleet: WorkerFleet, timeout: float = 120):
