@@ -329,12 +329,14 @@ def crawl_action(request: HttpRequest, pk: int, action: str) -> HttpResponse:
     elif action in ACTIONS:
         fn, done = ACTIONS[action]
         ok, text = _act(request, fn, crawl, done)
-        if ok and action == "pause" and crawl.state == CrawlState.PAUSED:
-            text = "Paused."  # nothing was in flight: no "pausing" to wait for
     else:
         ok, text = False, f"Unknown action {action!r}."
+    crawl.refresh_from_db()
+    if ok and action == "pause" and crawl.state == CrawlState.PAUSED:
+        # Nothing was in flight, or the slices ended since: no "pausing" to wait for (the
+        # answer's snapshot says paused, and the page would keep "Pausing" beside it).
+        text = "Paused."
     if "application/json" in request.headers.get("Accept", ""):
-        crawl.refresh_from_db()
         return JsonResponse(
             {"ok": ok, "message": text, "snapshot": live.snapshot(crawl)}, status=200 if ok else 409
         )

@@ -8,11 +8,12 @@ from urllib.parse import urljoin, urlsplit
 
 import lxml.html
 import pytest
+from django.db.models.signals import post_save
 from w3lib.url import canonicalize_url
 
 from crawlhub.sample_site import SampleSite
 from crawls import services
-from crawls.engine import live
+from crawls.engine import lifecycle, live
 from crawls.engine.frontier import Frontier
 from crawls.models import Channel, Crawl, CrawlEvent, CrawlState
 from tests.support.crawling import drive, sample_handler
@@ -221,6 +222,38 @@ def test_an_action_asked_for_json_answers_with_the_new_snapshot(user, user_clien
     # Without script: a redirect back, never to another site.
     back = user_client.post(f"/crawls/{crawl.pk}/resume/", {"next": "//evil.example/"})
     assert back["Location"] == f"/crawls/{crawl.pk}/"
+
+
+def test_a_pause_settled_before_the_answer_says_paused_not_pausing(user, user_client):
+    """The crawl's last slice may end between the pause and its answer: the answer's text and
+    snapshot then both say paused (a "Pausing" notice would stay beside "Paused")."""
+    crawl = create(user)
+    services.crawl_start(crawl=crawl, user=user)
+    frontier = Frontier(crawl.pk)
+    held = frontier.claim(1, lease_seconds=60)  # a slice is fetching it
+    assert held
+
+    def last_slice_ends(sender, instance, update_fields=None, **kwargs):
+        # What the slice does when it stops for the pause: hands back what it held, settles.
+        if instance.pk == crawl.pk and instance.state == CrawlState.PAUSING:
+            frontier.release(held)
+            lifecycle.settle_pause(Crawl.objects.get(pk=crawl.pk))
+
+    post_save.connect(last_slice_ends, sender=Crawl)
+    try:
+        answer = user_client.post(f"/crawls/{crawl.pk}/pause/", HTTP_ACCEPT="application/json")
+    finally:
+        post_save.disconnect(last_slice_ends, sender=Crawl)
+    answer = answer.json()
+    assert answer["snapshot"]["state"] == "paused"
+    assert answer["message"] == "Paused."
+    # Still held when the pause is answered: pausing, and the text says so.
+    other = create(user, name="still fetching")
+    services.crawl_start(crawl=other, user=user)
+    assert Frontier(other.pk).claim(1, lease_seconds=60)
+    answer = user_client.post(f"/crawls/{other.pk}/pause/", HTTP_ACCEPT="application/json")
+    assert answer.json()["snapshot"]["state"] == "pausing"
+    assert answer.json()["message"].startswith("Pausing: workers stop fetching")
 
 
 def test_the_live_page_links_the_exports(user, user_client):
