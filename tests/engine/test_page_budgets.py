@@ -31,6 +31,7 @@ from crawls.engine.crawl_settings import scope_of
 from crawls.engine.frontier import Frontier
 from crawls.engine.recording import Result
 from crawls.engine.request import Request, fingerprint
+from crawls.engine.scope import Scope
 from crawls.engine.slices import Slice
 from crawls.models import Link, Page
 from tests.support.sites import Response, pages_site
@@ -333,6 +334,30 @@ def test_a_plain_fetch_costs_at_most_so_much_python_work_over_urllib3_s_own(make
         bare = opcodes_of(lambda: [pool.request("GET", url, redirect=False).data for url in urls])
     pool.clear()
     assert ours <= FETCH_OPCODES_OVER_URLLIB3 * bare, (ours / len(urls), bare / len(urls))
+
+
+# What reading a link's scope may cost, in bytecode instructions: on the origin of the link
+# before it (most of a page's links), and on an origin outside the crawl's domains, new to the
+# scope (a broad crawl's directories and blog rolls link to such origins all the time): 64
+# and 651 now; 64 and 9,025 when a pattern was compiled for every new origin (sre's compiler is
+# Python; the crawl's own origins still get one each, once).
+SCOPE_OPCODES_PER_LINK = {"same origin": 70, "new origin": 900}
+
+
+def test_reading_a_links_scope_compiles_nothing_for_other_sites():
+    scope = Scope(seeds=["http://example.com/"], allowed_domains=[], include=[], exclude=[])
+    for n in range(3):  # every lazy import done, the caches warm
+        scope.why_not(f"http://warm{n}.example.org/x")
+    new = [f"http://site{n}.example.net/page/{n}" for n in range(200)]
+    same = [f"http://example.com/page/{n}" for n in range(200)]
+    cost = {
+        "new origin": opcodes_of(lambda: [scope.why_not(url) for url in new]) / len(new),
+        "same origin": opcodes_of(lambda: [scope.why_not(url) for url in same]) / len(same),
+    }
+    assert scope.why_not(new[0]) == "other site (site0.example.net)"
+    assert scope.why_not(same[0]) == ""
+    for kind, budget in SCOPE_OPCODES_PER_LINK.items():
+        assert cost[kind] <= budget, (kind, cost)
 
 
 # What reading a bench site page's title, links and link texts may cost (crawlhub/http/links.py:
