@@ -70,8 +70,8 @@ def run_pass(
 
     With a `deadline` (time.monotonic()), the pass starts no batch it could not finish by then
     (a batch takes batch_seconds() at most, or as long as the longest one so far took, on a
-    loaded machine): what it checked is saved, and the proxies it did
-    not reach are in the report's `left`, for the next pass.
+    loaded machine): what it checked is saved, and the proxies it did not reach are in the
+    report's `left`, for the next pass.
     """
     batch = settings.PROXY_VALIDATE_BATCH
     timeout = settings.PROXY_CHECK_TIMEOUT

@@ -397,6 +397,7 @@ class Fetcher:
         try:
             prepared = requests.PreparedRequest()
             agent = pick_user_agent(self.user_agent_mode, self.user_agent)
+            headers = None
             if call.headers or call.headers_for:
                 headers = CaseInsensitiveDict(self._plain_headers)
                 headers["User-Agent"] = agent
@@ -404,10 +405,10 @@ class Fetcher:
                     headers.update(call.headers)
                 if call.headers_for:
                     headers.update(call.headers_for(url))
-            else:  # the session's names as requests spells them; prepare_headers folds case
-                headers = {**self._plain_headers, "User-Agent": agent}
             jar = session.cookies
             if next(iter(jar), None) is not None:
+                if headers is None:  # the session's names as requests spells them
+                    headers = {**self._plain_headers, "User-Agent": agent}
                 prepared.prepare(
                     method=call.method,
                     url=url,
@@ -416,7 +417,7 @@ class Fetcher:
                     cookies=jar,
                     hooks={},
                 )
-            elif call.headers or call.headers_for:
+            elif headers is not None:
                 prepare_without_cookies(prepared, call.method, url, headers, call.body)
             else:
                 own = self._own_headers.with_user_agent(agent)

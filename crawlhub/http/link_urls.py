@@ -161,8 +161,9 @@ class Resolver:
     def _on_normal_origin(self, href: str) -> str | None:
         """`href` (whitespace and fragment gone) resolved without normalize(), when it resolves
         to the page's origin (in normal form) and a path in normal form: the path alone says
-        whether the URL is. Nearly every link of a page: "/path", "path", "../path", "?q", the
-        origin and a path, with its scheme in capitals or not. None for the others, which
+        whether the URL is. absolute()'s fallback for the links its two matches leave ("/path",
+        "path", "../path", "?q", the origin and a path, with a ";" in the query, inner tabs or
+        newlines, its scheme in capitals or not). None for the others, which
         absolute() joins and normalizes as ever (the same URL: tests/http/test_link_extraction)."""
         origin = self.origin
         if href.startswith(origin):

@@ -93,7 +93,7 @@ def normalize(url: str, *, userinfo: bool = False) -> str:
 
 def is_normal_path(path: str) -> bool:
     """True when `path` (with its query) is as normalize() leaves it: an origin in normal form
-    followed by it is a URL in normal form, if not too long (links.py's shortcut)."""
+    followed by it is a URL in normal form, if not too long (link_urls.py's shortcut)."""
     return _NORMAL_PATH.fullmatch(path) is not None and "/." not in path
 
 

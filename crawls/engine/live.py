@@ -90,8 +90,10 @@ def _snapshot(crawl: Crawl, view: dict | Exception) -> dict:
         "finished_at": machine(crawl.finished_at),
         "actions": actions(crawl),
         # When the counters were read, by Redis' clock: snapshots published by several
-        # processes arrive in any order, and the pages keep the latest read.
-        "at": time.time() if isinstance(view, Exception) else view["at"],
+        # processes arrive in any order, and the pages keep the latest read. None when Redis
+        # could not be read: this host's clock is not Redis' (another machine's, maybe seconds
+        # apart), and the pages show a snapshot without `at` as it comes.
+        "at": None if isinstance(view, Exception) else view["at"],
     }
     if isinstance(view, Exception):
         stats = with_derived({**crawl.stats, "redis_error": str(view)})

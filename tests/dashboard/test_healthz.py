@@ -4,6 +4,8 @@ import pytest
 from rq import Worker
 
 from crawlhub.redis.connections import get_redis
+from crawls import services
+from crawls.engine import live
 from tests.support.crawling import use_redis
 
 
@@ -49,6 +51,15 @@ def test_redis_down_is_reported_not_raised(client, user, redis_gone):
     detailed = client.get("/healthz").json()
     assert detailed["redis"]["error"].startswith("ConnectionError: ")
     assert detailed["workers"]["ok"] is False
+
+
+@pytest.mark.django_db
+def test_a_crawls_snapshot_without_redis_says_why_and_has_no_time_of_redis(user, redis_gone):
+    crawl = services.crawl_create(user=user, name="away", seeds=["http://127.0.0.1:9/"])
+    snap = live.snapshot(crawl)
+    assert "Connection" in snap["stats"]["redis_error"], snap["stats"]["redis_error"]
+    # The pages order snapshots by Redis' clock; this host's is another: shown as it comes.
+    assert snap["at"] is None
 
 
 @pytest.mark.django_db
