@@ -305,14 +305,19 @@ class Frontier(FrontierHosts, FrontierQueue, FrontierOverflow, FrontierShared):
 
     def retire(self, seconds: float) -> None:
         """Remove every key of a deleted crawl but its state, "cancelled" for `seconds` more:
-        a slice still finishing a page reads it and stops."""
-        self.delete()
+        a slice still finishing a page reads it and stops. The state is set first and never
+        removed meanwhile: a slice's script that ran between the two would find no state and
+        write its key again (its slices' beat), left behind for good."""
         self.redis.set(self.key("state"), "cancelled", px=max(1, _ms(seconds)))
+        self.delete(keep=self.key("state"))
 
-    def delete(self) -> None:
-        """Remove every key of the crawl."""
+    def delete(self, *, keep: str = "") -> None:
+        """Remove every key of the crawl (but `keep`)."""
         batch: list[bytes] = []
+        kept = keep.encode()
         for key in self.redis.scan_iter(match=self.prefix + "*", count=1000):
+            if key == kept:
+                continue
             batch.append(key)
             if len(batch) >= 500:
                 self.redis.unlink(*batch)

@@ -660,6 +660,36 @@ def test_a_slice_of_a_retired_crawl_beats_without_writing_a_key_again(frontier):
     assert sorted(frontier.redis.keys(frontier.prefix + "*")) == [frontier.key("state").encode()]
 
 
+def test_a_slice_beating_while_its_crawl_is_retired_leaves_no_key_behind(frontier):
+    """The slice beats while the deletion removes its crawl's keys (many of them: a while): the
+    state says "cancelled" all along, so no beat writes the slices key again."""
+    frontier.slice_register(["s1"], ttl=3600)
+    pipe = frontier.redis.pipeline(transaction=False)
+    for n in range(20_000):
+        pipe.set(f"{frontier.prefix}filler:{n}", 1)  # what scan_iter finds and removes
+    pipe.execute()
+    stop = threading.Event()
+    beats = []
+
+    def beat():
+        beater = Frontier(frontier.crawl_id, frontier.redis)
+        while not stop.is_set():
+            beats.append(beater.slice_beat("s1"))
+
+    beating = threading.Thread(target=beat)
+    beating.start()
+    try:
+        while len(beats) < 10:
+            time.sleep(0.001)
+        frontier.retire(60)
+        time.sleep(0.05)  # beats after the retirement too
+    finally:
+        stop.set()
+        beating.join()
+    assert sorted(frontier.redis.keys(frontier.prefix + "*")) == [frontier.key("state").encode()]
+    assert frontier.redis.pttl(frontier.key("state")) > 50_000
+
+
 def test_supervisor_lock_lets_one_supervisor_run():
     assert supervisor_lock(ttl=0.2) is True
     assert supervisor_lock(ttl=0.2) is False
