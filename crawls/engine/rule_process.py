@@ -157,6 +157,11 @@ class Bounds:
             finally:
                 self._disarm()
         except Overrun as exc:  # raised after the rule returned, before the timer was off
+            # A rule stopped by its timer used its seconds, as its error says. The timer counts
+            # the kernel's CPU time, which on a loaded machine was seen to run ahead of
+            # process_time's: charged what process_time saw, a page's stopped rules left
+            # seconds for more rules than PAGE_SECONDS holds.
+            self.page_ends -= max(0.0, used + self.seconds - time.process_time())
             return None, str(exc)
         except MemoryError:
             return None, memory_message()
