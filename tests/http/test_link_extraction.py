@@ -399,14 +399,15 @@ def test_absolute_links_to_the_pages_own_origin_are_not_normalized_one_by_one(mo
 
 def the_long_way(resolver: Resolver, href: str) -> str | None:
     """What Resolver.absolute gives without a shortcut: each link joined by Resolver.join (which
-    joins as urljoin does: the tests above), then put in the client's normal form."""
+    joins as urljoin does: the tests above), then put in the client's normal form (a query in
+    the page's encoding)."""
     href = href.strip(" \t\n\r\f").replace("\t", "").replace("\n", "").replace("\r", "")
     href = href.partition("#")[0]
     try:
         url = resolver.join(href) if href else resolver.base
     except ValueError:
         return None
-    return link_urls._http_only(url, "utf-8")
+    return link_urls._http_only(url, resolver.encoding)
 
 
 def shortcut_hrefs(origin: str, count: int, seed: int) -> list[str]:

@@ -15,6 +15,7 @@ from lxml import etree
 from crawlhub.http import link_urls, links
 from crawlhub.http.links import Resolver
 from crawlhub.sample_site import HTML, SampleSite
+from tests.http.test_link_extraction import the_long_way
 
 
 class PlainReading:
@@ -177,17 +178,6 @@ def read_plainly(body: bytes, url: str, content_type: str) -> tuple[str, list[st
     urls = [the_long_way(resolver, href) for href in hrefs]
     kept = [n for n, url in enumerate(urls) if url]
     return title, [urls[n] for n in kept], [texts[n] for n in kept]
-
-
-def the_long_way(resolver: Resolver, href: str) -> str | None:
-    """tests/http/test_link_extraction.py's, with the page's encoding."""
-    href = href.strip(" \t\n\r\f").replace("\t", "").replace("\n", "").replace("\r", "")
-    href = href.partition("#")[0]
-    try:
-        url = resolver.join(href) if href else resolver.base
-    except ValueError:
-        return None
-    return link_urls._http_only(url, resolver.encoding)
 
 
 NASTY = [
