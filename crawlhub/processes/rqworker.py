@@ -1,7 +1,8 @@
 """The RQ worker every crawlhub worker runs (settings.RQ["WORKER_CLASS"]: `up`'s workers and
 `./run worker` on other machines): RQ's own, made to wait out a Redis that went away and
-to take its work horse with it when it dies. And the cron scheduler `up` runs
-(`manage.py cron`), made to wait alike instead of exiting.
+to take its work horse with it when it dies; the scheduler process the worker started with
+--with-scheduler forks (delayed jobs: webhook retries), made to carry on after a Redis error;
+and the cron scheduler `up` runs (`manage.py cron`), made to wait alike instead of exiting.
 
 RQ 3 retries only its wait for the next job. A heartbeat sent while it watches a work horse,
 or the bookkeeping after a job, raises ConnectionError when Redis is away and the worker
@@ -20,13 +21,17 @@ import math
 import os
 import signal
 import threading
+import time
 from contextlib import suppress
 
 from django_rq.cron import DjangoCronScheduler
 from redis import Redis
 from redis.backoff import ExponentialBackoff
+from redis.exceptions import RedisError
 from redis.retry import Retry
 from rq import Worker as RQWorker
+from rq.defaults import DEFAULT_LOGGING_DATE_FORMAT, DEFAULT_LOGGING_FORMAT
+from rq.scheduler import RQScheduler
 
 # As long as a slice waits for Redis (crawls.engine.stopping.REDIS_RETRY_SECONDS).
 REDIS_WAIT_SECONDS = 300.0
@@ -102,6 +107,35 @@ class Worker(RQWorker):
         super().setup_work_horse_signals()
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
+    def _start_scheduler(
+        self,
+        burst: bool = False,
+        logging_level: str | None = "INFO",
+        date_format: str = DEFAULT_LOGGING_DATE_FORMAT,
+        log_format: str = DEFAULT_LOGGING_FORMAT,
+    ) -> None:
+        """RQ's own (rq.worker.base), with Scheduler for RQScheduler."""
+        self.scheduler = Scheduler(
+            self.queues,
+            connection=self.connection,
+            logging_level=logging_level if logging_level is not None else self.log.level,
+            date_format=date_format,
+            log_format=log_format,
+            serializer=self.serializer,
+        )
+        self.scheduler.acquire_locks()
+        if not self.scheduler.acquired_locks:
+            return
+        if not burst:
+            self.scheduler.start()
+            return
+        try:
+            self.scheduler.register_birth()
+            self.scheduler.enqueue_scheduled_jobs()
+        finally:
+            self.scheduler.release_locks()
+            self.scheduler.register_death()
+
     def fork_work_horse(self, job, queue) -> None:
         self._forked_by = os.getpid()
         super().fork_work_horse(job, queue)
@@ -109,6 +143,35 @@ class Worker(RQWorker):
     def main_work_horse(self, job, queue) -> None:
         _die_with_parent(self._forked_by)
         super().main_work_horse(job, queue)
+
+
+class Scheduler(RQScheduler):
+    """RQ's scheduler process, carrying on after a Redis error. RQ's ends on the first one that
+    its connection's retries do not cover, and its worker sees that only at its next
+    maintenance, ten minutes later: meanwhile no delayed job is enqueued and the dead process
+    is a zombie. One such error is sure after a Redis restart that lands between a pipeline's
+    script check and its execution: the retried pipeline finds the new server without the
+    script (NoScriptError)."""
+
+    def work(self) -> None:
+        while True:
+            try:
+                super().work()
+                return
+            except RedisError as error:
+                if self._stop_requested or _stopping.is_set():
+                    raise
+                self.log.warning(
+                    "Scheduler: Redis failed (%s: %s); going on in %.0f s",
+                    type(error).__name__,
+                    error,
+                    REDIS_POLL_SECONDS,
+                )
+                time.sleep(REDIS_POLL_SECONDS)
+
+    def request_stop(self, signum=None, frame=None) -> None:
+        _stopping.set()  # its goodbye to Redis (releasing its locks) waits for nothing
+        super().request_stop(signum, frame)
 
 
 class CronScheduler(DjangoCronScheduler):

@@ -6,10 +6,12 @@ Nothing is lost: the crawl ends with exactly the expected pages and exact counte
 
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
 import time
+from datetime import timedelta
 
 import pytest
 import redis
@@ -153,6 +155,67 @@ def _outlive_an_outage(server: launcher.EmbeddedRedis, worker, log) -> None:
         worker.wait(timeout=15)
     except subprocess.TimeoutExpired:
         raise AssertionError(f"the worker did not stop:\n{log.read_text()}") from None
+
+
+def test_the_scheduler_a_worker_forks_outlives_a_redis_error_and_runs_delayed_jobs(tmp_path):
+    """RQ's scheduler process (delayed jobs: webhook retries) ended on the first Redis error its
+    connection's retries did not cover, and its worker started another only at its next
+    maintenance, ten minutes later: a zombie meanwhile, and no delayed job enqueued (a crawl
+    under `up` left one behind when Redis was killed). Ours goes on. The error here is its own
+    key made a string: WRONGTYPE on every heartbeat until the key is gone."""
+    server = launcher.EmbeddedRedis(tmp_path / "redis", port=free_port())
+    server.start()
+    log = tmp_path / "worker.log"
+    env = {**os.environ, "REDIS_URL": server.url, "CRAWLHUB_DATA_DIR": str(tmp_path / "data")}
+    try:
+        with log.open("w") as out:
+            worker = processes.spawn(
+                [sys.executable, "manage.py", "rqworker", "--with-scheduler", "default"],
+                cwd=ROOT,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        try:
+            _outlive_a_redis_error(redis.Redis.from_url(server.url), worker, log)
+        finally:
+            processes.stop(worker)
+    finally:
+        server.stop()
+
+
+def _outlive_a_redis_error(connection: redis.Redis, worker, log) -> None:
+    deadline = time.monotonic() + 60
+
+    def wait_for(what: str, done) -> None:
+        while not done():
+            assert worker.poll() is None, f"the worker exited:\n{log.read_text()}"
+            assert time.monotonic() < deadline, f"no {what}:\n{log.read_text()}"
+            time.sleep(0.05)
+
+    started = re.compile(r"Scheduler for default started with PID (\d+)")
+    wait_for(
+        "scheduler", lambda: started.search(log.read_text()) and connection.keys("rq:scheduler:*")
+    )
+    pid = int(started.search(log.read_text())[1])
+    [key] = connection.keys("rq:scheduler:*")
+
+    connection.set(key, "in the way")
+    wait_for(
+        "Redis error",
+        lambda: re.search(
+            r"Scheduler: Redis failed \(ResponseError: .* WRONGTYPE", log.read_text()
+        ),
+    )
+    time.sleep(1.5)  # more heartbeats, and as many errors
+    assert processes.alive(pid), f"the scheduler ended:\n{log.read_text()}"
+    connection.delete(key)
+
+    job = Queue("default", connection=connection).enqueue_in(timedelta(seconds=1), "time.sleep", 0)
+    wait_for("delayed job run", lambda: job.get_status() == "finished")
+    assert processes.alive(pid), f"the scheduler ended:\n{log.read_text()}"
+    assert connection.type(key) == b"hash"  # its heartbeats again
+    assert "raised an exception" not in log.read_text()
 
 
 def test_a_page_whose_row_is_refused_ends_in_the_failure_queue_and_the_crawl_finishes(
