@@ -5,6 +5,7 @@ and text, and neither page scrolls sideways. Screenshots go to test-artifacts/cr
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -47,6 +48,9 @@ def test_the_log_follows_a_running_crawl_and_is_filtered_on_its_page(
         {"/": links + '<a href="/busy">b</a><a href="/broken">x</a>', "/busy": "fine", **leaves}
     )
     busy = {"asked": 0}
+    # /broken's first answer waits until the log page is open: the crawl runs until then
+    # (a busy machine took longer to log in than the crawl took), and its errors come after.
+    opened = threading.Event()
 
     def handler(request):
         time.sleep(0.3)  # slow enough to watch it run
@@ -55,6 +59,7 @@ def test_the_log_follows_a_running_crawl_and_is_filtered_on_its_page(
             if busy["asked"] == 1:
                 return Response(status=429, headers={"Retry-After": "1"})
         if request.path == "/broken":
+            opened.wait(timeout=90)
             return Response(status=500, body="<b>broken</b>")
         return site_pages(request)
 
@@ -67,6 +72,7 @@ def test_the_log_follows_a_running_crawl_and_is_filtered_on_its_page(
         max_retries=1,
         threads=2,
         slices=1,
+        timeout=120,  # /broken is held: not a timeout
     )
     services.crawl_start(crawl=crawl, user=user)
 
@@ -81,6 +87,7 @@ def test_the_log_follows_a_running_crawl_and_is_filtered_on_its_page(
     assert crawl.refresh_from_db() or crawl.state == CrawlState.RUNNING
     assert page.locator("#log-live").inner_text() != ""
     before = len(shown(page))
+    opened.set()
     wait_for_js(
         page, f"document.querySelectorAll('#log-lines .log-line').length > {before}", timeout=60
     )
