@@ -66,10 +66,11 @@ class CrawlControl:
         self.frontier.replicated()
 
     def cancel(self, *, by: str | None) -> tuple[dict, str]:
-        """Stop for good; returns the counters as they are now and the line that says why the
-        crawl ended (`by`: who cancelled it)."""
+        """Stop for good, and stop the slices soon (stop_slices_soon); returns the counters as
+        they are now and the line that says why the crawl ended (`by`: who cancelled it)."""
         self.frontier.cancel()
         self.frontier.replicated()
+        self.stop_slices_soon()
         Overflow(self.frontier).purge()  # what waited in the database: counted by cancel()
         stats = self.frontier.stats()
         return stats, end_line(reason=EndReason.CANCELLED, stats=stats, by=by)
@@ -143,8 +144,13 @@ class CrawlControl:
         """The crawl's slices (or `count` more) on the crawls queue once committed."""
         jobs.enqueue_slices(self.crawl, count=count)
 
-    def stop_slices_on_commit(self) -> None:
-        """Slices still running a few seconds after the commit are stopped."""
+    def stop_slices_soon(self) -> None:
+        """Slices still running a few seconds from now are stopped (once the transaction this
+        is called in commits, if any): call it once Redis says the crawl is no longer running,
+        and before the database is written. A slice stuck in a page may hold the database's
+        write lock (SQLite) or a lock on the crawl's row (PostgreSQL) for as long as it runs:
+        started after the action's own write, nothing would stop it, and the action waited
+        for that lock until it failed."""
         pk = self.crawl.pk
         transaction.on_commit(lambda: jobs.stop_slices_soon(pk))
 

@@ -114,12 +114,12 @@ def crawl_pause(*, crawl: Crawl, user=None) -> None:
         raise CrawlActionError(f"A {crawl.get_state_display().lower()} crawl cannot be paused.")
     control = CrawlControl(crawl)
     control.pause()
+    control.stop_slices_soon()
     with transaction.atomic():
         crawl.state = CrawlState.PAUSING
         crawl.save(update_fields=["state"])
         _event(crawl, CrawlEvent.Kind.PAUSED, user)
         control.announce()
-        control.stop_slices_on_commit()
     control.settle_pause()
 
 
@@ -156,7 +156,6 @@ def _cancel(crawl: Crawl, user, control: CrawlControl) -> None:
         _event(crawl, CrawlEvent.Kind.CANCELLED, user, crawl.end_line)
         control.announce()
         control.announce_end("cancelled")
-        control.stop_slices_on_commit()
 
 
 def crawl_add_seeds(*, crawl: Crawl, urls: list[str] | str, user=None) -> tuple[int, int]:

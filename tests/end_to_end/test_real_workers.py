@@ -261,7 +261,29 @@ def test_slices_stuck_in_a_page_are_stopped_within_seconds_of_a_cancel_or_pause(
     """Pages under /stuck make their slice's work horse spin in a regex holding the GIL
     (tests.support.stuck_worker): the slice cannot even see the cancel. Its worker kills it a
     grace period (CRAWLHUB_STOP_GRACE_SECONDS) after the cancel or pause."""
-    hub = "".join(f'<a href="{path}">x</a>' for path in ("/stuck/1", "/a", "/stuck/2", "/b"))
+    # Both workers stuck: a slice whose lease ran out hands its stuck page to the other.
+    stuck = ("/stuck/1", "/a", "/stuck/2", "/b")
+    _stop_stuck_slices(
+        user, make_site, action, stuck, lambda paths: any(p.startswith("/stuck") for p in paths)
+    )
+
+
+@pytest.mark.parametrize("action", ["cancel", "pause"])
+def test_a_slice_stuck_holding_a_lock_on_its_crawl_is_stopped_by_a_cancel_or_pause(
+    user, make_site, action
+):
+    """/stuck/locked makes its slice's work horse spin holding a lock on the crawl's row (on
+    SQLite the database's write lock), as a slice stuck while it wrote its pages did in a busy
+    run; the other slice, given the page when the first one's lease ran out, waits for that
+    lock. The cancel or pause writes the crawl's row: it now waits for the slices' end, and
+    ends; it waited for the lock first, and stopped the slices only after, which was never
+    (SQLite gave up after 30 s: "database is locked")."""
+    stuck = ("/a", "/stuck/locked", "/b", "/c")
+    _stop_stuck_slices(user, make_site, action, stuck, lambda paths: "/stuck/locked" in paths)
+
+
+def _stop_stuck_slices(user, make_site, action, links, got_stuck) -> None:
+    hub = "".join(f'<a href="{path}">x</a>' for path in links)
     site = make_site(lambda r: Response(body=hub if r.path == "/" else "<title>leaf</title>"))
     crawl = services.crawl_create(
         user=user,
@@ -280,12 +302,8 @@ def test_slices_stuck_in_a_page_are_stopped_within_seconds_of_a_cancel_or_pause(
         fleet.start_worker()
         fleet.start_cron()
         services.crawl_start(crawl=crawl, user=user)
-        # Both workers stuck: a slice whose lease ran out hands its stuck page to the other.
         deadline = time.monotonic() + 120
-        while not (
-            any(p.startswith("/stuck") for p in site.paths())
-            and len(crawl_jobs_running(crawl)) == 2
-        ):
+        while not (got_stuck(site.paths()) and len(crawl_jobs_running(crawl)) == 2):
             assert time.monotonic() < deadline, f"no slice got stuck: {site.paths()}"
             time.sleep(0.1)
         time.sleep(2)  # stuck for a while: nothing ends it by itself
