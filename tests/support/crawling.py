@@ -289,7 +289,10 @@ def wait_for_state(
         if crawl.state in states:
             return crawl
         time.sleep(0.2)
-    raise AssertionError(f"crawl {crawl.pk} is {crawl.state}, not {states}, after {timeout} s")
+    raise AssertionError(
+        f"crawl {crawl.pk} is {crawl.state}, not {states}, after {timeout} s; its counters: "
+        f"{Frontier(crawl.pk).stats()}"
+    )
 
 
 def sample_handler(site: SampleSite, delay: float | Callable[[], float]):
