@@ -358,7 +358,7 @@ def test_compression_bomb_is_capped_on_decoded_bytes(make_site, encoding):
     packed = gzip.compress(zeros, 9) if encoding == "gzip" else zlib.compress(zeros, 9)
     assert len(packed) < 20_000
     site = make_site(lambda r: Response(body=packed, headers={"Content-Encoding": encoding}))
-    with Fetcher(timeout=1, max_bytes=100_000) as f:
+    with Fetcher(timeout=10, max_bytes=100_000) as f:
         result, peak = peak_memory(lambda: f.fetch(site.url + "/"))
     assert result.truncated and result.error == ""
     assert result.body == b"\0" * 100_000
@@ -652,7 +652,7 @@ def test_post_sends_its_body_and_headers_and_reads_at_most_max_bytes(make_site):
     # Connection: close, as the client hangs up on the rest of the answer.
     answer = Response(body=b"y" * 5000, content_type="text/plain", headers={"Connection": "close"})
     site = make_site(lambda r: answer)
-    with Fetcher(timeout=1, max_bytes=1000, user_agent_mode="fixed", user_agent="Hook/1") as f:
+    with Fetcher(timeout=10, max_bytes=1000, user_agent_mode="fixed", user_agent="Hook/1") as f:
         result = f.post(
             site.url + "/hook", body=b'{"a":1}', headers={"Content-Type": "application/json"}
         )
@@ -669,7 +669,7 @@ def test_a_post_answered_with_a_redirect_keeps_it_as_its_answer(make_site):
     elsewhere = make_site(pages_site({"/new": "<p>moved here</p>"}))
     moved = Response(status=307, headers={"Location": elsewhere.url + "/new"}, body="moved")
     site = make_site(pages_site({"/hook": moved}))
-    with Fetcher(timeout=1, max_bytes=1000) as f:
+    with Fetcher(timeout=10, max_bytes=1000) as f:
         result = f.post(site.url + "/hook", body=b"{}", headers={})
     assert (result.status, result.error, result.redirects) == (307, "", [])
     assert result.final_url == site.url + "/hook" and result.text() == "moved"

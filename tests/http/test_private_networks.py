@@ -120,7 +120,7 @@ def test_check_url_reads_the_host_of_a_url():
 
 def test_fetcher_refuses_a_loopback_url_without_connecting(make_site, guard_on):
     site = make_site(pages_site({"/": "<p>secret</p>"}))
-    with Fetcher(timeout=1, max_bytes=10_000) as f:
+    with Fetcher(timeout=10, max_bytes=10_000) as f:
         result = f.fetch(site.url + "/")
     assert result.error == f"blocked: 127.0.0.1 is a loopback address {SETTING}"
     assert result.error_kind == "blocked" and not result.retryable
@@ -158,7 +158,7 @@ def test_redirects_to_loopback_in_any_spelling_never_reach_it(
     location = target.format(port=inner.port)
     outer = make_site(pages_site({"/": Response(status=301, headers={"Location": location})}))
     site_allowed(outer.url)
-    with Fetcher(timeout=1, max_bytes=10_000) as f:
+    with Fetcher(timeout=10, max_bytes=10_000) as f:
         result = f.fetch(outer.url + "/")
     assert result.error.startswith(f"blocked: {kind}") and result.error_kind == "blocked"
     assert inner.log == []
@@ -169,7 +169,7 @@ def test_without_a_guard_the_same_redirect_is_followed(make_site, settings):
     inner = make_site(pages_site({"/secret": "<title>internal</title>"}))
     location = f"http://[::ffff:127.0.0.1]:{inner.port}/secret"
     outer = make_site(pages_site({"/": Response(status=301, headers={"Location": location})}))
-    with Fetcher(timeout=1, max_bytes=10_000) as f:
+    with Fetcher(timeout=10, max_bytes=10_000) as f:
         result = f.fetch(outer.url + "/")
     assert result.status == 200 and result.title == "internal"
     assert inner.paths() == ["/secret"]
@@ -177,7 +177,7 @@ def test_without_a_guard_the_same_redirect_is_followed(make_site, settings):
 
 def test_a_post_to_a_private_address_is_refused_without_connecting(make_site, guard_on):
     site = make_site(pages_site({"/hook": "ok"}))
-    with Fetcher(timeout=1, max_bytes=1000) as f:
+    with Fetcher(timeout=10, max_bytes=1000) as f:
         result = f.post(site.url + "/hook", body=b"{}", headers={})
     assert result.error == f"blocked: 127.0.0.1 is a loopback address {SETTING}"
     assert result.error_kind == "blocked" and result.status is None
@@ -195,7 +195,7 @@ def test_the_operators_own_url_passes_the_guard_but_its_redirects_do_not(make_si
             }
         )
     )
-    with Fetcher(timeout=1, max_bytes=10_000) as f:
+    with Fetcher(timeout=10, max_bytes=10_000) as f:
         assert f.get(own.url + "/echo").error_kind == "blocked"  # any other caller: refused
         answer = f.get(own.url + "/echo", operator_url=True)
         moved = f.get(own.url + "/moved", operator_url=True)
@@ -371,7 +371,7 @@ def test_a_redirect_to_a_backslashed_authority_never_reaches_the_internal_host(
         pages_site({"/": Response(status=302, headers={"Location": backslashed(internal)})})
     )
     site_allowed(outer.url)
-    with Fetcher(timeout=1, max_bytes=10_000) as f:
+    with Fetcher(timeout=10, max_bytes=10_000) as f:
         result = f.fetch(outer.url + "/", follow_redirects=False)
         followed = f.get(outer.url + "/")
     assert result.redirect_to == f"http://127.0.0.2:{internal.port}/secret"
@@ -450,7 +450,7 @@ def test_the_socket_is_checked_when_dns_answers_differently_the_second_time(
     site = make_site(pages_site({"/": "<title>internal</title>"}))
     monkeypatch.setattr(netguard, "_resolve", lambda host: [ipaddress.ip_address("8.8.8.8")])
     netguard._cache.clear()
-    with Fetcher(timeout=1, max_bytes=10_000) as f:
+    with Fetcher(timeout=10, max_bytes=10_000) as f:
         result = f.fetch(f"http://localhost:{site.port}/")
     netguard._cache.clear()
     assert result.error == f"blocked: localhost resolves to 127.0.0.1, a loopback address {SETTING}"
@@ -459,7 +459,7 @@ def test_the_socket_is_checked_when_dns_answers_differently_the_second_time(
 
 def test_the_operators_url_is_exempt_at_connection_time_too(make_site, guard_on):
     own = make_site(pages_site({"/echo": '{"origin": "x"}'}))
-    with Fetcher(timeout=1, max_bytes=10_000) as f:
+    with Fetcher(timeout=10, max_bytes=10_000) as f:
         assert f.get(own.url + "/echo", operator_url=True).status == 200
         assert f.get(own.url + "/echo").error_kind == "blocked"  # the same pool, guarded
     assert own.paths() == ["/echo"]

@@ -286,7 +286,7 @@ def test_the_host_the_guard_saw_is_the_host_the_socket_reached(
     except URLError:
         seen = None
     listeners.reached.clear()
-    with Fetcher(timeout=1, max_bytes=1000, max_redirects=0) as f:
+    with Fetcher(timeout=10, max_bytes=1000, max_redirects=0) as f:
         result = f.get(url)
     reached = list(listeners.reached)
     event("refused" if seen is None else "reached" if reached else "blocked")
