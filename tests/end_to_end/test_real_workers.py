@@ -4,6 +4,7 @@ workers: tests/engine/test_pause_resume.py); slices stuck in a page, stopped on 
 Nothing is lost: the crawl ends with exactly the expected pages and exact counters.
 """
 
+import contextlib
 import os
 import random
 import re
@@ -97,6 +98,14 @@ def test_a_worker_waits_for_a_redis_that_went_away_mid_job_instead_of_exiting(tm
     """RQ itself retries only its wait for a job: a worker whose job ended while Redis was
     away exited within 3 s. Ours waits, records the job once Redis is back at the same
     address, and takes the next one."""
+    with _worker_on_a_redis_of_its_own(tmp_path, "default") as (server, worker, log):
+        _outlive_an_outage(server, worker, log)
+
+
+@contextlib.contextmanager
+def _worker_on_a_redis_of_its_own(tmp_path, *args: str):
+    """A worker process (`manage.py rqworker *args`) on an embedded Redis of its own, its
+    output in a log: yields (server, worker, log); stops the worker, then the Redis."""
     server = launcher.EmbeddedRedis(tmp_path / "redis", port=free_port())
     server.start()
     log = tmp_path / "worker.log"
@@ -104,14 +113,14 @@ def test_a_worker_waits_for_a_redis_that_went_away_mid_job_instead_of_exiting(tm
     try:
         with log.open("w") as out:
             worker = processes.spawn(
-                [sys.executable, "manage.py", "rqworker", "default"],
+                [sys.executable, "manage.py", "rqworker", *args],
                 cwd=ROOT,
                 env=env,
                 stdout=out,
                 stderr=subprocess.STDOUT,
             )
         try:
-            _outlive_an_outage(server, worker, log)
+            yield server, worker, log
         finally:
             processes.stop(worker)  # before Redis: a stopping worker says goodbye to Redis
     finally:
@@ -163,25 +172,9 @@ def test_the_scheduler_a_worker_forks_outlives_a_redis_error_and_runs_delayed_jo
     maintenance, ten minutes later: a zombie meanwhile, and no delayed job enqueued (a crawl
     under `up` left one behind when Redis was killed). Ours goes on. The error here is its own
     key made a string: WRONGTYPE on every heartbeat until the key is gone."""
-    server = launcher.EmbeddedRedis(tmp_path / "redis", port=free_port())
-    server.start()
-    log = tmp_path / "worker.log"
-    env = {**os.environ, "REDIS_URL": server.url, "CRAWLHUB_DATA_DIR": str(tmp_path / "data")}
-    try:
-        with log.open("w") as out:
-            worker = processes.spawn(
-                [sys.executable, "manage.py", "rqworker", "--with-scheduler", "default"],
-                cwd=ROOT,
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-        try:
-            _outlive_a_redis_error(redis.Redis.from_url(server.url), worker, log)
-        finally:
-            processes.stop(worker)
-    finally:
-        server.stop()
+    with _worker_on_a_redis_of_its_own(tmp_path, "--with-scheduler", "default") as started:
+        server, worker, log = started
+        _outlive_a_redis_error(redis.Redis.from_url(server.url), worker, log)
 
 
 def _outlive_a_redis_error(connection: redis.Redis, worker, log) -> None:

@@ -33,7 +33,7 @@ def _stuck_on_some_pages(extract):
             with transaction.atomic():
                 list(Crawl.objects.select_for_update())
                 _BACKTRACKING.match("a" * 64 + "!")
-        if STUCK in base_url:
+        elif STUCK in base_url:
             _BACKTRACKING.match("a" * 64 + "!")
         return extract(body, base_url, content_type)
 
