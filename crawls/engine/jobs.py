@@ -23,7 +23,7 @@ from django.conf import settings
 from django.db import close_old_connections, connection, transaction
 from rq.command import send_stop_job_command
 from rq.exceptions import InvalidJobOperation, NoSuchJobError
-from rq.job import Job
+from rq.job import Job, JobStatus
 from rq.registry import StartedJobRegistry
 
 from crawlhub.http import rendering
@@ -44,6 +44,11 @@ log = logging.getLogger(__name__)
 QUEUED_SLICE_TTL = 3600.0
 # A slice's last write of pages may wait for the database (SQLite's busy timeout is 30 s).
 SLICE_WRITE_SECONDS = 60
+# A queued slice whose job RQ holds in one of these never starts.
+ENDED_JOB_STATUSES = frozenset(
+    status.value
+    for status in (JobStatus.FINISHED, JobStatus.FAILED, JobStatus.STOPPED, JobStatus.CANCELED)
+)
 # How long a stopped slice's worker may take to kill its work horse and say so.
 STOPPED_WITHIN_SECONDS = 10.0
 
@@ -208,23 +213,27 @@ def supervise() -> dict:
 
 
 def _forget_lost_slices(frontier: Frontier) -> None:
-    """Forget the queued slices whose RQ job does not exist. A Redis failover can keep a slice's
-    registration and lose the write that queued its job (replication is asynchronous, and in
-    order: _enqueue registers first); such a slice would count as alive for QUEUED_SLICE_TTL
-    and the crawl wait for it."""
+    """Forget the queued slices whose RQ job is gone or ended without starting its slice. A
+    Redis failover can keep a slice's registration and lose the write that queued its job
+    (replication is asynchronous, and in order: _enqueue registers first); a job can fail
+    before its slice says it ended (its crawl's row not readable). Such a slice would count as
+    alive for QUEUED_SLICE_TTL and the crawl wait for it."""
     queued = frontier.queued_slices()
     if not queued:
         return
     with frontier.redis.pipeline(transaction=False) as pipe:
         for slice_id in queued:
-            pipe.exists(Job.key_for(slice_job_id(slice_id)))
-        found = pipe.execute()
-    for slice_id, exists in zip(queued, found, strict=True):
-        if not exists:
-            log.warning(
-                "crawl %s: slice %s was queued but its job is gone", frontier.crawl_id, slice_id
-            )
-            frontier.slice_end(slice_id)
+            pipe.hget(Job.key_for(slice_job_id(slice_id)), "status")
+        statuses = pipe.execute()
+    for slice_id, status in zip(queued, statuses, strict=True):
+        if status is None:
+            why = "its job is gone"
+        elif (status := status.decode()) in ENDED_JOB_STATUSES:
+            why = f"its job is {status}"
+        else:
+            continue
+        log.warning("crawl %s: slice %s was queued but %s", frontier.crawl_id, slice_id, why)
+        frontier.slice_end(slice_id)
 
 
 # Stopping slices ------------------------------------------------------------------------------

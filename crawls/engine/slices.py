@@ -411,7 +411,34 @@ class Slice:
 
 def run_slice(crawl_id: int, slice_id: str, *, budget_seconds: float | None = None) -> dict:
     """The step an RQ slice job runs; tests call it directly. CannotStart when the crawl's
-    settings cannot be used (the job then fails the crawl)."""
+    settings cannot be used (the job then fails the crawl). However it ends (at once, its
+    crawl no longer running, or failing), the slice is no longer counted alive: registered when
+    queued, it would count for QUEUED_SLICE_TTL, and its crawl get no other slice meanwhile."""
+    try:
+        work = _slice_to_run(crawl_id, slice_id, budget_seconds)
+        if isinstance(work, dict):
+            return work
+        stop_on_sigterm(work.stop)
+        work._beat()
+        report = work.run()
+    finally:
+        Frontier(crawl_id).slice_end(slice_id)
+    work.log.slice_ended(
+        pages=report.pages,
+        reason=report.reason,
+        seconds=report.seconds,
+        handed_back=report.handed_back,
+    )
+    return {
+        "pages": report.pages,
+        "reason": report.reason,
+        "seconds": report.seconds,
+        "handed_back": report.handed_back,
+    }
+
+
+def _slice_to_run(crawl_id: int, slice_id: str, budget_seconds: float | None) -> Slice | dict:
+    """The slice, its session started; or the report of a slice that has nothing to do."""
     try:
         crawl = Crawl.objects.select_related("channel", "auth").get(pk=crawl_id)
     except Crawl.DoesNotExist:
@@ -429,21 +456,4 @@ def run_slice(crawl_id: int, slice_id: str, *, budget_seconds: float | None = No
             work.fetching.fetcher.close()
             crawl_log.write(work.log.take(force=True))
             raise CannotStart(f"the login step failed: {exc}") from exc
-    stop_on_sigterm(work.stop)
-    work._beat()
-    try:
-        report = work.run()
-    finally:
-        work.frontier.slice_end(slice_id)
-    work.log.slice_ended(
-        pages=report.pages,
-        reason=report.reason,
-        seconds=report.seconds,
-        handed_back=report.handed_back,
-    )
-    return {
-        "pages": report.pages,
-        "reason": report.reason,
-        "seconds": report.seconds,
-        "handed_back": report.handed_back,
-    }
+    return work

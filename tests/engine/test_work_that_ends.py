@@ -9,7 +9,7 @@ import time
 
 import django_rq
 import pytest
-from rq.job import Job
+from rq.job import Job, JobStatus
 
 from crawlhub.http.rendering import LAUNCH_SECONDS
 from crawlhub.redis.connections import get_redis
@@ -177,3 +177,47 @@ def test_a_queued_slice_whose_job_is_gone_is_forgotten_and_replaced(user, redis)
     [queued] = frontier.queued_slices()
     assert queued != first
     assert Job.exists(jobs.slice_job_id(queued), connection=redis)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_slice_that_starts_after_its_crawl_was_paused_leaves_no_slice_counted(user, redis):
+    """A successor queued while the crawl ran, started once it was paused, returns at once; it
+    must not stay registered for QUEUED_SLICE_TTL, or the resumed crawl's slices, counting it
+    alive, would start no successor and the crawl would stall with its queue full (CI: a
+    resumed crawl still running two minutes on, 236 queued, nothing in flight, "1 live
+    slice" and no job)."""
+    crawl = services.crawl_create(user=user, name="t", seeds=["http://127.0.0.1:9/"], slices=1)
+    services.crawl_start(crawl=crawl, user=user)
+    frontier = Frontier(crawl.pk)
+    [queued] = frontier.queued_slices()
+    services.crawl_pause(crawl=crawl, user=user)
+    crawl.refresh_from_db()
+    assert crawl.state == CrawlState.PAUSED
+
+    assert jobs.slice_job(crawl.pk, queued) == {"reason": "crawl paused"}
+    assert frontier.live_slices() == 0
+
+    services.crawl_resume(crawl=crawl, user=user)
+    [resumed] = frontier.queued_slices()
+    assert resumed != queued and frontier.live_slices() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("ended", [JobStatus.FAILED, JobStatus.FINISHED, JobStatus.STOPPED])
+def test_a_queued_slice_whose_job_ended_without_starting_is_forgotten_and_replaced(
+    user, redis, ended
+):
+    """A slice job that failed before its slice began (its crawl's row not readable: "database
+    is locked") never said it ended: the supervisor forgets it rather than count it alive for
+    an hour, and starts another."""
+    crawl = services.crawl_create(user=user, name="t", seeds=["http://127.0.0.1:9/"], slices=1)
+    services.crawl_start(crawl=crawl, user=user)
+    frontier = Frontier(crawl.pk)
+    [first] = frontier.queued_slices()
+    job = Job.fetch(jobs.slice_job_id(first), connection=redis)
+    django_rq.get_queue("crawls").remove(job)
+    job.set_status(ended)
+
+    assert jobs.supervise()["slices_started"] == 1
+    [queued] = frontier.queued_slices()
+    assert queued != first and frontier.live_slices() == 1
