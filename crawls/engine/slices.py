@@ -59,6 +59,11 @@ log = logging.getLogger(__name__)
 
 STATE_CHECK_SECONDS = 0.25
 FLUSH_EVERY_SECONDS = 0.25
+# While the crawl's queue is empty (as the last claim saw it, nothing spilled either), the
+# fetchers wait for the links of the pages fetched so far: they are written this soon, not a
+# whole interval later, or a crawl's start (one page, then its links, then theirs) waits one
+# interval per level.
+FLUSH_STARVING_SECONDS = 0.02
 FLUSH_AT_OUTCOMES = 100
 # Fetched pages wait in memory for the next flush; their kept bodies and links are written
 # early once they hold this much (recording.Result.held_bytes).
@@ -126,6 +131,7 @@ class Slice:
         self.unstarted: list[Request] = []  # claimed but not fetched: released back to the queue
         self.last_flush = self.last_state = self.last_work = self.last_renew = 0.0
         self.next_claim = 0.0
+        self.starving = False  # the last claim saw an empty queue and nothing spilled
         # The scope generation this slice's patterns are from (crawls/engine/scope_changes.py):
         # 0 until the crawl's patterns change while it runs, and then what it claims is checked.
         self.scope_gen = 0
@@ -248,6 +254,7 @@ class Slice:
         moved = self.overflow.balance(
             queued=self.frontier.queued_seen, spilled=self.frontier.spilled_seen
         )
+        self.starving = not (self.frontier.queued_seen or self.frontier.spilled_seen)
         if claimed:
             self.fetching.read_delayed()  # after the claim: a host it gave with a delay is in it
             if not self.log.started:
@@ -326,14 +333,17 @@ class Slice:
                 lambda: self.frontier.release(self.unstarted)
             )
             self.unstarted = []
+        every = FLUSH_STARVING_SECONDS if self.starving else FLUSH_EVERY_SECONDS
         if (
             len(self.done) >= FLUSH_AT_OUTCOMES
             or self.done_bytes >= FLUSH_AT_BYTES
-            or (self.done and time.monotonic() - self.last_flush >= FLUSH_EVERY_SECONDS)
+            or (self.done and time.monotonic() - self.last_flush >= every)
         ):
             self._flush(self.done)
             self.done, self.done_bytes = [], 0
             self.last_flush = time.monotonic()
+            if self.starving:  # what the flush queued is claimed at once, not after a backoff
+                self.next_claim = 0.0
 
     def _shut_down(self, pool: ThreadPoolExecutor) -> None:
         """Requests not started yet go back; those being fetched finish and are kept, their

@@ -297,6 +297,22 @@ def test_a_slice_ends_as_soon_as_the_crawl_has_nothing_left(user, make_site, mon
     assert lifecycle.finish_if_done(crawl.pk)
 
 
+def test_while_the_queue_is_empty_a_page_s_links_are_written_at_once(user, make_site, monkeypatch):
+    # A chain: each page's only link is found by fetching the one before it, so the queue is
+    # empty after each claim. Written only every hour (or at 100 pages), the first page's link
+    # would wait in memory until the slice gave up idle, having fetched one page.
+    monkeypatch.setattr(slices, "FLUSH_EVERY_SECONDS", 3600.0)
+    monkeypatch.setattr(slices, "IDLE_EXIT_SECONDS", 60.0)
+    chain = [f"/{i}" for i in range(1, 7)]
+    pages = {"/": page(chain[0])} | {p: page(*chain[i + 1 : i + 2]) for i, p in enumerate(chain)}
+    site = make_site(pages_site(pages))
+    crawl = start(user, site, max_depth=10)
+    report = run_slice(crawl.pk, "only", budget_seconds=120)
+    assert (report["reason"], report["pages"]) == ("done", 7)
+    assert report["seconds"] < slices.IDLE_EXIT_SECONDS
+    assert sorted(page_requests(site)) == sorted(["/", *chain])
+
+
 @pytest.mark.slow
 def test_a_slice_waits_while_a_retry_is_pending(user, make_site):
     calls = Counter()
