@@ -248,6 +248,7 @@ def test_up_refuses_a_port_in_use(tmp_path):
 
 @pytest.mark.skipif(not (ROOT / ".venv/bin/python").exists(), reason="./run has not set up .venv")
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # three ./run calls, the first migrating: ~12 s of CPU, a busy machine
 def test_run_migrates_a_fresh_database_before_a_management_command(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL")}
     env["CRAWLHUB_DATA_DIR"] = str(tmp_path / "data")
@@ -259,7 +260,7 @@ def test_run_migrates_a_fresh_database_before_a_management_command(tmp_path):
             env=env,
             capture_output=True,
             text=True,
-            timeout=120,
+            timeout=280,
         )
 
     listed = run("crawl", "list", "--json")
