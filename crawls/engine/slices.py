@@ -131,7 +131,6 @@ class Slice:
         self.unstarted: list[Request] = []  # claimed but not fetched: released back to the queue
         self.last_flush = self.last_state = self.last_work = self.last_renew = 0.0
         self.next_claim = 0.0
-        self.starving = False  # the last claim saw an empty queue and nothing spilled
         # The scope generation this slice's patterns are from (crawls/engine/scope_changes.py):
         # 0 until the crawl's patterns change while it runs, and then what it claims is checked.
         self.scope_gen = 0
@@ -254,7 +253,6 @@ class Slice:
         moved = self.overflow.balance(
             queued=self.frontier.queued_seen, spilled=self.frontier.spilled_seen
         )
-        self.starving = not (self.frontier.queued_seen or self.frontier.spilled_seen)
         if claimed:
             self.fetching.read_delayed()  # after the claim: a host it gave with a delay is in it
             if not self.log.started:
@@ -344,6 +342,11 @@ class Slice:
             self.last_flush = time.monotonic()
             if self.starving:  # what the flush queued is claimed at once, not after a backoff
                 self.next_claim = 0.0
+
+    @property
+    def starving(self) -> bool:
+        """The last claim saw the crawl's queue empty and nothing spilled."""
+        return not (self.frontier.queued_seen or self.frontier.spilled_seen)
 
     def _shut_down(self, pool: ThreadPoolExecutor) -> None:
         """Requests not started yet go back; those being fetched finish and are kept, their
