@@ -27,6 +27,7 @@ from crawlhub.http.links import extract_with_texts
 from crawlhub.http.wire import MASK
 from crawlhub.sample_site import HTML, SampleSite
 from crawls import services
+from crawls.engine import slices
 from crawls.engine.crawl_settings import scope_of
 from crawls.engine.frontier import Frontier
 from crawls.engine.recording import Result
@@ -203,6 +204,38 @@ def test_a_page_fetched_without_a_delay_costs_no_redis_round_trip(user, make_sit
         result = slice_.fetching.fetch(request)
     assert result.fetch.status == 200
     assert traffic.round_trips == 0
+
+
+def test_with_a_queue_to_claim_from_a_slice_completes_in_batches_not_per_page(
+    user, make_site, monkeypatch
+):
+    """Written at once only while the queue is empty (FLUSH_STARVING_SECONDS): a page whose
+    links fill the queue, then 60 pages claimed from it, make a handful of completion calls,
+    not one per page or per short wait. Flushes by time are off (an hour) so that only the
+    queue running empty and the slice's end write."""
+    monkeypatch.setattr(slices, "FLUSH_EVERY_SECONDS", 3600.0)
+    links = [f"/p{i}" for i in range(60)]
+    pages = {"/": "".join(f"<a href='{link}'>x</a>" for link in links)}
+    site = make_site(pages_site(pages | {link: "<p>leaf</p>" for link in links}))
+    crawl = services.crawl_create(
+        user=user, name="batches", seeds=[site.url + "/"], obey_robots=False, threads=2
+    )
+    services.crawl_start(crawl=crawl, user=user)
+    calls = []
+    complete = Frontier.complete
+
+    def counting(self, outcomes, *args, **kwargs):
+        calls.append(len(outcomes))
+        return complete(self, outcomes, *args, **kwargs)
+
+    monkeypatch.setattr(Frontier, "complete", counting)
+    report = slices.run_slice(crawl.pk, "s1", budget_seconds=120)
+    assert (report["reason"], report["pages"]) == ("done", 61)
+    assert sum(calls) == 61
+    # The root alone; the pages fetched while the queue held more, once it ran empty; then
+    # the last ones in flight (2 threads claim at most 4), each alone on a slow machine; the
+    # slice's end: at most 7, whatever the machine's speed.
+    assert len(calls) <= 8, calls
 
 
 def test_sorting_a_pages_links_parses_each_link_once_for_scope(crawl, monkeypatch):
