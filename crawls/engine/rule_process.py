@@ -132,6 +132,7 @@ class Bounds:
         self.seconds = RULE_SECONDS
         self.page_ends = 0.0  # the process's CPU time at which the page's seconds are spent
         self.complete = True  # every outcome of the page is in the journal
+        self.fired = False  # the timer stopped the rule being run
         signal.signal(signal.SIGPROF, self._overrun)
 
     def start_page(self, cpu_seconds: float) -> None:
@@ -150,6 +151,7 @@ class Bounds:
         return outcome
 
     def _bounded(self, run: Callable[[], Outcome], used: float) -> Outcome:
+        self.fired = False
         try:
             try:
                 self._arm(used)
@@ -157,14 +159,17 @@ class Bounds:
             finally:
                 self._disarm()
         except Overrun as exc:  # raised after the rule returned, before the timer was off
-            # A rule stopped by its timer used its seconds, as its error says. The timer counts
-            # the kernel's CPU time, which on a loaded machine was seen to run ahead of
-            # process_time's: charged what process_time saw, a page's stopped rules left
-            # seconds for more rules than PAGE_SECONDS holds.
-            self.page_ends -= max(0.0, used + self.seconds - time.process_time())
             return None, str(exc)
         except MemoryError:
             return None, memory_message()
+        finally:
+            if self.fired:
+                # A rule stopped by its timer used its seconds, as its error says, whether the
+                # Overrun reached here or the rule kept its values and returned (Rule.run). The
+                # timer counts the kernel's CPU time, which on a loaded machine was seen to run
+                # ahead of process_time's: charged what process_time saw, a page's stopped
+                # rules left seconds for more rules than PAGE_SECONDS holds.
+                self.page_ends -= max(0.0, used + self.seconds - time.process_time())
 
     def _arm(self, used: float) -> None:
         limit = math.ceil(used + self.seconds + KERNEL_GRACE)
@@ -181,6 +186,7 @@ class Bounds:
     def _overrun(self, signum, frame) -> None:
         if self.armed:
             self.armed = False
+            self.fired = True
             raise Overrun(cpu_message(self.seconds))
 
 
