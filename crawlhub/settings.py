@@ -145,6 +145,7 @@ SECRET_KEY = _secret_key(DATA_DIR)
 DEBUG = env_bool("DEBUG", False)
 ALLOWED_HOSTS = env_hosts("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+CSRF_FAILURE_VIEW = "crawlhub.web.error_pages.csrf_failure"
 REDIS_URL = _redis_url(DATA_DIR)
 # True when crawlhub starts and owns its Redis; False when REDIS_URL (or REDIS_SENTINELS) names
 # an external one.

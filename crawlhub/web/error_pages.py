@@ -1,4 +1,5 @@
-"""The pages for 403, 404 and 500 (handler403/404/500 in crawlhub/urls.py): crawlhub's own
+"""The pages for 403, 404 and 500 (handler403/404/500 in crawlhub/urls.py) and for a form the
+CSRF check refused (CSRF_FAILURE_VIEW): crawlhub's own
 layout with its nav, so that a wrong link leaves one a click from the crawls; JSON
 `{"detail": ...}` under /api/ as every API error is.
 
@@ -28,6 +29,20 @@ def forbidden(request: HttpRequest, exception: Exception | None = None) -> HttpR
     if _api(request):
         return JsonResponse({"detail": reason}, status=403)
     return render(request, "403.html", {"reason": reason}, status=403)
+
+
+def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
+    """A form the CSRF check refused: most often a page open from before one signed in or out
+    (in this tab or another), whose token is no longer the browser's. Django's own page for it
+    carries an inline style the Content-Security-Policy refuses, and no way back."""
+    if _api(request):
+        return JsonResponse({"detail": f"CSRF check failed: {reason}"}, status=403)
+    why = (
+        "This form was sent with an out-of-date security token (CSRF check: "
+        f"{reason.rstrip('.')}). The page it came from was opened before you signed in or out, "
+        "here or in another tab. Nothing was changed: reload that page and send the form again."
+    )
+    return render(request, "403.html", {"reason": why}, status=403)
 
 
 def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:

@@ -99,7 +99,7 @@
   function refreshActivity() {
     if (activityTimer) { activityDue = true; return; }
     activityDue = false;
-    fetch(root.dataset.activityUrl, { credentials: "same-origin" })
+    fetch(root.dataset.activityUrl, { credentials: "same-origin", redirect: "manual" })
       .then(function (r) { if (!r.ok) throw new Error(r.status); return r.text(); })
       .then(function (html) {
         const box = document.getElementById("activity");
@@ -239,7 +239,7 @@
     liveEl.dataset.status = status;
   }
   function poll() {
-    fetch(root.dataset.snapshotUrl, { credentials: "same-origin" })
+    fetch(root.dataset.snapshotUrl, { credentials: "same-origin", redirect: "manual" })
       .then(function (r) { if (!r.ok) throw new Error(r.status); return r.json(); })
       .then(function (snap) {
         apply(snap);

@@ -25,7 +25,7 @@
 
   let delay = 500;
   function poll() {
-    fetch(card.dataset.status, { headers: { Accept: "application/json" }, credentials: "same-origin" })
+    fetch(card.dataset.status, { headers: { Accept: "application/json" }, credentials: "same-origin", redirect: "manual" })
       .then(function (response) {
         if (!response.ok) throw new Error("HTTP " + response.status);
         return response.json();

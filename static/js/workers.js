@@ -7,16 +7,27 @@
   if (!box) return;
   const EVERY_MS = 3000;
 
+  // A poll that is redirected (the session ended: to the login page) is not followed: the login
+  // page would set a new CSRF cookie under a login form open in another tab, which the check
+  // would then refuse.
   function refresh() {
-    fetch(location.href, { credentials: "same-origin" })
-      .then(function (r) { if (!r.ok) throw new Error(r.status); return r.text(); })
+    let signedOut = false;
+    fetch(location.href, { credentials: "same-origin", redirect: "manual" })
+      .then(function (r) {
+        signedOut = r.type === "opaqueredirect";
+        if (!r.ok) throw new Error(r.status);
+        return r.text();
+      })
       .then(function (html) {
         const fresh = new DOMParser().parseFromString(html, "text/html").getElementById("workers-live");
         if (fresh) { box.innerHTML = fresh.innerHTML; window.crawlhubDates.localize(box); }
         liveEl.textContent = "live"; liveEl.className = "health ok";
       })
-      .catch(function () { liveEl.textContent = "stale"; liveEl.className = "health stale"; })
-      .finally(function () { setTimeout(refresh, EVERY_MS); });
+      .catch(function () {
+        liveEl.textContent = signedOut ? "signed out: reload to log in" : "stale";
+        liveEl.className = "health stale";
+      })
+      .finally(function () { if (!signedOut) setTimeout(refresh, EVERY_MS); });
   }
   refresh();
 })();

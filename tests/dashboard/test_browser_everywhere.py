@@ -23,6 +23,7 @@ from proxies.models import Proxy
 from tests.dashboard.test_browser import ARTIFACTS, log_in, wait_until
 from tests.dashboard.test_browser_results import no_sideways_scroll
 from tests.dashboard.test_pages_browser import make_pages
+from tests.support.clients import PASSWORD
 from tests.support.sites import Response
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -413,3 +414,52 @@ def test_worker_hosts_and_pids_are_for_staff_and_hints_say_run(page, dashboard, 
     headers = page.locator("#workers-live table").first.locator("th").all_inner_texts()
     assert "Host" in headers and "PID" in headers, headers
     assert host in page.locator("#workers-live").inner_text()
+
+
+def test_a_signed_out_workers_page_stops_refreshing_without_touching_the_login_cookie(
+    page, dashboard, user
+):
+    """The workers page reads itself again every 3 s. Signed out (cookies gone), its poll is
+    redirected to the login page; followed, that page set a new CSRF cookie under the login
+    form just opened in the tab (a run beside a crawl had its next login refused so). The poll
+    does not follow it: it says so and stops."""
+    log_in(page, dashboard, "alice")
+    page.goto(dashboard + "/workers/")
+    wait_until(lambda: page.locator("#live").inner_text() == "live", timeout=30, what="live")
+    page.context.clear_cookies()
+    wait_until(
+        lambda: page.locator("#live").inner_text().startswith("signed out"),
+        timeout=30,
+        what="the badge saying signed out",
+    )
+    page.wait_for_timeout(3500)  # a turn of the poll, had it gone on
+    assert page.context.cookies() == []
+    shoot(page, "workers-signed-out")
+
+
+def test_a_form_with_an_out_of_date_token_gets_crawlhub_s_page_saying_to_reload(
+    page, dashboard, user
+):
+    """A login form opened, then cookies cleared and the login page opened in another tab (a
+    new CSRF cookie): the first form is refused by the CSRF check with crawlhub's 403 page,
+    which says what happened and what to do; not Django's page, whose inline style the
+    Content-Security-Policy refuses (the page fixture fails a test on any violation)."""
+    page.goto(dashboard + "/login/")
+    page.context.clear_cookies()
+    other = page.context.new_page()
+    other.goto(dashboard + "/login/")
+    other.close()
+    page.fill("#id_username", "alice")
+    page.fill("#id_password", PASSWORD)
+    with page.expect_response(lambda r: r.request.method == "POST") as sent:
+        page.click("button[type=submit]")
+    assert sent.value.status == 403
+    page.wait_for_load_state()
+    assert page.locator("h1", has_text="Not allowed").is_visible()
+    text = page.locator("main").inner_text()
+    assert "out-of-date security token" in text and "reload that page" in text, text
+    assert page.locator('a[href="/"]', has_text="Back to the crawls").count() == 1
+    shoot(page, "csrf-refused")
+    # Reloaded, the form goes through.
+    log_in(page, dashboard, "alice")
+    assert "/login/" not in page.url

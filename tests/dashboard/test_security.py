@@ -592,6 +592,17 @@ def test_every_post_form_carries_a_csrf_token_and_is_refused_without_it(world, s
 
 
 @pytest.mark.django_db
+def test_a_form_refused_by_the_csrf_check_gets_crawlhub_s_page_without_inline_style(user):
+    """CSRF_FAILURE_VIEW: crawlhub's 403 page with the nav way back and what to do, not
+    Django's, whose inline <style> the Content-Security-Policy refuses."""
+    refused = Client(enforce_csrf_checks=True).post("/login/", {"username": "alice"})
+    html = refused.content.decode()
+    assert refused.status_code == 403
+    assert "out-of-date security token" in html and "CSRF cookie not set" in html, html
+    assert "<style" not in html and "Back to the crawls" in html
+
+
+@pytest.mark.django_db
 def test_the_api_refuses_a_session_post_without_csrf_but_not_a_token_post(world, user):
     from crawlhub import tokens
 
