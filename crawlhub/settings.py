@@ -6,6 +6,7 @@ A bad value stops start-up with ImproperlyConfigured naming the variable and wha
 import contextlib
 import os
 import secrets
+import sys
 import tempfile
 from datetime import timedelta
 from pathlib import Path
@@ -152,7 +153,6 @@ REDIS_URL = _redis_url(DATA_DIR)
 REDIS_EMBEDDED = not os.environ.get("REDIS_URL") and not os.environ.get("REDIS_SENTINELS")
 
 INSTALLED_APPS = [
-    "daphne",
     "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",
@@ -169,6 +169,12 @@ INSTALLED_APPS = [
     "crawls",
     "proxies",
 ]
+
+# daphne's app only puts its `runserver` (with websockets) in Django's place; importing it
+# (daphne's server and twisted: ~0.7 s of CPU) is left to that command, instead of paid by every
+# worker, cron and management command. `up` and production run daphne itself.
+if sys.argv[1:2] == ["runserver"]:
+    INSTALLED_APPS.insert(0, "daphne")
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
@@ -264,6 +270,10 @@ RQ_QUEUES = {
 # Enqueue when asked: crawlhub defers its own enqueues with transaction.on_commit. Workers wait
 # out a Redis restart, and their work horses die with them (crawlhub/processes/rqworker.py).
 RQ = {"COMMIT_MODE": "auto", "WORKER_CLASS": "crawlhub.processes.rqworker.Worker"}
+# What a worker imports before it forks work horses (crawlhub/processes/rqworker.py), so that
+# each job starts with it: modules the crawl path imports on first use, left out of the start
+# of the web server, cron and management commands.
+WORKER_PRELOAD = ["extruct"]
 RQ_SHOW_ADMIN_LINK = True
 
 # The crawl engine's timing. A slice is one RQ job that crawls for this long, then hands over.

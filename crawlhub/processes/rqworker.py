@@ -17,6 +17,7 @@ back when their leases run out, as after any kill.
 from __future__ import annotations
 
 import ctypes
+import importlib
 import math
 import os
 import signal
@@ -24,6 +25,7 @@ import threading
 import time
 from contextlib import suppress
 
+from django.conf import settings
 from django_rq.cron import DjangoCronScheduler
 from redis import Redis
 from redis.backoff import ExponentialBackoff
@@ -85,6 +87,13 @@ class Worker(RQWorker):
         connections: list[Redis] = [self.connection, *(queue.connection for queue in self.queues)]
         for connection in connections:
             connection.set_retry(waiting_retry())
+
+    def work(self, *args, **kwargs) -> bool:
+        """RQ's, once the modules of settings.WORKER_PRELOAD are imported: every work horse is
+        a fork of this process, and starts with them."""
+        for name in getattr(settings, "WORKER_PRELOAD", ()):
+            importlib.import_module(name)
+        return super().work(*args, **kwargs)
 
     def request_stop(self, signum, frame) -> None:
         # RQ records a warm shutdown in Redis from this signal handler: with Redis away, that

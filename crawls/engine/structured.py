@@ -1,14 +1,15 @@
 """The structured data a page declares about itself: JSON-LD, microdata and OpenGraph (extruct).
 
 Its own module, away from extraction rules: extruct (and the parsers it brings) takes most of
-a second to import, and the process that runs rules (evaluator.py) has no use for it.
+a second to import, and the process that runs rules (evaluator.py) has no use for it. It is
+imported on first use, not with the module: the web server, cron and every management command
+import the engine and never read a page's structured data. A worker imports it before it
+forks its work horses (settings.WORKER_PRELOAD), so a slice does not import it again.
 """
 
 from __future__ import annotations
 
 import json
-
-import extruct
 
 from crawls.engine.extraction import Page, TooLarge, json_safe
 
@@ -31,6 +32,8 @@ def structured_data(*, url: str, body: bytes, content_type: str) -> dict | None:
     try:
         if page.markup() != "html":
             return None
+        import extruct  # see the module docstring
+
         found = extruct.extract(
             page.utf8(),
             base_url=url,
