@@ -26,6 +26,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from contextlib import suppress
 from pathlib import Path
 
@@ -128,10 +129,18 @@ class ProcessGroup:
     SWEEP_SECONDS = 5.0  # how often to look for orphans when no child died
 
     def __init__(
-        self, *, env: dict[str, str], redis: EmbeddedRedis | None = None, reaper: bool = False
+        self,
+        *,
+        env: dict[str, str],
+        redis: EmbeddedRedis | None = None,
+        reaper: bool = False,
+        forget: Callable[[int], None] | None = None,
     ) -> None:
         self.env = env
         self.redis = redis
+        # Called with the pid of a child that died or was killed: what it left registered
+        # elsewhere (an RQ worker's registration) is removed, not counted until it expires.
+        self.forget = forget
         # This process is the subreaper of all below it and starts nothing else (see the module
         # docstring): every child it did not start is an orphan to end and reap.
         self.reaper = reaper
@@ -174,6 +183,7 @@ class ProcessGroup:
             if name in self._due or proc.poll() is None:
                 continue
             self._next_sweep = 0.0  # what it left behind is an orphan now
+            self._forget(proc.pid)
             if not self.specs[name][1]:
                 died = died or f"{name} (exit code {proc.returncode})"
                 continue
@@ -279,6 +289,10 @@ class ProcessGroup:
             if not self.end_orphans():
                 return
 
+    def _forget(self, pid: int) -> None:
+        if self.forget is not None:
+            self.forget(pid)
+
     def stop(self, *, timeout: float = 40.0) -> None:
         """SIGTERM every child at once (workers finish their page); SIGKILL what outlives
         `timeout`, and everything below it; then end the orphans."""
@@ -302,4 +316,5 @@ class ProcessGroup:
                     with suppress(ProcessLookupError):
                         os.kill(pid, signal.SIGKILL)
                 proc.wait()
+                self._forget(proc.pid)
         self._end_all_orphans()

@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import ctypes
 import importlib
+import logging
 import math
 import os
 import signal
+import socket
 import threading
 import time
 from contextlib import suppress
@@ -34,6 +36,10 @@ from redis.retry import Retry
 from rq import Worker as RQWorker
 from rq.defaults import DEFAULT_LOGGING_DATE_FORMAT, DEFAULT_LOGGING_FORMAT
 from rq.scheduler import RQScheduler
+
+from crawlhub.redis.connections import get_redis
+
+log = logging.getLogger(__name__)
 
 # As long as a slice waits for Redis (crawls.engine.stopping.REDIS_RETRY_SECONDS).
 REDIS_WAIT_SECONDS = 300.0
@@ -77,6 +83,23 @@ def _die_with_parent(parent: int) -> None:
         return
     if os.getppid() != parent:  # the worker died before the line above: nobody watches us
         os._exit(1)
+
+
+def forget_worker(pid: int) -> None:
+    """Remove the registration of this machine's RQ worker `pid`, which ended without its
+    goodbye (killed by `up` or `worker` when it did not stop in time, or died): otherwise
+    /healthz and the Workers page count it until its registration expires, minutes later.
+    Nothing to do when Redis is away: the expiry ends it then."""
+    host = socket.gethostname()
+    try:
+        for worker in RQWorker.all(connection=get_redis()):
+            if worker.pid == pid and worker.hostname == host:
+                worker.register_death()
+                log.info(
+                    "worker %s (pid %d) ended without a goodbye: unregistered", worker.name, pid
+                )
+    except RedisError as exc:
+        log.info("worker pid %d left registered (%s): it expires", pid, exc)
 
 
 class Worker(RQWorker):

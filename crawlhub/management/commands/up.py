@@ -12,7 +12,7 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from crawlhub.processes import launcher, process_group
+from crawlhub.processes import launcher, process_group, rqworker
 from crawlhub.redis import redis_config
 
 QUEUES = ["control", "crawls", "default"]
@@ -194,6 +194,7 @@ class Command(BaseCommand):
             env=child_env(dict(os.environ), redis_url=self.redis_url, url=url),
             redis=redis_server,
             reaper=reaper,
+            forget=rqworker.forget_worker,
         )
         manage = [sys.executable, str(settings.BASE_DIR / "manage.py")]
         for n in range(workers):

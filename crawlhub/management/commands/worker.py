@@ -17,7 +17,7 @@ from django.db import DatabaseError, connection
 from django.db.migrations.executor import MigrationExecutor
 from rq import Worker
 
-from crawlhub.processes import process_group
+from crawlhub.processes import process_group, rqworker
 from crawlhub.redis import redis_config
 from crawlhub.redis.connections import REDIS_ERRORS, get_redis
 
@@ -87,6 +87,7 @@ class Command(BaseCommand):
         group = process_group.ProcessGroup(
             env={**os.environ, "REDIS_URL": settings.REDIS_URL},
             reaper=process_group.become_subreaper(),
+            forget=rqworker.forget_worker,
         )
         manage = [sys.executable, str(settings.BASE_DIR / "manage.py")]
         for n in range(workers):
